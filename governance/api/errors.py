@@ -1,0 +1,21 @@
+"""Turns service errors into DESIGN section 7 error bodies: ``{"field": ["message"]}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from governance.services.errors import ServiceError
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ServiceError):
+        return Response(exc.errors, status=exc.status)
+    response = drf_exception_handler(exc, context)
+    if response is not None and isinstance(response.data, dict) and "detail" in response.data:
+        # Keep DRF's auth/permission/404 messages but in the field-keyed shape.
+        detail = response.data["detail"]
+        response.data = {"detail": [str(detail)]}
+    return response

@@ -1,0 +1,101 @@
+"""The audit trail: append-only, one entry per change and per scheduling decision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+
+class AuditEvent(models.TextChoices):
+    TEAM_CREATED = "team.created"
+    TEAM_UPDATED = "team.updated"
+    MEMBERSHIP_CHANGED = "team.membership_changed"
+    INSTANCE_TYPE_CREATED = "instance_type.created"
+    INSTANCE_TYPE_UPDATED = "instance_type.updated"
+    QUEUE_CREATED = "queue.created"
+    QUEUE_UPDATED = "queue.updated"
+    CAPACITY_CHANGED = "queue.capacity_changed"
+    SHARE_CREATED = "share.created"
+    SHARE_UPDATED = "share.updated"
+    SHARE_DELETED = "share.deleted"
+    PRIORITY_DEFINITION_CREATED = "priority_definition.created"
+    PRIORITY_DEFINITION_UPDATED = "priority_definition.updated"
+    PRIORITY_DEFINITION_DELETED = "priority_definition.deleted"
+    EXCEPTION_FILED = "exception.filed"
+    EXCEPTION_APPROVED = "exception.approved"
+    EXCEPTION_REJECTED = "exception.rejected"
+    EXCEPTION_WITHDRAWN = "exception.withdrawn"
+    EXCEPTION_EXPIRED = "exception.expired"
+    AGREEMENT_CREATED = "agreement.created"
+    AGREEMENT_UPDATED = "agreement.updated"
+    JOB_SUBMITTED = "job.submitted"
+    JOB_REPRIORITISED = "job.reprioritised"
+    JOB_CANCELLED = "job.cancelled"
+    JOB_ADMITTED = "job.admitted"
+    JOB_PREEMPTED = "job.preempted"
+    JOB_FAILED = "job.failed"
+    JOB_TIMED_OUT = "job.timed_out"
+    JOB_STARTED = "job.started"
+    JOB_CHECKPOINTED = "job.checkpointed"
+    JOB_COMPLETED = "job.completed"
+    JOB_LOST = "job.lost"
+
+
+class AppendOnlyError(Exception):
+    """Audit entries are never changed or deleted once written."""
+
+
+class AuditEntry(models.Model):
+    event_type = models.CharField(max_length=40, choices=AuditEvent.choices)
+    # Null actor means the system (the scheduler, beat).
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    subject_type = models.CharField(max_length=40)
+    subject_id = models.CharField(max_length=64)
+    subject_repr = models.CharField(max_length=300, blank=True, default="")
+    # Denormalised links so the trail can be filtered by team, share, job and queue fast.
+    team = models.ForeignKey(
+        "governance.Team", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+",
+        db_constraint=False,
+    )
+    share = models.ForeignKey(
+        "governance.Share", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+",
+        db_constraint=False,
+    )
+    job = models.ForeignKey(
+        "governance.Job", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+",
+        db_constraint=False,
+    )
+    queue = models.ForeignKey(
+        "governance.JobQueue", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+",
+        db_constraint=False,
+    )
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["event_type", "-created_at"]),
+            models.Index(fields=["actor", "-created_at"]),
+            models.Index(fields=["team", "-created_at"]),
+            models.Index(fields=["share", "-created_at"]),
+            models.Index(fields=["job", "-created_at"]),
+            models.Index(fields=["queue", "-created_at"]),
+        ]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise AppendOnlyError("audit entries cannot be changed")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError("audit entries cannot be deleted")
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.event_type} {self.subject_repr}"

@@ -1,0 +1,91 @@
+"""Jobs and their event timeline."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from governance.models.capacity import InstanceType, JobQueue
+from governance.models.shares import Share
+
+MAX_PREFERENCES = 5
+
+
+class JobKind(models.TextChoices):
+    TRAINING = "training", "Training"
+    PROCESSING = "processing", "Processing"
+
+
+class JobState(models.TextChoices):
+    PENDING = "PENDING", "Pending"
+    RUNNING = "RUNNING", "Running"
+    SUCCEEDED = "SUCCEEDED", "Succeeded"
+    FAILED = "FAILED", "Failed"
+    TIMED_OUT = "TIMED_OUT", "Timed out"
+    CANCELLED = "CANCELLED", "Cancelled"
+
+
+ACTIVE_STATES = (JobState.PENDING, JobState.RUNNING)
+
+
+class Job(models.Model):
+    queue = models.ForeignKey(JobQueue, on_delete=models.PROTECT, related_name="jobs")
+    share = models.ForeignKey(Share, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=200)
+    submitter = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    kind = models.CharField(max_length=16, choices=JobKind.choices, default=JobKind.TRAINING)
+    priority = models.PositiveIntegerField(default=0)
+    # Ordered list of {"instance_type": name, "count": n}; counts are resolved at submission
+    # (a common count is copied into every preference and also kept in ``count``).
+    preferences = models.JSONField()
+    count = models.PositiveIntegerField(null=True, blank=True)
+    max_pending = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint_interval = models.PositiveIntegerField(null=True, blank=True)
+    # Work in seconds at speed 1.0; the simulated fleet runs a job for this long.
+    duration = models.PositiveIntegerField(null=True, blank=True)
+    restart_overhead = models.PositiveIntegerField(default=0)
+    state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.PENDING)
+    instance_type = models.ForeignKey(
+        InstanceType, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    preference = models.PositiveSmallIntegerField(null=True, blank=True)
+    borrowed = models.PositiveIntegerField(default=0)
+    preemptions = models.PositiveIntegerField(default=0)
+    submitted_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Progress, in work units (seconds at speed 1.0): what the current run started from,
+    # and what the last checkpoint saved. Lost work at preemption is measured from these.
+    run_started_at = models.DateTimeField(null=True, blank=True)
+    work_done = models.FloatField(default=0)
+    checkpoint_work = models.FloatField(default=0)
+    recomputed = models.FloatField(default=0)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["queue", "state"]),
+            models.Index(fields=["share", "state"]),
+            models.Index(fields=["state", "submitted_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.pk})"
+
+
+class JobEvent(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField()
+    type = models.CharField(max_length=32)
+    message = models.TextField(blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.type} at {self.at}"

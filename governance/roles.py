@@ -1,0 +1,73 @@
+"""Who may do what. Site roles are Django groups; team roles are memberships."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from governance.models import Membership, MembershipRole, Team
+
+ADMIN_GROUP = "admin"
+REVIEWER_GROUP = "reviewer"
+
+AnyUser = AbstractBaseUser | AnonymousUser
+
+
+def _groups(user: AnyUser) -> set[str]:
+    if not user.is_authenticated:
+        return set()
+    cached: set[str] | None = getattr(user, "_role_groups", None)
+    if cached is None:
+        cached = set(user.groups.values_list("name", flat=True))  # type: ignore[union-attr]
+        user._role_groups = cached  # type: ignore[union-attr]
+    return cached
+
+
+def is_admin(user: AnyUser) -> bool:
+    return bool(user.is_authenticated and (user.is_superuser or ADMIN_GROUP in _groups(user)))  # type: ignore[union-attr]
+
+
+def is_reviewer(user: AnyUser) -> bool:
+    return REVIEWER_GROUP in _groups(user)
+
+
+def can_decide_exceptions(user: AnyUser) -> bool:
+    return is_admin(user) or is_reviewer(user)
+
+
+def lead_team_ids(user: AnyUser) -> set[int]:
+    if not user.is_authenticated:
+        return set()
+    return set(
+        Membership.objects.filter(user_id=user.pk, role=MembershipRole.LEAD).values_list(
+            "team_id", flat=True
+        )
+    )
+
+
+def member_team_ids(user: AnyUser) -> set[int]:
+    """Teams the user belongs to in any role (leads included)."""
+    if not user.is_authenticated:
+        return set()
+    return set(Membership.objects.filter(user_id=user.pk).values_list("team_id", flat=True))
+
+
+def is_lead_of(user: AnyUser, team: Team | int) -> bool:
+    team_id = team if isinstance(team, int) else team.pk
+    return team_id in lead_team_ids(user)
+
+
+def band_roles(user: AnyUser, team: Team | int | None) -> set[str]:
+    """The roles a user holds for using priority bands (``usable_by`` values)."""
+    roles: set[str] = set()
+    if is_admin(user):
+        roles.add("admin")
+    if is_reviewer(user):
+        roles.add("reviewer")
+    if team is not None and user.is_authenticated:
+        team_id = team if isinstance(team, int) else team.pk
+        membership = Membership.objects.filter(user_id=user.pk, team_id=team_id).first()
+        if membership is not None:
+            roles.add("member")
+            if membership.role == MembershipRole.LEAD:
+                roles.add("lead")
+    return roles

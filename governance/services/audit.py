@@ -1,0 +1,44 @@
+"""The one way to write the audit trail. Callers run inside their service's transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import models
+from django.utils import timezone
+
+from governance.models import AuditEntry, AuditEvent
+
+
+def record(
+    *,
+    event_type: AuditEvent,
+    actor: AbstractBaseUser | AnonymousUser | None,
+    subject: models.Model,
+    before: Any = None,
+    after: Any = None,
+    reason: str = "",
+    team_id: int | None = None,
+    share_id: int | None = None,
+    job_id: int | None = None,
+    queue_id: int | None = None,
+    at: Any = None,
+) -> AuditEntry:
+    """Append one audit entry. ``before``/``after`` are JSON-able snapshots of the change."""
+    actor_id = actor.pk if actor is not None and actor.is_authenticated else None
+    return AuditEntry.objects.create(
+        event_type=event_type,
+        actor_id=actor_id,
+        subject_type=subject._meta.model_name or type(subject).__name__.lower(),
+        subject_id=str(subject.pk),
+        subject_repr=str(subject)[:300],
+        team_id=team_id,
+        share_id=share_id,
+        job_id=job_id,
+        queue_id=queue_id,
+        before=before,
+        after=after,
+        reason=reason,
+        created_at=at or timezone.now(),
+    )

@@ -1,0 +1,59 @@
+"""Errors every service raises; the API and the forms turn them into field-keyed messages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+class ServiceError(Exception):
+    """Base: ``errors`` maps a field name (or ``non_field_errors``) to messages."""
+
+    status = 400
+
+    def __init__(self, errors: Mapping[str, Sequence[str] | str] | str) -> None:
+        if isinstance(errors, str):
+            errors = {"non_field_errors": [errors]}
+        self.errors: dict[str, list[str]] = {
+            field: [messages] if isinstance(messages, str) else list(messages)
+            for field, messages in errors.items()
+        }
+        super().__init__(self.errors)
+
+
+class ValidationFailed(ServiceError):
+    """The input breaks a rule; nothing was written."""
+
+    status = 400
+
+
+class PermissionDenied(ServiceError):
+    """The actor may not do this."""
+
+    status = 403
+
+
+class NotFound(ServiceError):
+    status = 404
+
+
+class Conflict(ServiceError):
+    """The object changed since the caller read it (stale ``version``)."""
+
+    status = 409
+
+
+class Errors:
+    """Collects every problem of an input before raising, so a user sees them all at once."""
+
+    def __init__(self) -> None:
+        self._errors: dict[str, list[str]] = {}
+
+    def add(self, field: str, message: str) -> None:
+        self._errors.setdefault(field, []).append(message)
+
+    def __bool__(self) -> bool:
+        return bool(self._errors)
+
+    def raise_if_any(self) -> None:
+        if self._errors:
+            raise ValidationFailed(self._errors)
