@@ -63,6 +63,13 @@ class Job(models.Model):
     checkpoint_work = models.FloatField(default=0)
     recomputed = models.FloatField(default=0)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Each admission starts a new run; executor reports name the run they belong to, so a
+    # late report from a preempted run can never touch the next one.
+    run = models.PositiveIntegerField(default=0)
+    # External agents: who claimed the current run, and the stop order after a preemption.
+    agent = models.CharField(max_length=100, blank=True, default="")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    stop_requested_run = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
