@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -51,22 +51,67 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 def parse_database_url(url: str) -> dict[str, object]:
+    """Django's DATABASES entry for a ``postgres://`` or ``postgresql://`` URL.
+
+    The host is a name or address (``postgres://user:pw@db.example:5432/name``) or a unix
+    socket directory, given either as the ``host`` query parameter
+    (``postgresql://postgres@/name?host=/run/postgresql``) or percent-encoded in the host
+    part (``postgresql://postgres@%2Frun%2Fpostgresql/name``). ``sslmode`` is the only
+    other query parameter accepted.
+    """
     parsed = urlparse(url)
     if parsed.scheme not in {"postgres", "postgresql"}:
         raise ImproperlyConfigured(
-            f"DATABASE_URL: only postgres:// or postgresql:// URLs are supported, got {url!r}"
+            "DATABASE_URL: only postgres:// or postgresql:// URLs are supported, got "
+            f"{parsed.scheme + '://...' if parsed.scheme else repr(url)}"
         )
     name = unquote(parsed.path.lstrip("/"))
-    if not name:
-        raise ImproperlyConfigured("DATABASE_URL: the URL must name a database")
+    if not name or "/" in name:
+        raise ImproperlyConfigured("DATABASE_URL: the URL must name one database, as in .../name")
+    try:
+        query = parse_qs(parsed.query, keep_blank_values=True, strict_parsing=bool(parsed.query))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL: malformed query string: {exc}") from exc
+    unknown = sorted(set(query) - {"host", "sslmode"})
+    if unknown:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL: unsupported query parameter(s) {', '.join(unknown)}; "
+            "only host and sslmode are accepted"
+        )
+    for key, values in query.items():
+        if len(values) != 1 or not values[0]:
+            raise ImproperlyConfigured(f"DATABASE_URL: {key} must be given once, with a value")
+
+    # Take the host from netloc ourselves: urlparse's .hostname lowercases it, which would
+    # corrupt a percent-encoded socket path.
+    host_port = parsed.netloc.rpartition("@")[2]
+    if host_port.startswith("["):  # [IPv6]:port
+        host, _, port_part = host_port[1:].partition("]")
+        port_part = port_part.removeprefix(":")
+    else:
+        host, _, port_part = host_port.partition(":")
+    host = unquote(host)
+    if "host" in query:
+        if host:
+            raise ImproperlyConfigured(
+                "DATABASE_URL: give the host either in the URL or as ?host=, not both"
+            )
+        host = query["host"][0]
+    if port_part and not (port_part.isdigit() and 0 < int(port_part) < 65536):
+        raise ImproperlyConfigured(f"DATABASE_URL: invalid port {port_part!r}")
+
+    options: dict[str, str] = {}
+    if "sslmode" in query:
+        options["sslmode"] = query["sslmode"][0]
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": name,
         "USER": unquote(parsed.username or ""),
         "PASSWORD": unquote(parsed.password or ""),
-        "HOST": parsed.hostname or "",
-        "PORT": str(parsed.port or ""),
+        "HOST": host,
+        "PORT": port_part,
         "CONN_MAX_AGE": 0,
+        "OPTIONS": options,
         "TEST": {"NAME": os.environ.get("TEST_DATABASE_NAME") or None},
     }
 
@@ -134,6 +179,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "governance.web.nav.nav",
             ],
         },
     },

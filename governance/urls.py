@@ -6,4 +6,5 @@ from django.urls import include, path
 urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("api/", include("governance.api.urls")),
+    path("", include("governance.web.urls")),
 ]

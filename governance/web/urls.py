@@ -1,0 +1,9 @@
+"""HTMX pages. Each page includes its live partials; one endpoint re-renders each partial."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+]
