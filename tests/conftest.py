@@ -1,0 +1,72 @@
+"""Session-level fixtures: servers and Celery.
+
+The database and Redis themselves come from the settings (``DATABASE_URL`` / ``REDIS_URL``,
+else the embedded servers; ``./scripts/test`` provides them), and pytest-django creates the
+test database on that server.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_url(db: dict[str, Any]) -> str:
+    """A ``DATABASE_URL`` for a Django database settings dict (the inverse of the settings)."""
+    credentials = quote(db["USER"] or "") + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
+    host, port = db["HOST"] or "", db["PORT"] or ""
+    query = [f"sslmode={db['OPTIONS']['sslmode']}"] if db["OPTIONS"].get("sslmode") else []
+    if host.startswith("/"):  # unix socket directory
+        query.append(f"host={quote(host)}")
+        location = ""
+    else:
+        location = (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
+    suffix = f"?{'&'.join(query)}" if query else ""
+    return f"postgresql://{credentials}@{location}/{quote(db['NAME'])}{suffix}"
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(
+    django_db_setup: None, django_db_blocker: Any
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``celery -A governance worker`` on the test database, for tests marked ``live``.
+
+    It runs in another process, so it sees committed data only: use it with
+    ``transactional_db``, not ``db``.
+    """
+    from governance.celery import app
+
+    env = dict(
+        os.environ,
+        DATABASE_URL=database_url(connection.settings_dict),
+        REDIS_URL=settings.REDIS_URL,
+        CELERY_TASK_ALWAYS_EAGER="false",
+    )
+    command = [sys.executable, "-m", "celery", "-A", "governance", "worker"]
+    command += ["--pool", "solo", "--loglevel", "INFO", "--hostname", f"test-{os.getpid()}@%h"]
+    worker = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not app.control.ping(destination=[f"test-{os.getpid()}@{os.uname().nodename}"]):
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the Celery worker for the live tests did not start")
+        yield worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
