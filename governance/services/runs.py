@@ -1,0 +1,462 @@
+"""Where jobs run: the scheduler's decisions and the executors' reports, applied to the DB.
+
+The scheduler (``scheduler.bridge``) calls the ``run_admit``/``run_preempt``/``run_time_out``
+functions inside its cycle transaction with ``actor=None`` (the system); executors (the
+simulated fleet and external agents) report progress through the ``run_*`` reports.
+Every report names the job's ``run``: a late report from a run that was preempted since
+is refused, so it can never complete or checkpoint the next run.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from governance.models import AuditEvent, Job, JobEvent, JobState
+from governance.roles import AnyUser
+from governance.services import audit
+from governance.services.errors import Conflict, ValidationFailed
+from governance.services.hooks import queue_changed
+
+RUNNING_REPORTS = ("started", "heartbeat", "checkpoint")
+
+
+def _snapshot(job: Job) -> dict[str, Any]:
+    return {
+        "state": job.state,
+        "instance_type": job.instance_type.name if job.instance_type_id else None,
+        "preference": job.preference,
+        "borrowed": job.borrowed,
+        "preemptions": job.preemptions,
+        "run": job.run,
+        "work_done": round(job.work_done, 3),
+        "checkpoint_work": round(job.checkpoint_work, 3),
+    }
+
+
+def _event(job: Job, at: datetime, type_: str, message: str, **data: Any) -> None:
+    JobEvent.objects.create(job=job, at=at, type=type_, message=message, data=data)
+
+
+def current_work(job: Job, now: datetime, *, speed: float, time_factor: float) -> float:
+    """Work units done by ``job`` at ``now`` in its current run (capped at its duration).
+
+    A run spends ``restart_overhead`` seconds preparing after a preemption before it does
+    work; ``time_factor`` is how many simulated seconds pass per real second.
+    """
+    if job.state != JobState.RUNNING or job.run_started_at is None:
+        return job.work_done
+    elapsed = max(0.0, (now - job.run_started_at).total_seconds() * time_factor)
+    if job.preemptions and job.run > 1:
+        elapsed = max(0.0, elapsed - job.restart_overhead)
+    work = job.work_done + elapsed * speed
+    if job.duration is not None:
+        work = min(work, float(job.duration))
+    return work
+
+
+def checkpoint_of(job: Job, work: float) -> float:
+    """The last checkpoint at or below ``work`` for a job checkpointing every interval."""
+    if not job.checkpoint_interval:
+        return job.checkpoint_work
+    saved = math.floor(work / job.checkpoint_interval) * job.checkpoint_interval
+    return max(job.checkpoint_work, float(saved))
+
+
+@transaction.atomic
+def run_admit(
+    *,
+    job: Job,
+    instance_type_id: int,
+    instance_type_name: str,
+    count: int,
+    preference: int,
+    borrowed: int,
+    rule: str,
+    share_versions: dict[str, int],
+    now: datetime,
+    explanation: str,
+) -> Job:
+    """Start a pending job on one of its preferences (a scheduler decision)."""
+    before = _snapshot(job)
+    job.state = JobState.RUNNING
+    job.instance_type_id = instance_type_id
+    job.preference = preference
+    job.borrowed = borrowed
+    job.run += 1
+    job.run_started_at = now
+    job.started_at = job.started_at or now
+    job.agent = ""
+    job.claimed_at = None
+    job.last_heartbeat_at = None
+    job.save(
+        update_fields=[
+            "state",
+            "instance_type",
+            "preference",
+            "borrowed",
+            "run",
+            "run_started_at",
+            "started_at",
+            "agent",
+            "claimed_at",
+            "last_heartbeat_at",
+        ]
+    )
+    _event(
+        job,
+        now,
+        "admitted",
+        explanation,
+        instance_type=instance_type_name,
+        count=count,
+        preference=preference,
+        borrowed=borrowed,
+        rule=rule,
+        run=job.run,
+    )
+    after = _snapshot(job)
+    after.update({"rule": rule, "count": count, "share_versions": share_versions})
+    audit.record(
+        event_type=AuditEvent.JOB_ADMITTED,
+        actor=None,
+        subject=job,
+        before=before,
+        after=after,
+        reason=explanation,
+        team_id=job.share.team_id,
+        share_id=job.share_id,
+        job_id=job.pk,
+        queue_id=job.queue_id,
+        at=now,
+    )
+    return job
+
+
+@transaction.atomic
+def run_preempt(
+    *,
+    job: Job,
+    reason: str,
+    by_job: Job | None,
+    lost_work: float,
+    fail: bool,
+    counts_against_retries: bool,
+    share_versions: dict[str, int],
+    now: datetime,
+    explanation: str,
+) -> Job:
+    """Stop a running job: back to pending from its last checkpoint, or failed.
+
+    ``fail`` is the engine's verdict that the job's retries are exhausted. An agent that
+    holds the run gets a stop order (``stop_requested_run``) it must acknowledge.
+    """
+    before = _snapshot(job)
+    job.preemptions += 1
+    job.recomputed += lost_work
+    job.work_done = job.checkpoint_work
+    if job.agent:
+        job.stop_requested_run = job.run
+    job.state = JobState.FAILED if fail else JobState.PENDING
+    if fail:
+        job.finished_at = now
+    job.run_started_at = None
+    job.borrowed = 0
+    job.save(
+        update_fields=[
+            "preemptions",
+            "recomputed",
+            "work_done",
+            "stop_requested_run",
+            "state",
+            "finished_at",
+            "run_started_at",
+            "borrowed",
+        ]
+    )
+    by = by_job.name if by_job is not None else None
+    _event(
+        job,
+        now,
+        "preempted",
+        explanation,
+        reason=reason,
+        by=by_job.pk if by_job else None,
+        lost_work=round(lost_work, 3),
+        counted=counts_against_retries,
+    )
+    after = _snapshot(job)
+    after.update(
+        {
+            "rule": reason,
+            "by_job": by_job.pk if by_job else None,
+            "by": by,
+            "lost_work": round(lost_work, 3),
+            "share_versions": share_versions,
+        }
+    )
+    audit.record(
+        event_type=AuditEvent.JOB_PREEMPTED,
+        actor=None,
+        subject=job,
+        before=before,
+        after=after,
+        reason=explanation,
+        team_id=job.share.team_id,
+        share_id=job.share_id,
+        job_id=job.pk,
+        queue_id=job.queue_id,
+        at=now,
+    )
+    if fail:
+        message = f"Failed: preempted {job.preemptions} times, more than the share's retry limit."
+        _event(job, now, "failed", message, reason="preemption_retries_exhausted")
+        audit.record(
+            event_type=AuditEvent.JOB_FAILED,
+            actor=None,
+            subject=job,
+            before={"state": JobState.PENDING},
+            after={
+                "state": JobState.FAILED,
+                "rule": "preemption_retries_exhausted",
+                "preemptions": job.preemptions,
+            },
+            reason=message,
+            team_id=job.share.team_id,
+            share_id=job.share_id,
+            job_id=job.pk,
+            queue_id=job.queue_id,
+            at=now,
+        )
+    return job
+
+
+@transaction.atomic
+def run_time_out(*, job: Job, now: datetime, explanation: str) -> Job:
+    """A job that never started within its max pending time gives up (a scheduler decision)."""
+    before = _snapshot(job)
+    job.state = JobState.TIMED_OUT
+    job.finished_at = now
+    job.save(update_fields=["state", "finished_at"])
+    _event(job, now, "timed_out", explanation)
+    audit.record(
+        event_type=AuditEvent.JOB_TIMED_OUT,
+        actor=None,
+        subject=job,
+        before=before,
+        after={**_snapshot(job), "rule": "timeout", "max_pending": job.max_pending},
+        reason=explanation,
+        team_id=job.share.team_id,
+        share_id=job.share_id,
+        job_id=job.pk,
+        queue_id=job.queue_id,
+        at=now,
+    )
+    return job
+
+
+def _locked_running(job_id: int, run: int) -> Job:
+    job = Job.objects.select_for_update().select_related("share", "instance_type").get(pk=job_id)
+    if job.run != run:
+        raise Conflict({"run": [f"run {run} is over; the job is on run {job.run}"]})
+    if job.state != JobState.RUNNING:
+        raise Conflict({"state": [f"the job is {job.state}, not RUNNING"]})
+    return job
+
+
+@transaction.atomic
+def run_complete(
+    *, actor: AnyUser | None, job_id: int, run: int, now: datetime, work: float | None = None
+) -> Job:
+    """The executor reports the run finished its work: the job succeeds and frees capacity."""
+    job = _locked_running(job_id, run)
+    before = _snapshot(job)
+    job.state = JobState.SUCCEEDED
+    job.finished_at = now
+    job.work_done = float(job.duration) if job.duration is not None else (work or job.work_done)
+    job.checkpoint_work = job.work_done
+    job.run_started_at = None
+    job.save(
+        update_fields=["state", "finished_at", "work_done", "checkpoint_work", "run_started_at"]
+    )
+    _event(job, now, "completed", "Completed.", run=run)
+    audit.record(
+        event_type=AuditEvent.JOB_COMPLETED,
+        actor=actor,
+        subject=job,
+        before=before,
+        after=_snapshot(job),
+        team_id=job.share.team_id,
+        share_id=job.share_id,
+        job_id=job.pk,
+        queue_id=job.queue_id,
+        at=now,
+    )
+    queue_changed(job.queue_id)
+    return job
+
+
+@transaction.atomic
+def run_fail(*, actor: AnyUser | None, job_id: int, run: int, now: datetime, message: str) -> Job:
+    """The executor reports the job's own failure (not a preemption): it ends as FAILED."""
+    job = _locked_running(job_id, run)
+    before = _snapshot(job)
+    job.state = JobState.FAILED
+    job.finished_at = now
+    job.run_started_at = None
+    job.save(update_fields=["state", "finished_at", "run_started_at"])
+    _event(job, now, "failed", message or "The job failed.", reason="executor", run=run)
+    audit.record(
+        event_type=AuditEvent.JOB_FAILED,
+        actor=actor,
+        subject=job,
+        before=before,
+        after={**_snapshot(job), "rule": "executor"},
+        reason=message,
+        team_id=job.share.team_id,
+        share_id=job.share_id,
+        job_id=job.pk,
+        queue_id=job.queue_id,
+        at=now,
+    )
+    queue_changed(job.queue_id)
+    return job
+
+
+@transaction.atomic
+def run_report(
+    *,
+    actor: AnyUser | None,
+    job_id: int,
+    run: int,
+    kind: str,
+    now: datetime,
+    work: float | None = None,
+) -> Job:
+    """A running job's ``started``, ``heartbeat`` or ``checkpoint`` report.
+
+    Heartbeats only prove the run is alive, so they update ``last_heartbeat_at`` and are
+    not audited (one a few seconds per job would drown the trail); starts and checkpoints
+    change what a preemption would cost, so they are.
+    """
+    if kind not in RUNNING_REPORTS:
+        raise ValidationFailed({"kind": [f"must be one of {', '.join(RUNNING_REPORTS)}"]})
+    job = _locked_running(job_id, run)
+    job.last_heartbeat_at = now
+    fields = ["last_heartbeat_at"]
+    if kind == "checkpoint":
+        if work is None or work < 0:
+            raise ValidationFailed({"progress": ["a checkpoint must report progress >= 0"]})
+        if job.duration is not None and work > job.duration:
+            raise ValidationFailed({"progress": [f"must be at most the duration {job.duration}"]})
+        before = _snapshot(job)
+        job.checkpoint_work = max(job.checkpoint_work, float(work))
+        fields.append("checkpoint_work")
+        job.save(update_fields=fields)
+        _event(job, now, "checkpoint", f"Checkpoint saved at {work:g} work units.", work=work)
+        audit.record(
+            event_type=AuditEvent.JOB_CHECKPOINTED,
+            actor=actor,
+            subject=job,
+            before=before,
+            after=_snapshot(job),
+            team_id=job.share.team_id,
+            share_id=job.share_id,
+            job_id=job.pk,
+            queue_id=job.queue_id,
+            at=now,
+        )
+        return job
+    job.save(update_fields=fields)
+    if kind == "started":
+        _event(job, now, "started", f"Started by agent {job.agent or 'simulated fleet'}.", run=run)
+        audit.record(
+            event_type=AuditEvent.JOB_STARTED,
+            actor=actor,
+            subject=job,
+            before=None,
+            after={"run": run, "agent": job.agent},
+            team_id=job.share.team_id,
+            share_id=job.share_id,
+            job_id=job.pk,
+            queue_id=job.queue_id,
+            at=now,
+        )
+    return job
+
+
+@transaction.atomic
+def run_claim(*, actor: AnyUser, queue_id: int, agent: str, now: datetime, limit: int) -> list[Job]:
+    """An agent takes the admitted, unclaimed runs of its queue (each run goes to one agent)."""
+    if not agent:
+        raise ValidationFailed({"agent": ["name the agent"]})
+    if limit < 1:
+        raise ValidationFailed({"limit": ["must be at least 1"]})
+    jobs = list(
+        Job.objects.select_for_update(skip_locked=True)
+        .select_related("instance_type", "share")
+        .filter(queue_id=queue_id, state=JobState.RUNNING, agent="")
+        .order_by("run_started_at", "id")[:limit]
+    )
+    for job in jobs:
+        job.agent = agent
+        job.claimed_at = now
+        job.last_heartbeat_at = now
+        job.save(update_fields=["agent", "claimed_at", "last_heartbeat_at"])
+        _event(job, now, "claimed", f"Claimed by agent {agent}.", run=job.run, agent=agent)
+    return jobs
+
+
+@transaction.atomic
+def run_stop_acknowledged(*, actor: AnyUser | None, job_id: int, run: int, now: datetime) -> Job:
+    """The agent stopped a preempted run; the stop order is done."""
+    job = Job.objects.select_for_update().get(pk=job_id)
+    if job.stop_requested_run != run:
+        raise Conflict({"run": [f"no stop order is open for run {run}"]})
+    job.stop_requested_run = None
+    job.save(update_fields=["stop_requested_run"])
+    _event(job, now, "stopped", f"Agent stopped run {run}.", run=run)
+    return job
+
+
+@transaction.atomic
+def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | None:
+    """A run whose agent stopped reporting is lost: requeue the job and free its capacity.
+
+    Like a capacity loss, this is not the job yielding to anyone, so it does not count
+    against the share's retry limit; work since the last checkpoint is lost.
+    """
+    job = Job.objects.select_for_update().select_related("share", "instance_type").get(pk=job_id)
+    if job.state != JobState.RUNNING:
+        return None
+    before = _snapshot(job)
+    speed = job.instance_type.speed if job.instance_type_id else 1.0
+    lost = max(0.0, current_work(job, now, speed=speed, time_factor=1.0) - job.checkpoint_work)
+    job.recomputed += lost
+    job.work_done = job.checkpoint_work
+    job.state = JobState.PENDING
+    job.run_started_at = None
+    job.agent = ""
+    job.borrowed = 0
+    job.save(
+        update_fields=["recomputed", "work_done", "state", "run_started_at", "agent", "borrowed"]
+    )
+    _event(job, now, "lost", explanation, lost_work=round(lost, 3))
+    audit.record(
+        event_type=AuditEvent.JOB_LOST,
+        actor=None,
+        subject=job,
+        before=before,
+        after={**_snapshot(job), "rule": "heartbeat_lost", "lost_work": round(lost, 3)},
+        reason=explanation,
+        team_id=job.share.team_id,
+        share_id=job.share_id,
+        job_id=job.pk,
+        queue_id=job.queue_id,
+        at=now,
+    )
+    queue_changed(job.queue_id)
+    return job

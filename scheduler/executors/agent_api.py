@@ -1,0 +1,183 @@
+"""The external agent protocol (docs/agents.md): claim, report, complete, stop orders.
+
+An agent signs in with a token of a user in the ``agent`` group and serves one queue
+whose executor is ``agent``. Views are thin: they parse, check the role, call a service.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from governance.models import Job, JobQueue
+from governance.models.capacity import Executor
+from governance.services import runs
+
+AGENT_GROUP = "agent"
+
+
+class IsAgent(BasePermission):
+    message = "only users in the 'agent' group may use the agent protocol"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        return bool(
+            user and user.is_authenticated and user.groups.filter(name=AGENT_GROUP).exists()  # type: ignore[union-attr]
+        )
+
+
+class ClaimIn(serializers.Serializer[Any]):
+    agent = serializers.CharField(max_length=100)
+    limit = serializers.IntegerField(min_value=1, max_value=100, default=1)
+
+
+class ClaimedRun(serializers.Serializer[Any]):
+    job = serializers.IntegerField(source="pk")
+    run = serializers.IntegerField()
+    name = serializers.CharField()
+    instance_type = serializers.CharField(source="instance_type.name")
+    count = serializers.SerializerMethodField()
+    duration = serializers.IntegerField(allow_null=True)
+    checkpoint_interval = serializers.IntegerField(allow_null=True)
+    resume_from = serializers.FloatField(source="checkpoint_work")
+
+    def get_count(self, job: Job) -> int:
+        return int(job.preferences[job.preference or 0]["count"])
+
+
+class ReportIn(serializers.Serializer[Any]):
+    run = serializers.IntegerField(min_value=1)
+    kind = serializers.ChoiceField(choices=["started", "heartbeat", "checkpoint"])
+    progress = serializers.FloatField(required=False, allow_null=True, min_value=0)
+
+
+class RunIn(serializers.Serializer[Any]):
+    run = serializers.IntegerField(min_value=1)
+    message = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class StopOrder(serializers.Serializer[Any]):
+    job = serializers.IntegerField(source="pk")
+    run = serializers.IntegerField(source="stop_requested_run")
+
+
+def _agent_queue(queue_id: int) -> JobQueue:
+    queue = get_object_or_404(JobQueue, pk=queue_id)
+    if queue.executor != Executor.AGENT:
+        from governance.services.errors import ValidationFailed
+
+        raise ValidationFailed(
+            {
+                "queue": [
+                    f"queue {queue.name} is run by the {queue.executor} executor, not by agents"
+                ]
+            }
+        )
+    return queue
+
+
+class ClaimView(APIView):
+    permission_classes = [IsAuthenticated, IsAgent]
+
+    @extend_schema(request=ClaimIn, responses=ClaimedRun(many=True), tags=["agents"])
+    def post(self, request: Request, queue_id: int) -> Response:
+        """Take up to ``limit`` admitted runs of the queue that no agent holds yet."""
+        queue = _agent_queue(queue_id)
+        data = ClaimIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        jobs = runs.run_claim(
+            actor=request.user,
+            queue_id=queue.pk,
+            agent=data.validated_data["agent"],
+            now=timezone.now(),
+            limit=data.validated_data["limit"],
+        )
+        return Response(ClaimedRun(jobs, many=True).data)
+
+
+class StopsView(APIView):
+    permission_classes = [IsAuthenticated, IsAgent]
+
+    @extend_schema(responses=StopOrder(many=True), tags=["agents"])
+    def get(self, request: Request, queue_id: int) -> Response:
+        """Runs of this queue the scheduler preempted and the agent must stop."""
+        queue = _agent_queue(queue_id)
+        jobs = Job.objects.filter(queue=queue, stop_requested_run__isnull=False)
+        agent = request.query_params.get("agent")
+        if agent:
+            jobs = jobs.filter(agent=agent)
+        return Response(StopOrder(jobs.order_by("id"), many=True).data)
+
+
+class ReportView(APIView):
+    permission_classes = [IsAuthenticated, IsAgent]
+
+    @extend_schema(request=ReportIn, tags=["agents"])
+    def post(self, request: Request, job_id: int) -> Response:
+        """``started``, ``heartbeat`` or ``checkpoint`` (with ``progress`` in work units).
+
+        The answer says whether the run must stop; a report for a run that is over is
+        refused with 409 and the stop order, so the agent stops it.
+        """
+        data = ReportIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = runs.run_report(
+            actor=request.user,
+            job_id=job_id,
+            run=data.validated_data["run"],
+            kind=data.validated_data["kind"],
+            now=timezone.now(),
+            work=data.validated_data.get("progress"),
+        )
+        return Response({"job": job.pk, "run": job.run, "stop": False})
+
+
+class CompleteView(APIView):
+    permission_classes = [IsAuthenticated, IsAgent]
+
+    @extend_schema(request=RunIn, tags=["agents"])
+    def post(self, request: Request, job_id: int) -> Response:
+        data = RunIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = runs.run_complete(
+            actor=request.user, job_id=job_id, run=data.validated_data["run"], now=timezone.now()
+        )
+        return Response({"job": job.pk, "state": job.state})
+
+
+class FailView(APIView):
+    permission_classes = [IsAuthenticated, IsAgent]
+
+    @extend_schema(request=RunIn, tags=["agents"])
+    def post(self, request: Request, job_id: int) -> Response:
+        data = RunIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = runs.run_fail(
+            actor=request.user,
+            job_id=job_id,
+            run=data.validated_data["run"],
+            now=timezone.now(),
+            message=data.validated_data["message"],
+        )
+        return Response({"job": job.pk, "state": job.state})
+
+
+class StoppedView(APIView):
+    permission_classes = [IsAuthenticated, IsAgent]
+
+    @extend_schema(request=RunIn, tags=["agents"])
+    def post(self, request: Request, job_id: int) -> Response:
+        data = RunIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        job = runs.run_stop_acknowledged(
+            actor=request.user, job_id=job_id, run=data.validated_data["run"], now=timezone.now()
+        )
+        return Response({"job": job.pk, "state": job.state})
