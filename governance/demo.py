@@ -1,0 +1,390 @@
+"""Demo data worth looking at, written through the services like any other change.
+
+Two queues: the AWS worked example (three shares of one ml.g5.xlarge each) and a
+realistic fleet of four teams on five instance types, with priority bands, an agreement
+per share, exceptions in every state and users for each role. Passwords equal user
+names: this is a demo.
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+from django.utils import timezone
+
+from governance.models import JobQueue, Share
+from governance.roles import ADMIN_GROUP, REVIEWER_GROUP
+from governance.services import agreements, capacity, exceptions, jobs, priorities, shares, teams
+
+AGENT_GROUP = "agent"
+MARKER_QUEUE = "aws-worked-example"
+
+INSTANCE_TYPES: list[dict[str, Any]] = [
+    {"name": "ml.g5.xlarge", "accelerators": 1, "speed": 1.0, "hourly_price": "1.4080"},
+    {"name": "ml.p5.48xlarge", "accelerators": 8, "speed": 3.0, "hourly_price": "98.3200"},
+    {"name": "ml.p4d.24xlarge", "accelerators": 8, "speed": 2.0, "hourly_price": "37.6900"},
+    {"name": "ml.g6.48xlarge", "accelerators": 8, "speed": 1.4, "hourly_price": "13.3500"},
+    {"name": "ml.g5.48xlarge", "accelerators": 8, "speed": 1.2, "hourly_price": "20.3600"},
+    {"name": "ml.trn1.32xlarge", "accelerators": 16, "speed": 1.6, "hourly_price": "24.7800"},
+]
+
+TEAMS = ["vision", "language", "speech", "platform"]
+
+# (team, share name, policy, borrow limit, limits, in-share preemption, retries)
+FLEET_SHARES: list[tuple[str, str, str, int | None, dict[str, int], bool, int | None]] = [
+    (
+        "vision",
+        "vision-training",
+        "LEND_AND_BORROW",
+        100,
+        {"ml.p5.48xlarge": 2, "ml.p4d.24xlarge": 2, "ml.g5.48xlarge": 4},
+        True,
+        3,
+    ),
+    (
+        "language",
+        "language-pretraining",
+        "LEND_AND_BORROW",
+        -1,
+        {"ml.p5.48xlarge": 2, "ml.p4d.24xlarge": 2, "ml.trn1.32xlarge": 4},
+        True,
+        None,
+    ),
+    (
+        "speech",
+        "speech-inference-eval",
+        "LEND",
+        None,
+        {"ml.g6.48xlarge": 4, "ml.g5.48xlarge": 2},
+        False,
+        2,
+    ),
+    (
+        "platform",
+        "platform-release",
+        "RESERVE",
+        None,
+        {"ml.p4d.24xlarge": 2, "ml.g6.48xlarge": 4, "ml.trn1.32xlarge": 2},
+        False,
+        0,
+    ),
+]
+
+FLEET_CAPACITY = {
+    "ml.p5.48xlarge": 4,
+    "ml.p4d.24xlarge": 6,
+    "ml.g6.48xlarge": 8,
+    "ml.g5.48xlarge": 8,
+    "ml.trn1.32xlarge": 6,
+}
+
+BANDS: list[dict[str, Any]] = [
+    {
+        "name": "routine",
+        "min_priority": 0,
+        "max_priority": 99,
+        "usable_by": ["member", "lead"],
+        "criteria": "Experiments, sweeps and batch processing that can wait for idle capacity.",
+    },
+    {
+        "name": "elevated",
+        "min_priority": 100,
+        "max_priority": 499,
+        "usable_by": ["lead"],
+        "criteria": "Work on a committed milestone within the next two weeks.",
+    },
+    {
+        "name": "urgent",
+        "min_priority": 500,
+        "max_priority": 999,
+        "usable_by": ["admin"],
+        "criteria": "A release decision or a customer incident is blocked on this result.",
+        "exception_owner": "reviewer",
+    },
+]
+
+
+def _user(username: str, *groups: str, superuser: bool = False) -> Any:
+    User = get_user_model()
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        user = User.objects.create_user(username=username, password=username)
+        user.is_staff = superuser
+        user.is_superuser = superuser
+        user.save()
+    for name in groups:
+        user.groups.add(Group.objects.get_or_create(name=name)[0])
+    return user
+
+
+def already_loaded() -> bool:
+    return JobQueue.objects.filter(name=MARKER_QUEUE).exists()
+
+
+@transaction.atomic
+def load(data_dir: Path | None = None) -> list[str]:
+    """Load the demo once; returns the login lines (also written to data_dir)."""
+    admin = _user("admin", ADMIN_GROUP, superuser=True)
+    reviewer = _user("reviewer", REVIEWER_GROUP)
+    _user("agent", AGENT_GROUP)
+    leads = {team: _user(f"lead-{team}") for team in TEAMS}
+    members = {team: _user(f"member-{team}") for team in TEAMS}
+    team_objs = {
+        team: teams.team_create(
+            actor=admin, name=team, leads=[f"lead-{team}"], members=[f"member-{team}"]
+        )
+        for team in TEAMS
+    }
+
+    for spec in INSTANCE_TYPES:
+        capacity.instance_type_create(actor=admin, **spec)
+    for band in BANDS:
+        priorities.priority_definition_create(actor=admin, **band)
+
+    # The AWS worked example: three shares of one ml.g5.xlarge each.
+    aws = capacity.queue_create(
+        actor=admin,
+        name=MARKER_QUEUE,
+        capacity={"ml.g5.xlarge": 3},
+        description="AWS Batch quota management worked example: borrowing, reclaim, "
+        "then in-share priority preemption.",
+    )
+    background = shares.share_create(
+        actor=admin,
+        queue=aws,
+        team=team_objs["vision"],
+        name="background",
+        policy="LEND_AND_BORROW",
+        borrow_limit=200,
+        limits={"ml.g5.xlarge": 1},
+        in_share_preemption=True,
+    )
+    medium = shares.share_create(
+        actor=admin,
+        queue=aws,
+        team=team_objs["language"],
+        name="medium",
+        policy="LEND",
+        limits={"ml.g5.xlarge": 1},
+    )
+    protected = shares.share_create(
+        actor=admin,
+        queue=aws,
+        team=team_objs["speech"],
+        name="protected",
+        policy="RESERVE",
+        limits={"ml.g5.xlarge": 1},
+    )
+
+    fleet = capacity.queue_create(
+        actor=admin,
+        name="gpu-fleet",
+        capacity=FLEET_CAPACITY,
+        description="The shared training fleet of the four ML teams.",
+    )
+    fleet_shares: dict[str, Share] = {}
+    for team, name, policy, borrow, limits, inshare, retries in FLEET_SHARES:
+        fleet_shares[team] = shares.share_create(
+            actor=admin,
+            queue=fleet,
+            team=team_objs[team],
+            name=name,
+            policy=policy,
+            borrow_limit=borrow,
+            limits=limits,
+            in_share_preemption=inshare,
+            preemption_retries=retries,
+            reason="Initial allocation, Q4 planning.",
+        )
+
+    _agreements(
+        admin,
+        leads,
+        {"background": background, "medium": medium, "protected": protected, **fleet_shares},
+    )
+    _jobs_and_exceptions(admin, reviewer, leads, members, background, fleet_shares)
+
+    roles = [
+        ("admin", "admin: edits queues, shares and priority bands"),
+        ("reviewer", "reviewer: decides exceptions, reads the audit trail"),
+        *((f"lead-{t}", f"team lead of {t}") for t in TEAMS),
+        *((f"member-{t}", f"member of {t}") for t in TEAMS),
+        ("agent", "external agent protocol"),
+    ]
+    logins = [f"{name} / {name}".ljust(36) + f"({role})" for name, role in roles]
+    if data_dir is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (data_dir / "demo_logins.txt").write_text("\n".join(logins) + "\n")
+    return logins
+
+
+def _agreements(admin: Any, leads: dict[str, Any], by_name: dict[str, Share]) -> None:
+    texts = {
+        "background": (
+            "Background share of the worked example",
+            "Background work borrows freely (up to twice its limit) and accepts "
+            "that lenders take their capacity back at any moment.",
+            "Borrowed runs may be reclaimed without notice.",
+            "Jobs checkpoint every 10 minutes; a reclaim costs at most that.",
+        ),
+        "medium": (
+            "Medium share of the worked example",
+            "Lends its idle instance, never borrows.",
+            "Takes its instance back from borrowers when its own work arrives.",
+            "None needed: it never runs on borrowed capacity.",
+        ),
+        "protected": (
+            "Protected share of the worked example",
+            "Keeps its instance idle for latency-sensitive work.",
+            "Never lends, so never reclaims.",
+            "Its jobs start within one scheduling cycle.",
+        ),
+        "vision": (
+            "Vision training allocation",
+            "Vision trains detection models on p5 and p4d; evaluation on g5. It may "
+            "borrow up to 100% of each limit when others are idle.",
+            "Accepts reclaim of borrowed runs; in-share preemption for releases.",
+            "Checkpoints every 15 minutes; at most 3 preemptions per job.",
+        ),
+        "language": (
+            "Language pre-training allocation",
+            "Long pre-training runs on p5 and Trainium with unlimited borrowing.",
+            "Borrowed capacity is reclaimed first, lowest priority first.",
+            "Checkpoints hourly; unlimited retries.",
+        ),
+        "speech": (
+            "Speech evaluation allocation",
+            "Evaluation jobs on g6 and g5; lends idle capacity to the fleet.",
+            "Never borrows, so is never reclaimed.",
+            "Short jobs; two retries.",
+        ),
+        "platform": (
+            "Platform release allocation",
+            "Release-blocking validation; capacity is reserved and never lent.",
+            "Nothing to reclaim: reserved idle capacity stays idle.",
+            "A preempted release job fails at once (retries 0) so it is noticed.",
+        ),
+    }
+    owners = {"background": "vision", "medium": "language", "protected": "speech"}
+    for key, share in by_name.items():
+        title, body, reclaim, recovery = texts[key]
+        team = owners.get(key, key)
+        agreements.agreement_create(
+            actor=admin,
+            title=title,
+            body=body,
+            shares=[share.pk],
+            reclaim_assumptions=reclaim,
+            recovery_assumptions=recovery,
+            owner=f"lead-{team}",
+            editors=[],
+            review_by=date.today() + timedelta(days=90),
+            reason="Recorded at the Q4 allocation review.",
+        )
+
+
+def _jobs_and_exceptions(
+    admin: Any,
+    reviewer: Any,
+    leads: dict[str, Any],
+    members: dict[str, Any],
+    background: Share,
+    fleet: dict[str, Share],
+) -> None:
+    one_g5 = [{"instance_type": "ml.g5.xlarge", "count": 1}]
+    for name, priority in (("bg-high", 3), ("bg-med", 2), ("bg-low", 1)):
+        jobs.job_submit(
+            actor=leads["vision"],
+            share=background,
+            name=name,
+            preferences=one_g5,
+            priority=priority,
+            duration=3600,
+            checkpoint_interval=600,
+        )
+    specs = [
+        ("vision", "detector-v7-train", 40, [("ml.p5.48xlarge", 2), ("ml.p4d.24xlarge", 2)], 14400),
+        ("vision", "segmenter-sweep-a", 10, [("ml.g5.48xlarge", 2), ("ml.p4d.24xlarge", 1)], 3600),
+        ("vision", "segmenter-sweep-b", 10, [("ml.g5.48xlarge", 2), ("ml.p4d.24xlarge", 1)], 3600),
+        (
+            "language",
+            "llm-13b-pretrain",
+            80,
+            [("ml.p5.48xlarge", 2), ("ml.trn1.32xlarge", 4)],
+            28800,
+        ),
+        ("language", "tokenizer-eval", 5, [("ml.trn1.32xlarge", 1)], 1800),
+        ("speech", "asr-eval-nightly", 20, [("ml.g6.48xlarge", 2)], 2400),
+        ("platform", "release-validation", 60, [("ml.p4d.24xlarge", 2)], 7200),
+    ]
+    submitted = {}
+    for team, name, priority, prefs, duration in specs:
+        submitted[name] = jobs.job_submit(
+            actor=members[team],
+            share=fleet[team],
+            name=name,
+            priority=priority,
+            preferences=[{"instance_type": t, "count": c} for t, c in prefs],
+            duration=duration,
+            checkpoint_interval=900,
+            max_pending=86400,
+        )
+    soon = timezone.now() + timedelta(days=7)
+    pending = exceptions.exception_file(
+        actor=leads["language"],
+        team=fleet["language"].team,
+        job=submitted["llm-13b-pretrain"],
+        priority=600,
+        justification="The 13B checkpoint gates the Q4 model launch review.",
+        expires_at=soon,
+        wanted_by=timezone.now() + timedelta(days=1),
+    )
+    approved = exceptions.exception_file(
+        actor=leads["platform"],
+        team=fleet["platform"].team,
+        job=submitted["release-validation"],
+        priority=700,
+        justification="Release 4.2 is blocked on this validation run.",
+        expires_at=soon,
+    )
+    exceptions.exception_approve(
+        actor=reviewer, exception=approved, note="Release-blocking: approved for a week."
+    )
+    rejected = exceptions.exception_file(
+        actor=leads["vision"],
+        team=fleet["vision"].team,
+        share=fleet["vision"],
+        priority=550,
+        justification="We would like all vision jobs to run faster this week.",
+        expires_at=soon,
+    )
+    exceptions.exception_reject(
+        actor=reviewer, exception=rejected, note="Not release-blocking; use the elevated band."
+    )
+    withdrawn = exceptions.exception_file(
+        actor=leads["speech"],
+        team=fleet["speech"].team,
+        job=submitted["asr-eval-nightly"],
+        priority=520,
+        justification="Nightly eval needed for a partner demo.",
+        expires_at=soon,
+    )
+    exceptions.exception_withdraw(
+        actor=leads["speech"], exception=withdrawn, note="Demo moved; not needed."
+    )
+    expiring = exceptions.exception_file(
+        actor=leads["vision"],
+        team=fleet["vision"].team,
+        job=submitted["detector-v7-train"],
+        priority=510,
+        justification="Customer incident: retrain the detector on fixed labels.",
+        expires_at=timezone.now() + timedelta(minutes=1),
+    )
+    exceptions.exception_approve(actor=admin, exception=expiring, note="Incident INC-2041.")
+    exceptions.exception_expire_due(now=timezone.now() + timedelta(minutes=2))
+    del pending

@@ -1,0 +1,19 @@
+"""``manage.py load_demo``: load the demo data once (a second run does nothing)."""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from governance import demo
+
+
+class Command(BaseCommand):
+    help = "Load the demo queues, teams, users, shares, agreements, jobs and exceptions once."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if demo.already_loaded():
+            self.stdout.write("Demo data already loaded.")
+            return
+        demo.load(settings.DATA_DIR)
+        self.stdout.write(self.style.SUCCESS("Demo data loaded."))
