@@ -1,9 +1,12 @@
-"""HTMX pages. Each page includes its live partials; one endpoint re-renders each partial."""
+"""HTMX pages. Each page includes its live partials; one endpoint re-renders each partial.
 
-from django.contrib.auth import views as auth_views
-from django.urls import path
+Page modules register their routes here (namespace ``web``); the navigation in
+``governance.web.nav`` links to ``web:overview``, ``web:queues``, ``web:jobs``,
+``web:exceptions``, ``web:priorities``, ``web:agreements`` and ``web:audit``.
+"""
 
-urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-]
+from django.urls import path  # noqa: F401  (page modules add their paths below)
+
+app_name = "web"
+
+urlpatterns: list = []
