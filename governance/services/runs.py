@@ -26,6 +26,9 @@ RUNNING_REPORTS = ("started", "heartbeat", "checkpoint")
 
 def _snapshot(job: Job) -> dict[str, Any]:
     return {
+        "job": job.name,
+        "share": job.share.name,
+        "team": job.share.team.name,
         "state": job.state,
         "instance_type": job.instance_type.name if job.instance_type_id else None,
         "preference": job.preference,
@@ -178,6 +181,8 @@ def run_preempt(
         ]
     )
     by = by_job.name if by_job is not None else None
+    by_share = by_job.share.name if by_job is not None else None
+    by_team = by_job.share.team.name if by_job is not None else None
     _event(
         job,
         now,
@@ -194,6 +199,8 @@ def run_preempt(
             "rule": reason,
             "by_job": by_job.pk if by_job else None,
             "by": by,
+            "by_share": by_share,
+            "by_team": by_team,
             "lost_work": round(lost_work, 3),
             "share_versions": share_versions,
         }
@@ -259,7 +266,11 @@ def run_time_out(*, job: Job, now: datetime, explanation: str) -> Job:
 
 
 def _locked_running(job_id: int, run: int) -> Job:
-    job = Job.objects.select_for_update().select_related("share", "instance_type").get(pk=job_id)
+    job = (
+        Job.objects.select_for_update(of=("self",))
+        .select_related("share__team", "instance_type")
+        .get(pk=job_id)
+    )
     if job.run != run:
         raise Conflict({"run": [f"run {run} is over; the job is on run {job.run}"]})
     if job.state != JobState.RUNNING:
@@ -429,7 +440,11 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
     Like a capacity loss, this is not the job yielding to anyone, so it does not count
     against the share's retry limit; work since the last checkpoint is lost.
     """
-    job = Job.objects.select_for_update().select_related("share", "instance_type").get(pk=job_id)
+    job = (
+        Job.objects.select_for_update(of=("self",))
+        .select_related("share__team", "instance_type")
+        .get(pk=job_id)
+    )
     if job.state != JobState.RUNNING:
         return None
     before = _snapshot(job)
