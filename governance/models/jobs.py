@@ -53,6 +53,8 @@ class Job(models.Model):
     preference = models.PositiveSmallIntegerField(null=True, blank=True)
     borrowed = models.PositiveIntegerField(default=0)
     preemptions = models.PositiveIntegerField(default=0)
+    # Preemptions that count against the share's retry limit (lost capacity does not).
+    counted_preemptions = models.PositiveIntegerField(default=0)
     submitted_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -146,6 +146,7 @@ def run_preempt(
     reason: str,
     by_job: Job | None,
     lost_work: float,
+    saved_work: float,
     fail: bool,
     counts_against_retries: bool,
     share_versions: dict[str, int],
@@ -159,8 +160,11 @@ def run_preempt(
     """
     before = _snapshot(job)
     job.preemptions += 1
+    if counts_against_retries:
+        job.counted_preemptions += 1
     job.recomputed += lost_work
-    job.work_done = job.checkpoint_work
+    job.work_done = saved_work
+    job.checkpoint_work = saved_work
     if job.agent:
         job.stop_requested_run = job.run
     job.state = JobState.FAILED if fail else JobState.PENDING
@@ -171,8 +175,10 @@ def run_preempt(
     job.save(
         update_fields=[
             "preemptions",
+            "counted_preemptions",
             "recomputed",
             "work_done",
+            "checkpoint_work",
             "stop_requested_run",
             "state",
             "finished_at",
