@@ -225,6 +225,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Jobs and exceptions both have a `state`; name their enums apart.
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "governance.models.jobs.JobState",
+        "ExceptionStateEnum": "governance.models.exceptions.ExceptionState",
+    },
 }
 
 # Celery: Redis is the broker; the database stays the source of truth.
@@ -236,7 +241,17 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_PUBLISH_RETRY = False
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 5}
 SCHEDULER_SAFETY_NET_SECONDS = env_float("SCHEDULER_SAFETY_NET_SECONDS", 5.0)
+# External agents heartbeat this often; a run silent for 1.5 intervals is declared lost.
+AGENT_HEARTBEAT_SECONDS = env_float("AGENT_HEARTBEAT_SECONDS", 10.0)
+CELERY_BEAT_SCHEDULE = {
+    "scheduler-safety-net": {
+        "task": "scheduler.tasks.safety_net",
+        "schedule": SCHEDULER_SAFETY_NET_SECONDS,
+    },
+}
 # Simulated fleet: how many simulated seconds pass per real second (60 = an hour a minute).
 DEMO_TIME_FACTOR = env_float("DEMO_TIME_FACTOR", 60.0)
 
