@@ -228,6 +228,7 @@ SPECTACULAR_SETTINGS = {
     # Jobs and exceptions both have a `state`; name their enums apart.
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "governance.models.jobs.JobState",
+        "JobKindEnum": "governance.models.jobs.JobKind",
         "ExceptionStateEnum": "governance.models.exceptions.ExceptionState",
     },
 }

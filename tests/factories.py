@@ -19,9 +19,15 @@ class UserFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = User
         django_get_or_create = ("username",)
+        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"user{n}")
-    password = factory.PostGenerationMethodCall("set_password", "pw")
+
+    @factory.post_generation
+    def password(self, create: bool, extracted: str | None, **kwargs: Any) -> None:
+        self.set_password(extracted or "pw")
+        if create:
+            self.save(update_fields=["password"])
 
 
 def make_admin(username: str = "admin") -> Any:
@@ -103,3 +109,68 @@ def make_job(share: m.Share, submitter: Any, **fields: Any) -> m.Job:
     fields.setdefault("preferences", [{"instance_type": "ml.g5.xlarge", "count": 1}])
     fields.setdefault("submitted_at", timezone.now())
     return m.Job.objects.create(queue=share.queue, share=share, submitter=submitter, **fields)
+
+
+def make_bands() -> dict[str, m.PriorityDefinition]:
+    """Four bands: low (members), normal (leads), urgent (admins), critical (nobody)."""
+    bands = {}
+    for name, low, high, usable_by in (
+        ("low", 0, 99, ["member", "lead"]),
+        ("normal", 100, 499, ["lead"]),
+        ("urgent", 500, 999, ["admin"]),
+        ("critical", 1000, 9999, []),
+    ):
+        bands[name] = m.PriorityDefinition.objects.create(
+            name=name, min_priority=low, max_priority=high, usable_by=usable_by
+        )
+    return bands
+
+
+def make_world() -> Any:
+    """Two teams in one queue, one share each, bands, and one user per role.
+
+    Team ``red`` has share ``red`` (2 x ml.g5.xlarge, 1 x ml.p4d.24xlarge); team ``blue``
+    has share ``blue``. Users: red_lead, red_member, blue_lead, reviewer, admin, outsider.
+    """
+    from types import SimpleNamespace
+
+    queue = make_queue("main", {"ml.g5.xlarge": 4, "ml.p4d.24xlarge": 2})
+    red = TeamFactory(name="red")
+    blue = TeamFactory(name="blue")
+    red_share = make_share(queue, red, "red", {"ml.g5.xlarge": 2, "ml.p4d.24xlarge": 1})
+    blue_share = make_share(queue, blue, "blue", {"ml.g5.xlarge": 2})
+    return SimpleNamespace(
+        queue=queue,
+        red=red,
+        blue=blue,
+        red_share=red_share,
+        blue_share=blue_share,
+        red_lead=make_lead(red, "red_lead"),
+        red_member=make_member(red, "red_member"),
+        blue_lead=make_lead(blue, "blue_lead"),
+        reviewer=make_reviewer("reviewer"),
+        admin=make_admin("admin"),
+        outsider=UserFactory(username="outsider"),
+        bands=make_bands(),
+    )
+
+
+ROLE_NAMES = ("anonymous", "member", "own_lead", "other_lead", "reviewer", "admin")
+
+
+def make_role_user(role: str, team: m.Team) -> Any:
+    """One user per permission-matrix role relative to ``team`` (None for anonymous):
+    member and own_lead belong to ``team``; other_lead leads a different team."""
+    if role == "anonymous":
+        return None
+    if role == "member":
+        return make_member(team, "matrix_member")
+    if role == "own_lead":
+        return make_lead(team, "matrix_lead")
+    if role == "other_lead":
+        return make_lead(TeamFactory(name="matrix-other-team"), "matrix_other_lead")
+    if role == "reviewer":
+        return make_reviewer("matrix_reviewer")
+    if role == "admin":
+        return make_admin("matrix_admin")
+    raise ValueError(role)

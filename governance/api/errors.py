@@ -7,12 +7,15 @@ from typing import Any
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from governance.services.errors import ServiceError
+from governance.services.errors import Conflict, ServiceError
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ServiceError):
-        return Response(exc.errors, status=exc.status)
+        body: dict[str, Any] = dict(exc.errors)
+        if isinstance(exc, Conflict) and exc.current is not None:
+            body["current"] = exc.current
+        return Response(body, status=exc.status)
     response = drf_exception_handler(exc, context)
     if response is not None and isinstance(response.data, dict) and "detail" in response.data:
         # Keep DRF's auth/permission/404 messages but in the field-keyed shape.

@@ -7,7 +7,44 @@ from rest_framework.routers import DefaultRouter
 
 router = DefaultRouter()
 
+from governance.api.agreements import AgreementViewSet  # noqa: E402
+from governance.api.audit import AuditEntryViewSet  # noqa: E402
+from governance.api.capacity import InstanceTypeViewSet, QueueViewSet  # noqa: E402
+from governance.api.exceptions import PriorityExceptionViewSet  # noqa: E402
+from governance.api.jobs import JobViewSet  # noqa: E402
+from governance.api.priorities import PriorityDefinitionViewSet  # noqa: E402
+from governance.api.shares import ShareViewSet  # noqa: E402
+from governance.api.teams import TeamViewSet  # noqa: E402
+
+router.register("teams", TeamViewSet, basename="team")
+router.register("instance-types", InstanceTypeViewSet, basename="instance-type")
+router.register("queues", QueueViewSet, basename="queue")
+router.register("shares", ShareViewSet, basename="share")
+router.register("priority-definitions", PriorityDefinitionViewSet, basename="priority-definition")
+router.register("jobs", JobViewSet, basename="job")
+router.register("exceptions", PriorityExceptionViewSet, basename="exception")
+router.register("agreements", AgreementViewSet, basename="agreement")
+router.register("audit", AuditEntryViewSet, basename="audit")
+
+from scheduler.executors import agent_api  # noqa: E402
+
+agent_urls = [
+    path("agents/queues/<int:queue_id>/claim/", agent_api.ClaimView.as_view(), name="agent-claim"),
+    path("agents/queues/<int:queue_id>/stops/", agent_api.StopsView.as_view(), name="agent-stops"),
+    path("agents/jobs/<int:job_id>/report/", agent_api.ReportView.as_view(), name="agent-report"),
+    path(
+        "agents/jobs/<int:job_id>/complete/",
+        agent_api.CompleteView.as_view(),
+        name="agent-complete",
+    ),
+    path("agents/jobs/<int:job_id>/fail/", agent_api.FailView.as_view(), name="agent-fail"),
+    path(
+        "agents/jobs/<int:job_id>/stopped/", agent_api.StoppedView.as_view(), name="agent-stopped"
+    ),
+]
+
 urlpatterns = [
+    *agent_urls,
     path("auth/token/", obtain_auth_token, name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

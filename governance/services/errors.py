@@ -37,9 +37,19 @@ class NotFound(ServiceError):
 
 
 class Conflict(ServiceError):
-    """The object changed since the caller read it (stale ``version``)."""
+    """The object changed since the caller read it (stale ``version``).
+
+    ``current`` (optional) is the stored object as the API shows it, so the caller can
+    see what changed and retry on top of it; the API adds it to the body as ``current``.
+    """
 
     status = 409
+
+    def __init__(
+        self, errors: Mapping[str, Sequence[str] | str] | str, current: object = None
+    ) -> None:
+        super().__init__(errors)
+        self.current = current
 
 
 class Errors:

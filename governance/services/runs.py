@@ -413,7 +413,7 @@ def run_claim(*, actor: AnyUser, queue_id: int, agent: str, now: datetime, limit
     if limit < 1:
         raise ValidationFailed({"limit": ["must be at least 1"]})
     jobs = list(
-        Job.objects.select_for_update(skip_locked=True)
+        Job.objects.select_for_update(skip_locked=True, of=("self",))
         .select_related("instance_type", "share")
         .filter(queue_id=queue_id, state=JobState.RUNNING, agent="")
         .order_by("run_started_at", "id")[:limit]

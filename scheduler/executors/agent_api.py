@@ -64,6 +64,13 @@ class RunIn(serializers.Serializer[Any]):
     message = serializers.CharField(required=False, allow_blank=True, default="")
 
 
+class RunStateOut(serializers.Serializer[Any]):
+    job = serializers.IntegerField()
+    state = serializers.CharField(required=False)
+    run = serializers.IntegerField(required=False)
+    stop = serializers.BooleanField(required=False)
+
+
 class StopOrder(serializers.Serializer[Any]):
     job = serializers.IntegerField(source="pk")
     run = serializers.IntegerField(source="stop_requested_run")
@@ -120,7 +127,7 @@ class StopsView(APIView):
 class ReportView(APIView):
     permission_classes = [IsAuthenticated, IsAgent]
 
-    @extend_schema(request=ReportIn, tags=["agents"])
+    @extend_schema(request=ReportIn, responses=RunStateOut, tags=["agents"])
     def post(self, request: Request, job_id: int) -> Response:
         """``started``, ``heartbeat`` or ``checkpoint`` (with ``progress`` in work units).
 
@@ -143,7 +150,7 @@ class ReportView(APIView):
 class CompleteView(APIView):
     permission_classes = [IsAuthenticated, IsAgent]
 
-    @extend_schema(request=RunIn, tags=["agents"])
+    @extend_schema(request=RunIn, responses=RunStateOut, tags=["agents"])
     def post(self, request: Request, job_id: int) -> Response:
         data = RunIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -156,7 +163,7 @@ class CompleteView(APIView):
 class FailView(APIView):
     permission_classes = [IsAuthenticated, IsAgent]
 
-    @extend_schema(request=RunIn, tags=["agents"])
+    @extend_schema(request=RunIn, responses=RunStateOut, tags=["agents"])
     def post(self, request: Request, job_id: int) -> Response:
         data = RunIn(data=request.data)
         data.is_valid(raise_exception=True)
@@ -173,7 +180,7 @@ class FailView(APIView):
 class StoppedView(APIView):
     permission_classes = [IsAuthenticated, IsAgent]
 
-    @extend_schema(request=RunIn, tags=["agents"])
+    @extend_schema(request=RunIn, responses=RunStateOut, tags=["agents"])
     def post(self, request: Request, job_id: int) -> Response:
         data = RunIn(data=request.data)
         data.is_valid(raise_exception=True)

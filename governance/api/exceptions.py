@@ -1,0 +1,147 @@
+"""Priority exceptions API (DESIGN section 7): list, file, read; approve/reject/withdraw."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import django_filters
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from governance.api.jobs import user_filter
+from governance.models import ExceptionState, PriorityException
+from governance.selectors import exceptions as exception_selectors
+from governance.services import exceptions as exception_services
+from governance.services.errors import NotFound
+
+
+class PriorityExceptionSerializer(serializers.ModelSerializer):
+    requester = serializers.CharField(source="requester.username", read_only=True)
+    decided_by = serializers.CharField(
+        source="decided_by.username", read_only=True, allow_null=True, default=None
+    )
+
+    class Meta:
+        model = PriorityException
+        fields = [
+            "id",
+            "team",
+            "job",
+            "share",
+            "priority",
+            "justification",
+            "wanted_by",
+            "expires_at",
+            "state",
+            "requester",
+            "decided_by",
+            "decided_at",
+            "decision_note",
+            "previous_priority",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class ExceptionFileSerializer(serializers.Serializer):
+    """Parses field types only; ``services.exceptions.exception_file`` checks the rules."""
+
+    team = serializers.IntegerField()
+    job = serializers.IntegerField(required=False, allow_null=True, default=None)
+    share = serializers.IntegerField(required=False, allow_null=True, default=None)
+    priority = serializers.IntegerField()
+    justification = serializers.CharField(allow_blank=True)
+    wanted_by = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    expires_at = serializers.DateTimeField()
+
+
+class NoteSerializer(serializers.Serializer):
+    note = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class ExceptionFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=ExceptionState.choices)
+    team = django_filters.NumberFilter(field_name="team_id")
+    share = django_filters.NumberFilter(field_name="share_id")
+    job = django_filters.NumberFilter(field_name="job_id")
+    requester = django_filters.CharFilter(method="filter_requester", label="username or id")
+
+    class Meta:
+        model = PriorityException
+        fields = ["state", "team", "share", "job", "requester"]
+
+    def filter_requester(
+        self, queryset: QuerySet[PriorityException], name: str, value: str
+    ) -> QuerySet[PriorityException]:
+        return user_filter(queryset, "requester", value)
+
+
+class PriorityExceptionViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Everyone signed in reads; the exception service decides who may file and decide."""
+
+    serializer_class = PriorityExceptionSerializer
+    filterset_class = ExceptionFilter
+
+    def get_queryset(self) -> QuerySet[PriorityException]:
+        return exception_selectors.exceptions()
+
+    def _pk(self) -> int:
+        raw = str(self.kwargs.get("pk", ""))
+        if not raw.isdigit():
+            raise NotFound({"detail": [f"No exception with id {raw}."]})
+        return int(raw)
+
+    def _show(self, exc_id: int, code: int = status.HTTP_200_OK) -> Response:
+        exc = exception_selectors.exceptions().get(pk=exc_id)
+        return Response(PriorityExceptionSerializer(exc).data, status=code)
+
+    @extend_schema(request=ExceptionFileSerializer, responses={201: PriorityExceptionSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        parsed = ExceptionFileSerializer(data=request.data)
+        parsed.is_valid(raise_exception=True)
+        data = parsed.validated_data
+        exc = exception_services.exception_file(
+            actor=request.user,
+            team=data["team"],
+            job=data["job"],
+            share=data["share"],
+            priority=data["priority"],
+            justification=data["justification"],
+            wanted_by=data["wanted_by"],
+            expires_at=data["expires_at"],
+        )
+        return self._show(exc.pk, status.HTTP_201_CREATED)
+
+    def _decide(self, request: Request, service: Callable[..., PriorityException]) -> Response:
+        exc_id = self._pk()
+        parsed = NoteSerializer(data=request.data)
+        parsed.is_valid(raise_exception=True)
+        service(actor=request.user, exception=exc_id, note=parsed.validated_data["note"])
+        return self._show(exc_id)
+
+    @extend_schema(request=NoteSerializer, responses={200: PriorityExceptionSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str | None = None) -> Response:
+        """Approve a pending exception (reviewers and admins; never the requester)."""
+        return self._decide(request, exception_services.exception_approve)
+
+    @extend_schema(request=NoteSerializer, responses={200: PriorityExceptionSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str | None = None) -> Response:
+        """Reject a pending exception (reviewers and admins; never the requester)."""
+        return self._decide(request, exception_services.exception_reject)
+
+    @extend_schema(request=NoteSerializer, responses={200: PriorityExceptionSerializer})
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request: Request, pk: str | None = None) -> Response:
+        """Withdraw a pending or approved exception (its requester or an admin)."""
+        return self._decide(request, exception_services.exception_withdraw)

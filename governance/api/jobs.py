@@ -1,0 +1,238 @@
+"""Jobs API (DESIGN section 7): list, submit, read with events, reprioritise, cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import Q, QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from governance.models import Job, JobEvent, JobKind, JobState
+from governance.selectors import jobs as job_selectors
+from governance.services import jobs as job_services
+from governance.services.errors import NotFound, ValidationFailed
+from scheduler import bridge
+
+
+class PreferenceSerializer(serializers.Serializer):
+    """Schema of one preference; the job service validates the list itself."""
+
+    instance_type = serializers.CharField()
+    count = serializers.IntegerField(required=False, allow_null=True)
+
+
+class ReasonSerializer(serializers.Serializer):
+    preference = serializers.IntegerField(help_text="0-based index in the job's preferences")
+    reason = serializers.CharField(help_text="a reason code of DESIGN section 4")
+    message = serializers.CharField()
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["at", "type", "message", "data"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job as the API shows it (DESIGN section 7), plus ``submitter`` and ``borrowed``."""
+
+    instance_type: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    submitter = serializers.CharField(source="submitter.username", read_only=True)
+    team = serializers.IntegerField(source="share.team_id", read_only=True)
+    preferences = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "queue",
+            "share",
+            "team",
+            "name",
+            "kind",
+            "priority",
+            "preferences",
+            "count",
+            "max_pending",
+            "checkpoint_interval",
+            "duration",
+            "state",
+            "instance_type",
+            "preference",
+            "preemptions",
+            "borrowed",
+            "submitter",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(PreferenceSerializer(many=True))
+    def get_preferences(self, job: Job) -> list[dict[str, Any]]:
+        return list(job.preferences)
+
+
+class JobDetailSerializer(JobSerializer):
+    events = JobEventSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "events"]
+        read_only_fields = fields
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    """Parses field types only; every rule is checked by ``services.jobs.job_submit``."""
+
+    queue = serializers.IntegerField(required=False, allow_null=True)
+    share = serializers.IntegerField()
+    name = serializers.CharField(allow_blank=True)
+    kind = serializers.CharField(required=False, default=JobKind.TRAINING)
+    priority = serializers.IntegerField(required=False, default=0)
+    preferences = serializers.JSONField()
+    count = serializers.IntegerField(required=False, allow_null=True, default=None)
+    max_pending = serializers.IntegerField(required=False, allow_null=True, default=None)
+    checkpoint_interval = serializers.IntegerField(required=False, allow_null=True, default=None)
+    duration = serializers.IntegerField(required=False, allow_null=True, default=None)
+
+
+class JobPatchSerializer(serializers.Serializer):
+    priority = serializers.IntegerField()
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class JobCancelSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+def user_filter(queryset: QuerySet[Any], field: str, value: str) -> QuerySet[Any]:
+    """Match a user given as a username or a numeric id."""
+    condition = Q(**{f"{field}__username": value})
+    if value.isdigit():
+        condition |= Q(**{f"{field}_id": int(value)})
+    return queryset.filter(condition)
+
+
+class JobFilter(django_filters.FilterSet):
+    queue = django_filters.NumberFilter(field_name="queue_id")
+    share = django_filters.NumberFilter(field_name="share_id")
+    team = django_filters.NumberFilter(field_name="share__team_id")
+    state = django_filters.ChoiceFilter(choices=JobState.choices)
+    kind = django_filters.ChoiceFilter(choices=JobKind.choices)
+    submitter = django_filters.CharFilter(method="filter_submitter", label="username or id")
+
+    class Meta:
+        model = Job
+        fields = ["queue", "share", "team", "state", "kind", "submitter"]
+
+    def filter_submitter(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        return user_filter(queryset, "submitter", value)
+
+
+class JobViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Jobs: everyone signed in reads; the job service decides who may change what."""
+
+    serializer_class = JobSerializer
+    filterset_class = JobFilter
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[Job]:
+        return job_selectors.jobs()
+
+    def get_serializer_class(self) -> type[serializers.BaseSerializer]:
+        if self.action == "retrieve":
+            return JobDetailSerializer
+        return JobSerializer
+
+    def _detail(self, job_id: int) -> Response:
+        job = job_selectors.job_with_events(job_id)
+        if job is None:
+            raise NotFound({"detail": [f"No job with id {job_id}."]})
+        return Response(JobDetailSerializer(job).data)
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self._detail(self._pk())
+
+    def _pk(self) -> int:
+        raw = str(self.kwargs.get("pk", ""))
+        if not raw.isdigit():
+            raise NotFound({"detail": [f"No job with id {raw}."]})
+        return int(raw)
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        parsed = JobSubmitSerializer(data=request.data)
+        parsed.is_valid(raise_exception=True)
+        data = parsed.validated_data
+        job = job_services.job_submit(
+            actor=request.user,
+            share=data["share"],
+            queue=data.get("queue"),
+            name=data["name"],
+            kind=data["kind"],
+            priority=data["priority"],
+            preferences=data["preferences"],
+            count=data["count"],
+            max_pending=data["max_pending"],
+            checkpoint_interval=data["checkpoint_interval"],
+            duration=data["duration"],
+        )
+        response = self._detail(job.pk)
+        response.status_code = status.HTTP_201_CREATED
+        return response
+
+    @extend_schema(
+        request=JobPatchSerializer,
+        responses={200: JobDetailSerializer},
+        description="Change a job's priority (the only field a PATCH may change).",
+    )
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        job_id = self._pk()
+        extra = sorted(set(request.data) - {"priority", "reason"})
+        if extra:
+            raise ValidationFailed(
+                {field: ["Only priority can be changed on a job."] for field in extra}
+            )
+        parsed = JobPatchSerializer(data=request.data)
+        parsed.is_valid(raise_exception=True)
+        job_services.job_reprioritise(
+            actor=request.user,
+            job=job_id,
+            priority=parsed.validated_data["priority"],
+            reason=parsed.validated_data["reason"],
+        )
+        return self._detail(job_id)
+
+    @extend_schema(request=JobCancelSerializer, responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        job_id = self._pk()
+        parsed = JobCancelSerializer(data=request.data)
+        parsed.is_valid(raise_exception=True)
+        job_services.job_cancel(
+            actor=request.user, job=job_id, reason=parsed.validated_data["reason"]
+        )
+        return self._detail(job_id)
+
+    @extend_schema(
+        responses={200: ReasonSerializer(many=True)},
+        description=(
+            "Why a pending job waits: one reason per preference, in preference order, as "
+            "the engine gives it (DESIGN section 4). Empty for a job that is not pending."
+        ),
+    )
+    @action(detail=True, methods=["get"])
+    def explain(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        return Response(bridge.explain_job(job))

@@ -1,0 +1,71 @@
+"""``/api/teams/``: teams with their leads and members as usernames (admins write)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import mixins, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from governance.api.common import ERROR_RESPONSES, ServiceViewSet, StringListField
+from governance.models import MembershipRole, Team
+from governance.selectors import teams as team_selectors
+from governance.services import teams as team_services
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    leads = serializers.SerializerMethodField()
+    members = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Team
+        fields = ["id", "name", "description", "leads", "members"]
+
+    @extend_schema_field({"type": "array", "items": {"type": "string"}})
+    def get_leads(self, team: Team) -> list[str]:
+        return team_selectors.usernames(team, MembershipRole.LEAD)
+
+    @extend_schema_field({"type": "array", "items": {"type": "string"}})
+    def get_members(self, team: Team) -> list[str]:
+        return team_selectors.usernames(team, MembershipRole.MEMBER)
+
+
+class TeamWriteSerializer(serializers.Serializer):
+    """Input: ``leads``/``members`` are usernames and replace the whole list."""
+
+    name = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+    leads = StringListField(required=False)
+    members = StringListField(required=False)
+
+
+class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewSet):
+    """Teams. Everyone signed in reads; admins create and change them."""
+
+    serializer_class = TeamSerializer
+    filterset_fields = ["name"]
+
+    def get_queryset(self) -> QuerySet[Any]:
+        return team_selectors.teams()
+
+    @extend_schema(request=TeamWriteSerializer, responses={201: TeamSerializer, **ERROR_RESPONSES})
+    def create(self, request: Request) -> Response:
+        data = self.parse(TeamWriteSerializer, partial=False)
+        team = team_services.team_create(
+            actor=request.user,
+            name=data.get("name", ""),
+            description=data.get("description", ""),
+            leads=data.get("leads") or [],
+            members=data.get("members") or [],
+        )
+        return Response(self.output(team), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=TeamWriteSerializer, responses={200: TeamSerializer, **ERROR_RESPONSES})
+    def partial_update(self, request: Request, pk: str | None = None) -> Response:
+        team = self.get_object()
+        changes = self.parse(TeamWriteSerializer, partial=True)
+        team = team_services.team_update(actor=request.user, team=team, changes=changes)
+        return Response(self.output(team))

@@ -1,0 +1,259 @@
+"""Reads of instance types and queues, and the per-queue usage accounting.
+
+``queue_usage`` is the one place the entitlement/usage arithmetic of DESIGN section 2 is
+done for display, so the API and the pages show the same figures:
+
+- ``usage(S,T)``: instances held by S's RUNNING jobs on T (the count of the preference
+  each job runs on); ``own = min(usage, limit)``, ``borrowed = max(0, usage - limit)``,
+  ``idle = max(0, limit - usage)``. A type a share has no limit for counts as limit 0.
+- ``lent(S,T)``: how much of S's idle entitlement other shares' borrowing occupies now.
+  The total borrowed on T is first set against capacity no share owns
+  (``max(0, capacity - sum of limits)``); the rest is laid on the idle entitlement of
+  lending shares (policy LEND or LEND_AND_BORROW) in share-name order, each up to its
+  idle. RESERVE shares never lend. When capacity is below the sum of limits the figures
+  still follow this rule; the queue is then shown as oversubscribed.
+- ``pending(S,T)``: how many PENDING jobs of S have T as their *first* preference, so
+  every pending job is counted once per share.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from django.db.models import Count, Prefetch, QuerySet
+from django.db.models.fields.json import KT
+
+from governance.models import InstanceType, Job, JobQueue, JobState, QueueCapacity, Share
+from governance.models.shares import Policy, ShareLimit
+
+LENDING_POLICIES = (Policy.LEND, Policy.LEND_AND_BORROW)
+
+
+class UsageRow(TypedDict):
+    instance_type: str
+    limit: int
+    usage: int
+    own: int
+    borrowed: int
+    lent: int
+    idle: int
+    pending: int
+
+
+class ShareUsage(TypedDict):
+    share: int
+    name: str
+    team: int
+    team_name: str
+    policy: str
+    enabled: bool
+    types: list[UsageRow]
+
+
+class TypeTotals(TypedDict):
+    instance_type: str
+    capacity: int
+    limits: int
+    usage: int
+    borrowed: int
+    unowned: int
+    oversubscribed: bool
+
+
+class QueueUsage(TypedDict):
+    queue: int
+    name: str
+    types: list[TypeTotals]
+    shares: list[ShareUsage]
+
+
+def instance_types() -> QuerySet[InstanceType]:
+    return InstanceType.objects.order_by("name")
+
+
+def queues() -> QuerySet[JobQueue]:
+    return JobQueue.objects.prefetch_related(
+        Prefetch(
+            "capacities",
+            queryset=QueueCapacity.objects.select_related("instance_type").order_by(
+                "instance_type__name"
+            ),
+        )
+    ).order_by("name")
+
+
+def capacity_of(queue: JobQueue) -> dict[str, int]:
+    """``{type name: count}`` from the prefetched capacities."""
+    return {row.instance_type.name: row.count for row in queue.capacities.all()}
+
+
+def job_instances(job: Job | Mapping[str, Any]) -> int:
+    """How many instances a running job holds: the count of the preference it runs on."""
+    preferences = job["preferences"] if isinstance(job, Mapping) else job.preferences
+    index = job["preference"] if isinstance(job, Mapping) else job.preference
+    fallback = job["count"] if isinstance(job, Mapping) else job.count
+    try:
+        return int(preferences[index]["count"])
+    except (TypeError, IndexError, KeyError, ValueError):
+        return int(fallback or 1)
+
+
+def distribute_lent(
+    *, capacity: int, limits: dict[int, int], borrowed: int, lenders: list[tuple[int, int]]
+) -> dict[int, int]:
+    """Lay ``borrowed`` on unowned capacity first, then on ``lenders`` (share id, idle) in
+    the given order; returns how much each lender has lent."""
+    remaining = max(0, borrowed - max(0, capacity - sum(limits.values())))
+    lent: dict[int, int] = {}
+    for share_id, idle in lenders:
+        take = min(idle, remaining)
+        lent[share_id] = take
+        remaining -= take
+    return lent
+
+
+def queue_usage(queue: JobQueue) -> QueueUsage:
+    """Per share and type: limit, usage, own, borrowed, lent, idle, pending (see module doc)."""
+    return queues_usage([queue])[0]
+
+
+def queues_usage(queue_list: list[JobQueue]) -> list[QueueUsage]:
+    """``queue_usage`` for several queues in a constant number of queries (five), so a page
+    showing every queue does not run queries per queue. Same arithmetic, one source."""
+    ids = [q.pk for q in queue_list]
+    capacities: dict[int, dict[str, int]] = defaultdict(dict)
+    for queue_id, type_name, count in QueueCapacity.objects.filter(queue_id__in=ids).values_list(
+        "queue_id", "instance_type__name", "count"
+    ):
+        capacities[queue_id][type_name] = count
+    shares_by_queue: dict[int, list[Share]] = defaultdict(list)
+    for share in (
+        Share.objects.filter(queue_id__in=ids)
+        .select_related("team")
+        .prefetch_related(
+            Prefetch("limits", queryset=ShareLimit.objects.select_related("instance_type"))
+        )
+        .order_by("name")
+    ):
+        shares_by_queue[share.queue_id].append(share)
+    running_by_queue: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for job in Job.objects.filter(
+        queue_id__in=ids, state=JobState.RUNNING, instance_type__isnull=False
+    ).values("queue_id", "share_id", "instance_type__name", "preferences", "preference", "count"):
+        running_by_queue[job["queue_id"]].append(job)
+    pending_by_queue: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in (
+        Job.objects.filter(queue_id__in=ids, state=JobState.PENDING)
+        .annotate(first_type=KT("preferences__0__instance_type"))
+        .values("queue_id", "share_id", "first_type")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        pending_by_queue[row["queue_id"]].append(row)
+    return [
+        _usage_of(
+            queue,
+            capacities[queue.pk],
+            shares_by_queue[queue.pk],
+            running_by_queue[queue.pk],
+            pending_by_queue[queue.pk],
+        )
+        for queue in queue_list
+    ]
+
+
+def _usage_of(
+    queue: JobQueue,
+    capacity: dict[str, int],
+    share_list: list[Share],
+    running: list[Mapping[str, Any]],
+    first_choice: list[Mapping[str, Any]],
+) -> QueueUsage:
+    limits: dict[int, dict[str, int]] = {
+        s.pk: {row.instance_type.name: row.count for row in s.limits.all()} for s in share_list
+    }
+    usage: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for job in running:
+        usage[job["share_id"]][job["instance_type__name"]] += job_instances(job)
+    pending: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for row in first_choice:
+        if row["first_type"]:
+            pending[row["share_id"]][row["first_type"]] += row["n"]
+
+    type_names = set(capacity)
+    for per_share in (limits, usage, pending):
+        for by_type in per_share.values():
+            type_names.update(by_type)
+
+    rows: dict[int, dict[str, UsageRow]] = {s.pk: {} for s in share_list}
+    totals: list[TypeTotals] = []
+    for type_name in sorted(type_names):
+        type_limits: dict[int, int] = {}
+        for share in share_list:
+            limit = limits[share.pk].get(type_name, 0)
+            used = usage[share.pk].get(type_name, 0)
+            waiting = pending[share.pk].get(type_name, 0)
+            if type_name in limits[share.pk]:
+                type_limits[share.pk] = limit
+            elif not used and not waiting:
+                continue  # no entitlement and no activity: not part of this share's picture
+            rows[share.pk][type_name] = UsageRow(
+                instance_type=type_name,
+                limit=limit,
+                usage=used,
+                own=min(used, limit),
+                borrowed=max(0, used - limit),
+                lent=0,
+                idle=max(0, limit - used),
+                pending=waiting,
+            )
+        type_rows = [
+            (share, rows[share.pk][type_name])
+            for share in share_list
+            if type_name in rows[share.pk]
+        ]
+        total_borrowed = sum(row["borrowed"] for _, row in type_rows)
+        lenders = [
+            (share.pk, row["idle"])
+            for share, row in type_rows
+            if share.policy in LENDING_POLICIES and row["idle"] > 0
+        ]
+        cap = capacity.get(type_name, 0)
+        lent = distribute_lent(
+            capacity=cap, limits=type_limits, borrowed=total_borrowed, lenders=lenders
+        )
+        for share_id, amount in lent.items():
+            rows[share_id][type_name]["lent"] = amount
+        total_limits = sum(type_limits.values())
+        total_usage = sum(row["usage"] for _, row in type_rows)
+        totals.append(
+            TypeTotals(
+                instance_type=type_name,
+                capacity=cap,
+                limits=total_limits,
+                usage=total_usage,
+                borrowed=total_borrowed,
+                unowned=max(0, cap - total_limits),
+                oversubscribed=total_limits > cap or total_usage > cap,
+            )
+        )
+
+    return QueueUsage(
+        queue=queue.pk,
+        name=queue.name,
+        types=totals,
+        shares=[
+            ShareUsage(
+                share=share.pk,
+                name=share.name,
+                team=share.team_id,
+                team_name=share.team.name,
+                policy=share.policy,
+                enabled=share.enabled,
+                types=list(rows[share.pk].values()),
+            )
+            for share in share_list
+        ],
+    )

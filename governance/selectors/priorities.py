@@ -1,0 +1,46 @@
+"""Reads of priority definitions (bands), for the API, the pages and the job services."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from governance.models import PriorityDefinition, Team
+from governance.roles import AnyUser, band_roles
+
+
+def priority_definitions() -> QuerySet[PriorityDefinition]:
+    """Every band, lowest first, with its exception owner loaded (no N+1 on listing)."""
+    return PriorityDefinition.objects.select_related("exception_owner").order_by(
+        "min_priority", "id"
+    )
+
+
+def band_for(priority: int) -> PriorityDefinition | None:
+    """The band that contains ``priority``, or None when no band covers it.
+
+    Bands never overlap (the priority service enforces it), so at most one matches.
+    """
+    return (
+        PriorityDefinition.objects.select_related("exception_owner")
+        .filter(min_priority__lte=priority, max_priority__gte=priority)
+        .order_by("min_priority")
+        .first()
+    )
+
+
+def max_usable_priority(user: AnyUser, team: Team | int | None) -> int | None:
+    """The highest priority ``user`` may give a job of ``team`` without an exception.
+
+    It is the highest ``max_priority`` among the bands whose ``usable_by`` shares a role
+    with ``roles.band_roles(user, team)``; None when the user may use no band at all.
+    """
+    roles = band_roles(user, team)
+    if not roles:
+        return None
+    best = (
+        PriorityDefinition.objects.filter(usable_by__overlap=sorted(roles))
+        .order_by("-max_priority")
+        .values_list("max_priority", flat=True)
+        .first()
+    )
+    return best

@@ -1,0 +1,375 @@
+"""Instance types and job queues with their capacity per type. Admins only.
+
+An instance type's ``name`` cannot change once created: jobs keep their preference lists
+as type names, so a rename would silently re-point history. Create a new type instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from governance.models import AuditEvent, InstanceType, JobQueue, QueueCapacity, ShareLimit
+from governance.models.capacity import Executor
+from governance.roles import AnyUser, is_admin
+from governance.services import audit, hooks
+from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
+
+ACCELERATED_FAMILIES = ("ml.p", "ml.g", "ml.trn")
+INSTANCE_TYPE_FIELDS = ("name", "accelerated", "accelerators", "speed", "hourly_price")
+QUEUE_FIELDS = ("name", "description", "executor", "capacity")
+
+
+def _require_admin(actor: AnyUser, action: str) -> None:
+    if not is_admin(actor):
+        raise PermissionDenied({"detail": [f"Only admins may {action}."]})
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def default_accelerated(name: str) -> bool:
+    """Whether a type is accelerated when the admin does not say: by family (DESIGN 1)."""
+    return name.startswith(ACCELERATED_FAMILIES)
+
+
+# --- instance types ---------------------------------------------------------------------
+
+
+def instance_type_snapshot(itype: InstanceType) -> dict[str, Any]:
+    return {
+        "id": itype.pk,
+        "name": itype.name,
+        "accelerated": itype.accelerated,
+        "accelerators": itype.accelerators,
+        "speed": float(itype.speed),
+        "hourly_price": str(Decimal(itype.hourly_price).quantize(Decimal("0.0001"))),
+    }
+
+
+def _clean_type_fields(values: Mapping[str, Any], errors: Errors) -> dict[str, Any]:
+    clean: dict[str, Any] = {}
+    if "accelerated" in values:
+        if not isinstance(values["accelerated"], bool):
+            errors.add("accelerated", "Must be true or false.")
+        clean["accelerated"] = values["accelerated"]
+    if "accelerators" in values:
+        value = values["accelerators"]
+        if not _is_int(value) or value < 0:
+            errors.add("accelerators", "Must be an integer >= 0.")
+        clean["accelerators"] = value
+    if "speed" in values:
+        value = values["speed"]
+        if not isinstance(value, int | float | Decimal) or isinstance(value, bool) or value <= 0:
+            errors.add("speed", "Must be a number > 0 (1.0 is the reference speed).")
+        clean["speed"] = value
+    if "hourly_price" in values:
+        value = values["hourly_price"]
+        try:
+            price = Decimal(str(value))
+            if isinstance(value, bool) or not price.is_finite() or price < 0:
+                raise InvalidOperation
+            if price >= Decimal("1000000"):
+                errors.add("hourly_price", "Must be below 1000000.")
+            clean["hourly_price"] = price.quantize(Decimal("0.0001"))
+        except (InvalidOperation, ValueError):
+            errors.add("hourly_price", "Must be a number >= 0.")
+    return clean
+
+
+def instance_type_create(
+    *,
+    actor: AnyUser,
+    name: str,
+    accelerated: bool | None = None,
+    accelerators: int = 0,
+    speed: float = 1.0,
+    hourly_price: Decimal | float | str = 0,
+) -> InstanceType:
+    """Create an instance type; ``accelerated`` defaults from the family (ml.p/ml.g/ml.trn)."""
+    _require_admin(actor, "create instance types")
+    errors = Errors()
+    clean_name = name.strip() if isinstance(name, str) else ""
+    if not clean_name:
+        errors.add("name", "An instance type needs a name, e.g. ml.g5.xlarge.")
+    elif len(clean_name) > 64:
+        errors.add("name", "At most 64 characters.")
+    elif "/" in clean_name or any(ch.isspace() for ch in clean_name):
+        errors.add("name", "No spaces or slashes.")
+    elif InstanceType.objects.filter(name=clean_name).exists():
+        errors.add("name", f"Instance type {clean_name!r} already exists.")
+    if accelerated is None:
+        accelerated = default_accelerated(clean_name)
+    clean = _clean_type_fields(
+        {
+            "accelerated": accelerated,
+            "accelerators": accelerators,
+            "speed": speed,
+            "hourly_price": hourly_price,
+        },
+        errors,
+    )
+    errors.raise_if_any()
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                itype = InstanceType.objects.create(name=clean_name, **clean)
+        except IntegrityError as exc:
+            raise ValidationFailed({"name": [f"{clean_name!r} already exists."]}) from exc
+        itype.refresh_from_db()
+        audit.record(
+            event_type=AuditEvent.INSTANCE_TYPE_CREATED,
+            actor=actor,
+            subject=itype,
+            after=instance_type_snapshot(itype),
+        )
+    return itype
+
+
+def instance_type_update(
+    *, actor: AnyUser, instance_type: InstanceType | int, changes: Mapping[str, Any]
+) -> InstanceType:
+    """Change an instance type's attributes (not its name). Audited as INSTANCE_TYPE_UPDATED."""
+    _require_admin(actor, "change instance types")
+    unknown = set(changes) - set(INSTANCE_TYPE_FIELDS)
+    if unknown:
+        raise ValidationFailed({field: ["Unknown field."] for field in sorted(unknown)})
+    type_id = instance_type if isinstance(instance_type, int) else instance_type.pk
+    errors = Errors()
+    with transaction.atomic():
+        itype = InstanceType.objects.select_for_update().filter(pk=type_id).first()
+        if itype is None:
+            raise NotFound({"detail": ["No such instance type."]})
+        before = instance_type_snapshot(itype)
+        if "name" in changes and changes["name"] != itype.name:
+            errors.add(
+                "name",
+                "An instance type cannot be renamed: jobs refer to it by name. "
+                "Create a new type instead.",
+            )
+        clean = _clean_type_fields(changes, errors)
+        errors.raise_if_any()
+        for field, value in clean.items():
+            setattr(itype, field, value)
+        itype.save()
+        itype.refresh_from_db()
+        after = instance_type_snapshot(itype)
+        if after != before:
+            audit.record(
+                event_type=AuditEvent.INSTANCE_TYPE_UPDATED,
+                actor=actor,
+                subject=itype,
+                before=before,
+                after=after,
+            )
+    return itype
+
+
+# --- queues -------------------------------------------------------------------------------
+
+
+def capacity_map(queue: JobQueue) -> dict[str, int]:
+    """``{type name: count}`` of a queue, sorted by type name."""
+    rows = QueueCapacity.objects.filter(queue=queue).select_related("instance_type")
+    return {row.instance_type.name: row.count for row in sorted(rows, key=_row_name)}
+
+
+def _row_name(row: QueueCapacity) -> str:
+    return row.instance_type.name
+
+
+def queue_snapshot(queue: JobQueue) -> dict[str, Any]:
+    return {
+        "id": queue.pk,
+        "name": queue.name,
+        "description": queue.description,
+        "executor": queue.executor,
+        "capacity": capacity_map(queue),
+    }
+
+
+def _clean_queue_name(name: Any, errors: Errors, *, exclude_pk: int | None = None) -> str:
+    if not isinstance(name, str) or not name.strip():
+        errors.add("name", "A queue needs a name.")
+        return ""
+    name = name.strip()
+    if len(name) > 100:
+        errors.add("name", "At most 100 characters.")
+    clash = JobQueue.objects.filter(name__iexact=name)
+    if exclude_pk is not None:
+        clash = clash.exclude(pk=exclude_pk)
+    if clash.exists():
+        errors.add("name", f"A queue named {name!r} already exists.")
+    return name
+
+
+def _clean_executor(executor: Any, errors: Errors) -> str:
+    if executor not in Executor.values:
+        errors.add("executor", f"Must be one of: {', '.join(Executor.values)}.")
+    return str(executor)
+
+
+def _clean_capacity(capacity: Any, errors: Errors) -> dict[InstanceType, int]:
+    """Check a ``{type name: count}`` map; every type must exist, every count be >= 0."""
+    if not isinstance(capacity, dict):
+        errors.add("capacity", 'Give a map of instance type to count, e.g. {"ml.g5.xlarge": 4}.')
+        return {}
+    types = {t.name: t for t in InstanceType.objects.filter(name__in=list(capacity))}
+    clean: dict[InstanceType, int] = {}
+    for type_name, count in capacity.items():
+        if type_name not in types:
+            errors.add("capacity", f"{type_name}: no such instance type.")
+            continue
+        if not _is_int(count) or count < 0:
+            errors.add("capacity", f"{type_name}: the count must be an integer >= 0.")
+            continue
+        clean[types[type_name]] = count
+    return clean
+
+
+def _write_capacity(queue: JobQueue, capacity: dict[InstanceType, int]) -> None:
+    existing = {row.instance_type_id: row for row in QueueCapacity.objects.filter(queue=queue)}
+    wanted = {itype.pk: count for itype, count in capacity.items()}
+    for type_id, row in existing.items():
+        if type_id not in wanted:
+            row.delete()
+        elif row.count != wanted[type_id]:
+            row.count = wanted[type_id]
+            row.save(update_fields=["count"])
+    QueueCapacity.objects.bulk_create(
+        QueueCapacity(queue=queue, instance_type_id=type_id, count=count)
+        for type_id, count in wanted.items()
+        if type_id not in existing
+    )
+
+
+def queue_create(
+    *,
+    actor: AnyUser,
+    name: str,
+    description: str = "",
+    executor: str = Executor.SIMULATED,
+    capacity: Mapping[str, int] | None = None,
+) -> JobQueue:
+    """Create a queue with its capacity map. Audited as QUEUE_CREATED (capacity included)."""
+    _require_admin(actor, "create queues")
+    errors = Errors()
+    with transaction.atomic():
+        clean_name = _clean_queue_name(name, errors)
+        clean_executor = _clean_executor(executor, errors)
+        clean_capacity = _clean_capacity({} if capacity is None else capacity, errors)
+        errors.raise_if_any()
+        try:
+            with transaction.atomic():
+                queue = JobQueue.objects.create(
+                    name=clean_name, description=description or "", executor=clean_executor
+                )
+        except IntegrityError as exc:
+            raise ValidationFailed({"name": [f"A queue named {clean_name!r} exists."]}) from exc
+        _write_capacity(queue, clean_capacity)
+        audit.record(
+            event_type=AuditEvent.QUEUE_CREATED,
+            actor=actor,
+            subject=queue,
+            after=queue_snapshot(queue),
+            queue_id=queue.pk,
+        )
+        hooks.queue_changed(queue.pk)
+    return queue
+
+
+def queue_update(
+    *,
+    actor: AnyUser,
+    queue: JobQueue | int,
+    changes: Mapping[str, Any],
+    reason: str = "",
+) -> JobQueue:
+    """Change a queue's name/description/executor (QUEUE_UPDATED) and/or capacity.
+
+    ``capacity`` replaces the whole map and is its own audited change (CAPACITY_CHANGED,
+    before/after maps) that asks the scheduler for a cycle. A type cannot leave the map
+    while a share of the queue still has a limit for it: set its count to 0 instead, or
+    change those shares first.
+    """
+    _require_admin(actor, "change queues")
+    unknown = set(changes) - set(QUEUE_FIELDS)
+    if unknown:
+        raise ValidationFailed({field: ["Unknown field."] for field in sorted(unknown)})
+    queue_id = queue if isinstance(queue, int) else queue.pk
+    errors = Errors()
+    with transaction.atomic():
+        # Share services lock the queue row too before checking limits against capacity.
+        locked = JobQueue.objects.select_for_update().filter(pk=queue_id).first()
+        if locked is None:
+            raise NotFound({"detail": ["No such queue."]})
+        before = queue_snapshot(locked)
+        if "name" in changes:
+            locked.name = _clean_queue_name(changes["name"], errors, exclude_pk=locked.pk)
+        if "description" in changes:
+            locked.description = changes["description"] or ""
+        if "executor" in changes:
+            locked.executor = _clean_executor(changes["executor"], errors)
+        new_capacity: dict[InstanceType, int] | None = None
+        if "capacity" in changes:
+            new_capacity = _clean_capacity(changes["capacity"], errors)
+            kept = {itype.name for itype in new_capacity}
+            removed = sorted(set(before["capacity"]) - kept)
+            if removed and not errors:
+                blocking = (
+                    ShareLimit.objects.filter(share__queue=locked, instance_type__name__in=removed)
+                    .select_related("share", "instance_type")
+                    .order_by("instance_type__name", "share__name")
+                )
+                for limit in blocking:
+                    errors.add(
+                        "capacity",
+                        f"{limit.instance_type.name} cannot be removed: share "
+                        f"{limit.share.name!r} has a limit for it. Change that share's limits "
+                        "first, or set the capacity to 0.",
+                    )
+        errors.raise_if_any()
+
+        locked.save()
+        fields_before = {k: before[k] for k in ("name", "description", "executor")}
+        fields_after = {
+            "name": locked.name,
+            "description": locked.description,
+            "executor": locked.executor,
+        }
+        if fields_after != fields_before:
+            audit.record(
+                event_type=AuditEvent.QUEUE_UPDATED,
+                actor=actor,
+                subject=locked,
+                before=fields_before,
+                after=fields_after,
+                reason=reason,
+                queue_id=locked.pk,
+            )
+        if new_capacity is not None:
+            _write_capacity(locked, new_capacity)
+            after_capacity = capacity_map(locked)
+            if after_capacity != before["capacity"]:
+                audit.record(
+                    event_type=AuditEvent.CAPACITY_CHANGED,
+                    actor=actor,
+                    subject=locked,
+                    before={"capacity": before["capacity"]},
+                    after={"capacity": after_capacity},
+                    reason=reason,
+                    queue_id=locked.pk,
+                )
+                hooks.queue_changed(locked.pk)
+    return locked
+
+
+def queue_set_capacity(
+    *, actor: AnyUser, queue: JobQueue | int, capacity: Mapping[str, int], reason: str = ""
+) -> JobQueue:
+    """Replace a queue's capacity map (see ``queue_update``)."""
+    return queue_update(actor=actor, queue=queue, changes={"capacity": capacity}, reason=reason)

@@ -1,0 +1,492 @@
+"""Job submission, cancellation and reprioritisation (DESIGN sections 1 and 7).
+
+Every function here is the single writer of its change: it checks who may do it,
+validates the whole input (all field errors at once), writes the job, its timeline
+event and its audit entry in one transaction, and asks for a scheduling cycle of the
+job's queue once the transaction commits. Scheduling decisions themselves (admission,
+preemption, ...) are applied by the live scheduler, not here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from governance import roles
+from governance.models import (
+    AuditEvent,
+    ExceptionState,
+    Job,
+    JobEvent,
+    JobKind,
+    JobQueue,
+    JobState,
+    PriorityDefinition,
+    PriorityException,
+    Share,
+    ShareLimit,
+)
+from governance.models.jobs import ACTIVE_STATES, MAX_PREFERENCES
+from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
+from governance.roles import AnyUser
+from governance.selectors import priorities as priority_selectors
+from governance.services import audit, hooks
+from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
+
+NAME_MAX_LENGTH = 200
+
+
+def job_snapshot(job: Job) -> dict[str, Any]:
+    """The job's API fields as JSON, for audit ``before``/``after``."""
+    return {
+        "id": job.pk,
+        "queue": job.queue_id,
+        "share": job.share_id,
+        "name": job.name,
+        "kind": job.kind,
+        "priority": job.priority,
+        "preferences": job.preferences,
+        "count": job.count,
+        "max_pending": job.max_pending,
+        "checkpoint_interval": job.checkpoint_interval,
+        "duration": job.duration,
+        "state": job.state,
+        "submitter": job.submitter_id,
+        "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
+    }
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bands_configured() -> bool:
+    return PriorityDefinition.objects.exists()
+
+
+def priority_refusal(
+    *,
+    user: AnyUser,
+    team_id: int,
+    priority: int,
+    share_id: int,
+    job_id: int | None = None,
+    now: datetime | None = None,
+) -> str | None:
+    """Why ``user`` may not give a job of ``share_id`` this priority, or None if allowed.
+
+    Allowed when the priority is within the highest band the user may use for the team
+    (``selectors.priorities.max_usable_priority``), or when an approved, unexpired
+    exception for the share (or for the job itself, when ``job_id`` is given) reaches at
+    least that priority. With no priority definitions at all (a fresh installation)
+    there are no bands to enforce and every priority in range is allowed.
+    """
+    if not _bands_configured():
+        return None
+    highest = priority_selectors.max_usable_priority(user, team_id)
+    if highest is not None and priority <= highest:
+        return None
+    now = now or timezone.now()
+    covering = PriorityException.objects.filter(
+        state=ExceptionState.APPROVED, expires_at__gt=now, priority__gte=priority
+    )
+    if job_id is not None:
+        covering = covering.filter(Q(share_id=share_id) | Q(job_id=job_id))
+    else:
+        covering = covering.filter(share_id=share_id)
+    if covering.exists():
+        return None
+    band = priority_selectors.band_for(priority)
+    band_text = (
+        f"band '{band.name}' ({band.min_priority}-{band.max_priority})" if band else ("no band")
+    )
+    if highest is None:
+        return (
+            f"Priority {priority} ({band_text}) needs an approved exception: you may use no "
+            "priority band for this team."
+        )
+    top_band = priority_selectors.band_for(highest)
+    top_text = f" (band '{top_band.name}')" if top_band else ""
+    return (
+        f"Priority {priority} ({band_text}) is above the highest you may use without an "
+        f"approved exception: {highest}{top_text}."
+    )
+
+
+def _resolve_preferences(
+    errors: Errors,
+    preferences: Any,
+    count: Any,
+    share_types: list[str],
+) -> list[dict[str, Any]]:
+    """Validate the preference list and return it with every count filled in.
+
+    Errors use the key ``preferences`` (messages name the 0-based index, as in
+    ``preferences[1].count``) or ``count`` for the job-level count.
+    """
+    if count is not None and (not _is_int(count) or count < 1):
+        errors.add("count", "count must be an integer of at least 1, or null.")
+        count_ok = False
+    else:
+        count_ok = True
+    if not isinstance(preferences, list) or not preferences:
+        errors.add(
+            "preferences",
+            f'Give 1 to {MAX_PREFERENCES} preferences as [{{"instance_type": name, "count": n}}].',
+        )
+        return []
+    if len(preferences) > MAX_PREFERENCES:
+        errors.add(
+            "preferences",
+            f"At most {MAX_PREFERENCES} preferences are allowed; {len(preferences)} given.",
+        )
+    resolved: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    with_count = 0
+    without_count: list[int] = []
+    types_text = ", ".join(share_types) or "none"
+    for index, pref in enumerate(preferences):
+        key = f"preferences[{index}]"
+        if not isinstance(pref, dict):
+            errors.add("preferences", f'{key} must be an object {{"instance_type", "count"}}.')
+            continue
+        unknown = sorted(set(pref) - {"instance_type", "count"})
+        if unknown:
+            errors.add("preferences", f"{key} has unknown field(s): {', '.join(unknown)}.")
+        type_name = pref.get("instance_type")
+        if not isinstance(type_name, str) or not type_name:
+            errors.add("preferences", f"{key}.instance_type is required.")
+        elif type_name in seen:
+            errors.add(
+                "preferences",
+                f"{key}.instance_type {type_name} is listed twice; each type at most once.",
+            )
+        elif type_name not in share_types:
+            errors.add(
+                "preferences",
+                f"{key}.instance_type {type_name} has no limit in this share; "
+                f"the share's types are: {types_text}.",
+            )
+        if isinstance(type_name, str):
+            seen.add(type_name)
+        pref_count = pref.get("count")
+        if pref_count is None:
+            without_count.append(index)
+        else:
+            with_count += 1
+            if not _is_int(pref_count) or pref_count < 1:
+                errors.add("preferences", f"{key}.count must be an integer of at least 1.")
+        resolved.append({"instance_type": type_name, "count": pref_count})
+    if count is not None and with_count:
+        errors.add(
+            "count",
+            "Give either a count on every preference or one job-level count, not both.",
+        )
+    elif count is None and with_count and without_count:
+        missing = ", ".join(f"preferences[{i}]" for i in without_count)
+        errors.add(
+            "preferences",
+            f"{missing} has no count: give a count on every preference or one job-level count.",
+        )
+    elif count is None and not with_count:
+        errors.add("count", "Give a job-level count or a count on every preference.")
+    elif count is not None and count_ok:
+        for pref in resolved:
+            pref["count"] = count
+    return resolved
+
+
+def _optional_positive(errors: Errors, field: str, value: Any) -> None:
+    if value is not None and (not _is_int(value) or value < 1):
+        errors.add(field, f"{field} must be null or an integer of at least 1.")
+
+
+def _check_priority_range(errors: Errors, priority: Any) -> bool:
+    if not _is_int(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        errors.add(
+            "priority", f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}."
+        )
+        return False
+    return True
+
+
+def _event(job: Job, type_: str, message: str, at: datetime, **data: Any) -> JobEvent:
+    return JobEvent.objects.create(job=job, at=at, type=type_, message=message, data=data)
+
+
+def _actor_name(actor: AnyUser | None) -> str:
+    return actor.get_username() if actor is not None and actor.is_authenticated else "the system"
+
+
+def job_submit(
+    *,
+    actor: AnyUser,
+    share: Share | int,
+    name: str,
+    preferences: Sequence[dict[str, Any]] | Any,
+    priority: int = 0,
+    kind: str = JobKind.TRAINING,
+    count: int | None = None,
+    queue: JobQueue | int | None = None,
+    max_pending: int | None = None,
+    checkpoint_interval: int | None = None,
+    duration: int | None = None,
+) -> Job:
+    """Submit a job to a share: members and leads of the share's team, and admins.
+
+    The share must be enabled; ``queue``, when given, must be the share's queue. The
+    preference list is stored resolved (a common ``count`` copied into every preference,
+    ``count`` kept). The priority must be within the submitter's bands or covered by an
+    approved, unexpired exception for the share.
+    """
+    share_id = share.pk if isinstance(share, Share) else share
+    with transaction.atomic():
+        share_obj = (
+            Share.objects.select_related("queue", "team").filter(pk=share_id).first()
+            if _is_int(share_id)
+            else None
+        )
+        if share_obj is None:
+            raise ValidationFailed({"share": [f"No share with id {share_id}."]})
+        if not (roles.is_admin(actor) or share_obj.team_id in roles.member_team_ids(actor)):
+            raise PermissionDenied(
+                {
+                    "share": [
+                        f"Only members and leads of team {share_obj.team.name}, and admins, "
+                        "may submit jobs to this share."
+                    ]
+                }
+            )
+        errors = Errors()
+        if not share_obj.enabled:
+            errors.add("share", f"Share {share_obj} is disabled; it accepts no new jobs.")
+        queue_id = queue.pk if isinstance(queue, JobQueue) else queue
+        if queue_id is not None and queue_id != share_obj.queue_id:
+            errors.add(
+                "queue",
+                f"Share {share_obj.name} belongs to queue {share_obj.queue.name} "
+                f"(id {share_obj.queue_id}), not {queue_id}.",
+            )
+        if not isinstance(name, str) or not name.strip():
+            errors.add("name", "A name is required.")
+        elif len(name) > NAME_MAX_LENGTH:
+            errors.add("name", f"At most {NAME_MAX_LENGTH} characters.")
+        if kind not in JobKind.values:
+            errors.add("kind", f"kind must be one of: {', '.join(JobKind.values)}.")
+        share_types = list(
+            ShareLimit.objects.filter(share=share_obj)
+            .order_by("instance_type__name")
+            .values_list("instance_type__name", flat=True)
+        )
+        resolved = _resolve_preferences(errors, preferences, count, share_types)
+        for field, value in (
+            ("max_pending", max_pending),
+            ("checkpoint_interval", checkpoint_interval),
+            ("duration", duration),
+        ):
+            _optional_positive(errors, field, value)
+        if _check_priority_range(errors, priority):
+            refusal = priority_refusal(
+                user=actor, team_id=share_obj.team_id, priority=priority, share_id=share_obj.pk
+            )
+            if refusal:
+                errors.add("priority", refusal)
+        errors.raise_if_any()
+
+        now = timezone.now()
+        job = Job.objects.create(
+            queue_id=share_obj.queue_id,
+            share=share_obj,
+            name=name.strip(),
+            submitter=cast(Any, actor),
+            kind=kind,
+            priority=priority,
+            preferences=resolved,
+            count=count,
+            max_pending=max_pending,
+            checkpoint_interval=checkpoint_interval,
+            duration=duration,
+            state=JobState.PENDING,
+            submitted_at=now,
+        )
+        prefs_text = ", ".join(f"{p['count']} x {p['instance_type']}" for p in resolved)
+        _event(
+            job,
+            "submitted",
+            f"Submitted by {_actor_name(actor)} to {share_obj} with priority {priority}; "
+            f"preferences: {prefs_text}.",
+            now,
+            priority=priority,
+        )
+        audit.record(
+            event_type=AuditEvent.JOB_SUBMITTED,
+            actor=actor,
+            subject=job,
+            before=None,
+            after=job_snapshot(job),
+            team_id=share_obj.team_id,
+            share_id=share_obj.pk,
+            job_id=job.pk,
+            queue_id=share_obj.queue_id,
+            at=now,
+        )
+        hooks.queue_changed(share_obj.queue_id)
+    return job
+
+
+def _lock_job(job: Job | int) -> Job:
+    job_id = job.pk if isinstance(job, Job) else job
+    found = (
+        Job.objects.select_for_update(of=("self",))
+        .select_related("share", "share__team", "queue")
+        .filter(pk=job_id)
+        .first()
+    )
+    if found is None:
+        raise NotFound({"detail": [f"No job with id {job_id}."]})
+    return found
+
+
+def _may_manage(actor: AnyUser, job: Job) -> bool:
+    """The submitter, the leads of the job's team and admins may cancel or reprioritise."""
+    if roles.is_admin(actor):
+        return True
+    if actor.is_authenticated and job.submitter_id == actor.pk:
+        return True
+    return roles.is_lead_of(actor, job.share.team_id)
+
+
+def job_cancel(*, actor: AnyUser, job: Job | int, reason: str = "") -> Job:
+    """Cancel a pending or running job (its submitter, its team's leads, admins)."""
+    with transaction.atomic():
+        locked = _lock_job(job)
+        if not _may_manage(actor, locked):
+            raise PermissionDenied(
+                {"detail": ["Only the submitter, the team's leads and admins may cancel a job."]}
+            )
+        if locked.state not in ACTIVE_STATES:
+            raise ValidationFailed(
+                {
+                    "state": [
+                        "Only pending or running jobs can be cancelled; "
+                        f"this one is {locked.state}."
+                    ]
+                }
+            )
+        before = job_snapshot(locked)
+        now = timezone.now()
+        was = locked.state
+        locked.state = JobState.CANCELLED
+        locked.finished_at = now
+        locked.save(update_fields=["state", "finished_at"])
+        _event(
+            locked,
+            "cancelled",
+            f"Cancelled by {_actor_name(actor)} while {was.lower()}"
+            + (f": {reason}" if reason else "."),
+            now,
+            previous_state=was,
+        )
+        audit.record(
+            event_type=AuditEvent.JOB_CANCELLED,
+            actor=actor,
+            subject=locked,
+            before=before,
+            after=job_snapshot(locked),
+            reason=reason,
+            team_id=locked.share.team_id,
+            share_id=locked.share_id,
+            job_id=locked.pk,
+            queue_id=locked.queue_id,
+            at=now,
+        )
+        hooks.queue_changed(locked.queue_id)
+    return locked
+
+
+def apply_priority_change(
+    *,
+    actor: AnyUser | None,
+    job: Job,
+    priority: int,
+    reason: str,
+    message: str,
+    at: datetime,
+) -> None:
+    """Write a (checked) priority change of a locked job: job, event, audit, cycle.
+
+    Shared with the exception service, which raises and reverts priorities on approval,
+    withdrawal and expiry.
+    """
+    before = job.priority
+    job.priority = priority
+    job.save(update_fields=["priority"])
+    _event(job, "reprioritised", message, at, before=before, after=priority)
+    audit.record(
+        event_type=AuditEvent.JOB_REPRIORITISED,
+        actor=actor,
+        subject=job,
+        before={"priority": before},
+        after={"priority": priority},
+        reason=reason,
+        team_id=job.share.team_id,
+        share_id=job.share_id,
+        job_id=job.pk,
+        queue_id=job.queue_id,
+        at=at,
+    )
+    hooks.queue_changed(job.queue_id)
+
+
+def job_reprioritise(*, actor: AnyUser, job: Job | int, priority: int, reason: str = "") -> Job:
+    """Change a pending or running job's priority (submitter, team leads, admins).
+
+    The band rule of submission applies to the new priority; an approved, unexpired
+    exception for the job or for its share covers a priority above the actor's bands.
+    """
+    with transaction.atomic():
+        locked = _lock_job(job)
+        if not _may_manage(actor, locked):
+            raise PermissionDenied(
+                {
+                    "detail": [
+                        "Only the submitter, the team's leads and admins may change a job's "
+                        "priority."
+                    ]
+                }
+            )
+        errors = Errors()
+        if locked.state not in ACTIVE_STATES:
+            errors.add(
+                "state",
+                f"Only pending or running jobs can be reprioritised; this one is {locked.state}.",
+            )
+        if _check_priority_range(errors, priority):
+            refusal = priority_refusal(
+                user=actor,
+                team_id=locked.share.team_id,
+                priority=priority,
+                share_id=locked.share_id,
+                job_id=locked.pk,
+            )
+            if refusal:
+                errors.add("priority", refusal)
+        errors.raise_if_any()
+        if priority == locked.priority:
+            return locked
+        now = timezone.now()
+        apply_priority_change(
+            actor=actor,
+            job=locked,
+            priority=priority,
+            reason=reason,
+            message=f"Priority changed from {locked.priority} to {priority} by "
+            f"{_actor_name(actor)}" + (f": {reason}" if reason else "."),
+            at=now,
+        )
+    return locked
