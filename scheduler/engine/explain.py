@@ -1,0 +1,88 @@
+"""Why a pending job waits: one reason code and an actionable sentence per preference.
+
+The codes are checked in the order DESIGN section 4 gives; the first that applies wins.
+Messages name the share, the type and the numbers, so a team lead can see what to change
+(a limit, a borrow limit, a policy, the job's count or preferences) or that waiting is
+the answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scheduler.engine.model import Job, Policy, Preference, Reason
+
+if TYPE_CHECKING:
+    from scheduler.engine.core import Engine
+
+
+def _plural(count: int, word: str = "instance") -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def reason_for(engine: Engine, job: Job, index: int, pref: Preference) -> Reason:
+    """The first reason of section 4 that applies to one preference of a pending job."""
+    share = engine._shares[job.share]
+    type_name = pref.instance_type
+    count = pref.count
+    limit = share.limits.get(type_name)
+    ts = engine._types.get(type_name)
+    if limit is None:
+        return Reason(
+            index,
+            "no_limit_for_type",
+            f"Share '{share.name}' has no limit for {type_name}, so it cannot run there: "
+            f"ask the queue owner to add a {type_name} limit to the share, or remove this "
+            "preference.",
+        )
+    capacity = ts.capacity if ts is not None else 0
+    if ts is None or capacity < count:
+        return Reason(
+            index,
+            "capacity_unavailable",
+            f"The queue has {_plural(capacity)} of {type_name} and this preference asks for "
+            f"{count}: lower the count, prefer another type, or ask for more capacity.",
+        )
+    cache = engine._type_cache(ts)
+    used = ts.usage.get(share.name, 0)
+    free = engine._free(ts, cache, share.name)
+    if used + count <= limit:
+        who = "borrowers of other shares"
+        if share.in_share_preemption:
+            who += f" or jobs of '{share.name}' with priority below {job.priority}"
+        return Reason(
+            index,
+            "no_preemptible_victims",
+            f"Share '{share.name}' uses {used} of its {limit} {type_name} limit, so {count} "
+            f"more fit within it, but only {free} are free and stopping {who} cannot free "
+            f"{count}: the instances are held by other shares within their own limits "
+            "(or reserved); wait for running jobs to finish or lower the count.",
+        )
+    if share.policy is not Policy.LEND_AND_BORROW:
+        return Reason(
+            index,
+            "own_quota_full",
+            f"Share '{share.name}' uses {used} of its {limit} {type_name} limit and its "
+            f"policy {share.policy.value} cannot borrow, so {count} more would exceed it: "
+            "wait for the share's jobs to finish, raise the limit, or switch the policy to "
+            "LEND_AND_BORROW.",
+        )
+    cap = share.borrow_cap(type_name)
+    if cap is not None and used + count - limit > cap:
+        return Reason(
+            index,
+            "borrow_limit_reached",
+            f"Share '{share.name}' uses {used} {type_name} against a limit of {limit} and may "
+            f"borrow at most {cap} beyond it (borrow limit {share.borrow_limit}%); {count} "
+            f"more would borrow {used + count - limit}: wait for the share's jobs to finish "
+            "or raise its borrow limit.",
+        )
+    in_use = ts.total
+    reserved = max(0, capacity - in_use - free)
+    return Reason(
+        index,
+        "no_lendable_capacity",
+        f"Share '{share.name}' may borrow {count} {type_name}, but only {free} of the queue's "
+        f"{capacity} are free to it ({in_use} in use, {reserved} kept idle for RESERVE "
+        "shares): wait for capacity to free up, or ask lenders to lend.",
+    )

@@ -1,0 +1,241 @@
+"""Plain data the engine works on: instance types, shares, jobs, decisions, reasons.
+
+Everything here is a small dataclass that can be built from database rows or from a
+scenario file without any framework. Work is measured in "work units" (seconds of work
+at speed 1.0); it is kept exact (``int`` or ``fractions.Fraction``) so that speeds such as
+1.5 never produce rounding surprises in completion times or lost work.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+Work = int | Fraction
+"""Work units: exact, an ``int`` whenever the value is whole."""
+
+UNLIMITED = -1
+"""A borrow limit of -1 means the share may borrow without bound."""
+
+_ACCELERATED_FAMILY = re.compile(r"^(?:ml\.)?(?:p|g|trn)\d")
+
+
+def default_accelerated(name: str) -> bool:
+    """Whether a type carries accelerators, judged from its family (ml.p, ml.g, ml.trn)."""
+    return bool(_ACCELERATED_FAMILY.match(name))
+
+
+def exact(value: float | int | Fraction) -> Work:
+    """Convert a number to exact work: floats through their shortest decimal repr."""
+    if isinstance(value, Fraction):
+        frac = value
+    elif isinstance(value, int):
+        return value
+    else:
+        frac = Fraction(repr(float(value)))
+    return frac.numerator if frac.denominator == 1 else frac
+
+
+def plain(value: Work) -> int | float:
+    """Exact work back to a JSON-friendly number (int when whole)."""
+    if isinstance(value, int):
+        return value
+    if value.denominator == 1:
+        return value.numerator
+    return float(value)
+
+
+class Policy(enum.StrEnum):
+    """How a share treats idle entitlement (see DESIGN section 1)."""
+
+    RESERVE = "RESERVE"
+    LEND = "LEND"
+    LEND_AND_BORROW = "LEND_AND_BORROW"
+
+
+class JobState(enum.StrEnum):
+    """Life cycle of a job. Only PENDING and RUNNING jobs take part in scheduling."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    CANCELLED = "CANCELLED"
+
+
+FINAL_STATES = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.CANCELLED}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceType:
+    """A machine configuration in one queue and how many of it the queue has now."""
+
+    name: str
+    capacity: int
+    speed: float | int | Fraction = 1
+    accelerated: bool | None = None
+    """None means: judge from the family (ml.p, ml.g, ml.trn are accelerated)."""
+    hourly_price: float = 0.0
+
+    @property
+    def is_accelerated(self) -> bool:
+        return default_accelerated(self.name) if self.accelerated is None else self.accelerated
+
+
+@dataclass(slots=True)
+class ShareConfig:
+    """A share's quota in one queue. ``limits`` maps instance type to entitlement."""
+
+    name: str
+    limits: dict[str, int]
+    policy: Policy = Policy.RESERVE
+    borrow_limit: int = UNLIMITED
+    """Percent of each limit that may be borrowed on top; -1 is unlimited."""
+    in_share_preemption: bool = False
+    preemption_retries: int | None = None
+    """Preemptions (lost capacity excluded) a job survives; None is unlimited."""
+
+    def __post_init__(self) -> None:
+        self.policy = Policy(self.policy)  # accept plain strings from callers
+
+    def borrow_cap(self, instance_type: str) -> int | None:
+        """Instances the share may hold beyond its limit on a type; None = unlimited.
+
+        Only LEND_AND_BORROW shares borrow; others get 0. The cap is
+        ``floor(limit * pct / 100)``, so a limit of 0 lends nothing to borrow on
+        unless the borrow limit is unlimited.
+        """
+        if self.policy is not Policy.LEND_AND_BORROW:
+            return 0
+        if self.borrow_limit == UNLIMITED:
+            return None
+        return self.limits.get(instance_type, 0) * self.borrow_limit // 100
+
+
+@dataclass(frozen=True, slots=True)
+class Preference:
+    """One (instance type, count) option of a job's ordered preference list."""
+
+    instance_type: str
+    count: int
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """A job and its progress.
+
+    The first block is what the user submitted; the second is scheduling state the
+    engine maintains, but which a live bridge may also set when rebuilding state from
+    the database (for a RUNNING job: ``instance_type``, ``count``, ``preference``,
+    ``borrowed`` is recomputed, ``run_started_at``, ``work_done`` as of ``progress_at``
+    and ``last_checkpoint``).
+    """
+
+    id: str
+    share: str
+    priority: int
+    submitted_at: int
+    preferences: tuple[Preference, ...]
+    max_pending: int | None = None
+    checkpoint_interval: Work | None = None
+    restart_overhead: int = 0
+    duration: Work | None = None
+    """Total work; only the simulator needs it (to know when the job completes)."""
+
+    state: JobState = JobState.PENDING
+    instance_type: str | None = None
+    """Type of the current run (RUNNING), else of the last run."""
+    count: int = 0
+    preference: int | None = None
+    """Index of the preference last placed."""
+    borrowed: int = 0
+    started_at: int | None = None
+    """First start ever (for wait and max pending time)."""
+    run_started_at: int | None = None
+    run_overhead: int = 0
+    """Restart preparation of the current run: no work is done during it."""
+    work_done: Work = 0
+    """Work done as of ``progress_at`` (while running) or kept from the last checkpoint."""
+    progress_at: int | None = None
+    last_checkpoint: Work = 0
+    preemptions: int = 0
+    """Every preemption, lost capacity included."""
+    counted_preemptions: int = 0
+    """Preemptions counted against the share's retry limit (lost capacity excluded)."""
+    recomputed: Work = 0
+    """Total work lost to preemptions, to be done again."""
+    finished_at: int | None = None
+    seq: int = field(default=0)
+    """Submission sequence (file order in the simulator), used for stable tie-breaks."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Something the engine decided or recorded; the simulator prints it as an event.
+
+    ``kind`` is one of admitted, preempted, failed, completed, cancelled, timed_out.
+    ``rule``: own/borrow (admitted); reclaim/priority/capacity_lost (preempted);
+    preemption_retries_exhausted (failed). ``by`` is the preempting job (None for lost
+    capacity). ``borrowed`` is how many of the job's instances lie beyond its limit.
+    """
+
+    kind: str
+    job: str
+    at: int
+    instance_type: str | None = None
+    count: int | None = None
+    preference: int | None = None
+    borrowed: int | None = None
+    rule: str | None = None
+    by: str | None = None
+    lost_work: Work | None = None
+
+    def to_event(self) -> dict[str, object]:
+        """The JSON event of DESIGN section 3 (an admission's rule is implied by
+        ``borrowed``: own when 0, borrow otherwise)."""
+        event: dict[str, object] = {"at": self.at, "type": self.kind, "job": self.job}
+        if self.kind == "admitted":
+            event.update(
+                instance_type=self.instance_type,
+                count=self.count,
+                preference=self.preference,
+                borrowed=self.borrowed,
+            )
+        elif self.kind == "preempted":
+            event.update(
+                instance_type=self.instance_type,
+                count=self.count,
+                reason=self.rule,
+                by=self.by,
+                lost_work=plain(self.lost_work if self.lost_work is not None else 0),
+            )
+        elif self.kind == "failed":
+            event["reason"] = self.rule
+        return event
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why one preference of a pending job does not run (DESIGN section 4)."""
+
+    preference: int
+    reason: str
+    message: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"preference": self.preference, "reason": self.reason, "message": self.message}
+
+
+REASON_CODES = (
+    "no_limit_for_type",
+    "capacity_unavailable",
+    "no_preemptible_victims",
+    "own_quota_full",
+    "borrow_limit_reached",
+    "no_lendable_capacity",
+)

@@ -1,0 +1,677 @@
+"""Scenario runner: ``python -m scheduler.simulate FILE.json [--explain] [--check]``.
+
+Runs the engine over a scenario (DESIGN section 3) with no database and prints the JSON
+result. It is a thin event loop over :class:`scheduler.engine.Engine`, the same object
+the live scheduler drives, so a scenario exercises exactly the production rules.
+
+Exit status: 0 on success; 2 for an invalid scenario (one ``field: problem`` line per
+problem on stderr); 1 with ``--check`` when the output does not match the scenario's
+``expect`` / ``expect_jobs`` / ``expect_pending`` (one line per mismatch on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.engine import (
+    Decision,
+    Engine,
+    InstanceType,
+    Job,
+    JobState,
+    Policy,
+    Preference,
+    ShareConfig,
+    exact,
+    plain,
+)
+
+MAX_SHARES = 20
+MAX_LIMITS = 5
+MAX_PREFERENCES = 5
+MAX_PRIORITY = 9999
+
+_TOP_KEYS = {"instance_types", "shares", "jobs", "actions", "until", "version", "description"}
+_TYPE_KEYS = {"name", "capacity", "accelerated", "speed", "hourly_price"}
+_SHARE_KEYS = {
+    "name",
+    "policy",
+    "borrow_limit",
+    "limits",
+    "in_share_preemption",
+    "preemption_retries",
+}
+_JOB_KEYS = {
+    "id",
+    "share",
+    "submit_at",
+    "priority",
+    "preferences",
+    "count",
+    "duration",
+    "checkpoint_interval",
+    "restart_overhead",
+    "max_pending",
+}
+_ACTION_KEYS = {
+    "set_priority": {"at", "type", "job", "priority"},
+    "set_share": {"at", "type", "share"} | (_SHARE_KEYS - {"name"}),
+    "set_capacity": {"at", "type", "instance_type", "capacity"},
+    "cancel": {"at", "type", "job"},
+}
+
+
+class ScenarioError(Exception):
+    """An invalid scenario; ``problems`` holds one ``field: message`` line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+# ---------------------------------------------------------------------------- validation
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class _Validator:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.problems.append(f"{path}: {message}")
+
+    def unknown(self, path: str, obj: Mapping[str, Any], allowed: set[str]) -> None:
+        for key in obj:
+            if key not in allowed:
+                self.add(f"{path}.{key}" if path else key, "unknown field")
+
+    def int_field(
+        self,
+        path: str,
+        obj: Mapping[str, Any],
+        key: str,
+        *,
+        required: bool = False,
+        minimum: int | None = 0,
+        maximum: int | None = None,
+        nullable: bool = False,
+    ) -> None:
+        where = f"{path}.{key}" if path else key
+        if key not in obj:
+            if required:
+                self.add(where, "required")
+            return
+        value = obj[key]
+        if value is None:
+            if not nullable:
+                self.add(where, "must not be null")
+            return
+        if not _is_int(value):
+            self.add(where, "must be an integer")
+            return
+        if minimum is not None and value < minimum:
+            self.add(where, f"must be at least {minimum}")
+        if maximum is not None and value > maximum:
+            self.add(where, f"must be at most {maximum}")
+
+    def number_field(
+        self,
+        path: str,
+        obj: Mapping[str, Any],
+        key: str,
+        *,
+        required: bool = False,
+        positive: bool = True,
+        nullable: bool = False,
+    ) -> None:
+        where = f"{path}.{key}"
+        if key not in obj:
+            if required:
+                self.add(where, "required")
+            return
+        value = obj[key]
+        if value is None:
+            if not nullable:
+                self.add(where, "must not be null")
+            return
+        if not _is_number(value):
+            self.add(where, "must be a number")
+        elif positive and not value > 0:
+            self.add(where, "must be greater than 0")
+        elif not positive and value < 0:
+            self.add(where, "must not be negative")
+
+    def bool_field(self, path: str, obj: Mapping[str, Any], key: str) -> None:
+        if key in obj and not isinstance(obj[key], bool):
+            self.add(f"{path}.{key}", "must be true or false")
+
+    def share_fields(self, path: str, obj: Mapping[str, Any], types: set[str]) -> None:
+        if "policy" in obj and obj["policy"] not in {p.value for p in Policy}:
+            self.add(
+                f"{path}.policy",
+                f"must be one of RESERVE, LEND, LEND_AND_BORROW (got {obj['policy']!r})",
+            )
+        if "borrow_limit" in obj:
+            value = obj["borrow_limit"]
+            if not _is_int(value):
+                self.add(f"{path}.borrow_limit", "must be an integer (-1 for unlimited)")
+            elif value < -1:
+                self.add(f"{path}.borrow_limit", "must be -1 (unlimited) or at least 0")
+        if "limits" in obj:
+            limits = obj["limits"]
+            if not isinstance(limits, dict):
+                self.add(f"{path}.limits", "must be an object of instance type to count")
+            else:
+                if not 1 <= len(limits) <= MAX_LIMITS:
+                    self.add(f"{path}.limits", f"must have 1 to {MAX_LIMITS} entries")
+                for type_name, count in limits.items():
+                    where = f"{path}.limits.{type_name}"
+                    if type_name not in types:
+                        self.add(where, f"unknown instance type {type_name!r}")
+                    if not _is_int(count) or count < 0:
+                        self.add(where, "must be an integer of at least 0")
+        self.bool_field(path, obj, "in_share_preemption")
+        self.int_field(path, obj, "preemption_retries", nullable=True)
+
+
+def validate(data: object) -> list[str]:
+    """Every problem of a scenario, one ``field: message`` line each (empty: valid)."""
+    v = _Validator()
+    if not isinstance(data, dict):
+        return ["(top level): must be a JSON object"]
+    for key in data:
+        if key not in _TOP_KEYS and not key.startswith("expect"):
+            v.add(key, "unknown field")
+    if "version" in data and data["version"] != 1:
+        v.add("version", f"unsupported version {data['version']!r} (only 1)")
+    types: set[str] = set()
+    accelerated_types: set[str] = set()
+    raw_types = data.get("instance_types")
+    if not isinstance(raw_types, list):
+        v.add("instance_types", "required list")
+        raw_types = []
+    for i, item in enumerate(raw_types):
+        path = f"instance_types[{i}]"
+        if not isinstance(item, dict):
+            v.add(path, "must be an object")
+            continue
+        v.unknown(path, item, _TYPE_KEYS)
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            v.add(f"{path}.name", "required non-empty string")
+        elif name in types:
+            v.add(f"{path}.name", f"duplicate instance type {name!r}")
+        else:
+            types.add(name)
+        v.int_field(path, item, "capacity", required=True)
+        v.bool_field(path, item, "accelerated")
+        v.number_field(path, item, "speed")
+        v.number_field(path, item, "hourly_price", positive=False)
+    shares: set[str] = set()
+    raw_shares = data.get("shares")
+    if not isinstance(raw_shares, list):
+        v.add("shares", "required list")
+        raw_shares = []
+    if len(raw_shares) > MAX_SHARES:
+        v.add("shares", f"at most {MAX_SHARES} shares per queue")
+    for i, item in enumerate(raw_shares):
+        path = f"shares[{i}]"
+        if not isinstance(item, dict):
+            v.add(path, "must be an object")
+            continue
+        v.unknown(path, item, _SHARE_KEYS)
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            v.add(f"{path}.name", "required non-empty string")
+        elif name in shares:
+            v.add(f"{path}.name", f"duplicate share {name!r}")
+        else:
+            shares.add(name)
+        if "limits" not in item:
+            v.add(f"{path}.limits", "required")
+        v.share_fields(path, item, types)
+    for item in raw_types:
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            acc = item.get("accelerated")
+            if acc is True or (acc is None and InstanceType(item["name"], 0).is_accelerated):
+                accelerated_types.add(item["name"])
+    job_ids: set[str] = set()
+    raw_jobs = data.get("jobs")
+    if not isinstance(raw_jobs, list):
+        v.add("jobs", "required list")
+        raw_jobs = []
+    for i, item in enumerate(raw_jobs):
+        path = f"jobs[{i}]"
+        if not isinstance(item, dict):
+            v.add(path, "must be an object")
+            continue
+        v.unknown(path, item, _JOB_KEYS)
+        job_id = item.get("id")
+        if not (isinstance(job_id, str) and job_id) and not _is_int(job_id):
+            v.add(f"{path}.id", "required non-empty string")
+        elif str(job_id) in job_ids:
+            v.add(f"{path}.id", f"duplicate job id {job_id!r}")
+        else:
+            job_ids.add(str(job_id))
+        share = item.get("share")
+        if share is None:
+            v.add(f"{path}.share", "required")
+        elif share not in shares:
+            v.add(f"{path}.share", f"unknown share {share!r}")
+        v.int_field(path, item, "submit_at", required=True)
+        v.int_field(path, item, "priority", required=True, maximum=MAX_PRIORITY)
+        v.number_field(path, item, "duration", required=True)
+        v.number_field(path, item, "checkpoint_interval", nullable=True)
+        v.int_field(path, item, "restart_overhead")
+        v.int_field(path, item, "max_pending", nullable=True)
+        common = "count" in item
+        if common:
+            v.int_field(path, item, "count", minimum=1)
+        prefs = item.get("preferences")
+        if not isinstance(prefs, list) or not 1 <= len(prefs) <= MAX_PREFERENCES:
+            v.add(f"{path}.preferences", f"required list of 1 to {MAX_PREFERENCES} preferences")
+            continue
+        for k, pref in enumerate(prefs):
+            ppath = f"{path}.preferences[{k}]"
+            if not isinstance(pref, dict):
+                v.add(ppath, "must be an object")
+                continue
+            v.unknown(ppath, pref, {"instance_type", "count"})
+            type_name = pref.get("instance_type")
+            if type_name is None:
+                v.add(f"{ppath}.instance_type", "required")
+            elif type_name not in types:
+                v.add(f"{ppath}.instance_type", f"unknown instance type {type_name!r}")
+            if "count" in pref:
+                if common:
+                    v.add(
+                        f"{ppath}.count",
+                        "job-level count and per-preference counts must not be mixed",
+                    )
+                else:
+                    v.int_field(ppath, pref, "count", minimum=1)
+            elif not common:
+                v.add(f"{ppath}.count", "required (or give a job-level count for all)")
+    raw_actions = data.get("actions", [])
+    if raw_actions is None:
+        raw_actions = []
+    if not isinstance(raw_actions, list):
+        v.add("actions", "must be a list")
+        raw_actions = []
+    for i, item in enumerate(raw_actions):
+        path = f"actions[{i}]"
+        if not isinstance(item, dict):
+            v.add(path, "must be an object")
+            continue
+        v.int_field(path, item, "at", required=True)
+        kind = item.get("type")
+        if kind not in _ACTION_KEYS:
+            v.add(f"{path}.type", f"must be one of {', '.join(sorted(_ACTION_KEYS))}")
+            continue
+        v.unknown(path, item, _ACTION_KEYS[kind])
+        if kind in ("set_priority", "cancel"):
+            if item.get("job") is None:
+                v.add(f"{path}.job", "required")
+            elif str(item["job"]) not in job_ids:
+                v.add(f"{path}.job", f"unknown job {item['job']!r}")
+        if kind == "set_priority":
+            v.int_field(path, item, "priority", required=True, maximum=MAX_PRIORITY)
+        elif kind == "set_share":
+            if item.get("share") not in shares:
+                v.add(f"{path}.share", f"unknown share {item.get('share')!r}")
+            v.share_fields(path, item, types)
+        elif kind == "set_capacity":
+            if item.get("instance_type") not in types:
+                unknown = item.get("instance_type")
+                v.add(f"{path}.instance_type", f"unknown instance type {unknown!r}")
+            v.int_field(path, item, "capacity", required=True)
+    v.int_field("", data, "until", nullable=True)
+    return v.problems
+
+
+# ---------------------------------------------------------------------------- running
+
+
+@dataclass(slots=True)
+class _Spec:
+    index: int
+    raw_id: object
+    job: Job
+
+
+def _build(data: Mapping[str, Any], incremental: bool = True) -> tuple[Engine, list[_Spec]]:
+    types = [
+        InstanceType(
+            name=t["name"],
+            capacity=t["capacity"],
+            speed=t.get("speed", 1),
+            accelerated=t.get("accelerated"),
+            hourly_price=t.get("hourly_price", 0.0),
+        )
+        for t in data["instance_types"]
+    ]
+    shares = [
+        ShareConfig(
+            name=s["name"],
+            limits=dict(s["limits"]),
+            policy=Policy(s.get("policy", "RESERVE")),
+            borrow_limit=s.get("borrow_limit", -1),
+            in_share_preemption=s.get("in_share_preemption", False),
+            preemption_retries=s.get("preemption_retries"),
+        )
+        for s in data["shares"]
+    ]
+    specs = []
+    for index, raw in enumerate(data["jobs"]):
+        common = raw.get("count")
+        prefs = tuple(
+            Preference(p["instance_type"], p["count"] if common is None else common)
+            for p in raw["preferences"]
+        )
+        interval = raw.get("checkpoint_interval")
+        job = Job(
+            id=str(raw["id"]),
+            share=raw["share"],
+            priority=raw["priority"],
+            submitted_at=raw["submit_at"],
+            preferences=prefs,
+            max_pending=raw.get("max_pending"),
+            checkpoint_interval=exact(interval) if interval is not None else None,
+            restart_overhead=raw.get("restart_overhead", 0),
+            duration=exact(raw["duration"]),
+        )
+        specs.append(_Spec(index, raw["id"], job))
+    return Engine(types, shares, incremental=incremental), specs
+
+
+def run(
+    data: Mapping[str, Any], *, explain: bool = False, incremental: bool = True
+) -> dict[str, Any]:
+    """Run a valid scenario and return the result of DESIGN section 3.
+
+    Raises :class:`ScenarioError` if the scenario is invalid. With ``explain`` the
+    ``pending`` map gives ``{preference, reason, message}`` objects; otherwise it gives
+    the reason codes alone. ``incremental=False`` is for tests (see ``Engine``).
+    """
+    problems = validate(data)
+    if problems:
+        raise ScenarioError(problems)
+    engine, specs = _build(data, incremental)
+    by_id = {spec.job.id: spec for spec in specs}
+    raw_ids = {spec.job.id: spec.raw_id for spec in specs}
+    submissions = sorted(specs, key=lambda s: (s.job.submitted_at, s.index))
+    actions = sorted(enumerate(data.get("actions") or []), key=lambda a: (a[1]["at"], a[0]))
+    until = data.get("until")
+    events: list[dict[str, Any]] = []
+    finishing: list[tuple[int, int, str, int]] = []  # (time, file index, job id, run token)
+    tokens: dict[str, int] = {}
+    submitted: set[str] = set()
+    cancelled_early: dict[str, int] = {}
+
+    def emit(decisions: Sequence[Decision]) -> None:
+        for decision in decisions:
+            event = decision.to_event()
+            event["job"] = raw_ids[decision.job]
+            if event.get("by") is not None:
+                event["by"] = raw_ids[str(event["by"])]
+            events.append(event)
+            if decision.kind == "admitted":
+                job = engine.job(decision.job)
+                tokens[job.id] = tokens.get(job.id, 0) + 1
+                finish = engine.finish_time(job)  # None: stopped again at this instant
+                if finish is not None:
+                    entry = (finish, by_id[job.id].index, job.id, tokens[job.id])
+                    heapq.heappush(finishing, entry)
+
+    def next_finish() -> int | None:
+        while finishing:
+            at, _, job_id, token = finishing[0]
+            if tokens.get(job_id) == token and engine.job(job_id).state is JobState.RUNNING:
+                return at
+            heapq.heappop(finishing)
+        return None
+
+    next_sub = 0
+    next_act = 0
+    while True:
+        candidates = [
+            t
+            for t in (
+                next_finish(),
+                submissions[next_sub].job.submitted_at if next_sub < len(submissions) else None,
+                actions[next_act][1]["at"] if next_act < len(actions) else None,
+                engine.next_deadline(),
+            )
+            if t is not None
+        ]
+        if not candidates:
+            break
+        now = min(candidates)
+        if until is not None and now > until:
+            break
+        done = []
+        while next_finish() == now:
+            _, index, job_id, _ = heapq.heappop(finishing)
+            done.append((index, job_id))
+        for _, job_id in sorted(done):
+            emit(engine.complete(job_id, now))
+        while next_act < len(actions) and actions[next_act][1]["at"] == now:
+            action = actions[next_act][1]
+            _apply_action(engine, action, now, by_id, submitted, cancelled_early, emit)
+            next_act += 1
+        while next_sub < len(submissions) and submissions[next_sub].job.submitted_at == now:
+            spec = submissions[next_sub]
+            next_sub += 1
+            if spec.job.id in cancelled_early:
+                continue
+            engine.submit(spec.job)
+            submitted.add(spec.job.id)
+        emit(engine.schedule(now))
+        emit(engine.timeouts(now))
+    return _result(engine, specs, events, submitted, cancelled_early, raw_ids, explain)
+
+
+def _apply_action(
+    engine: Engine,
+    action: Mapping[str, Any],
+    now: int,
+    by_id: Mapping[str, _Spec],
+    submitted: set[str],
+    cancelled_early: dict[str, int],
+    emit: Any,
+) -> None:
+    kind = action["type"]
+    if kind == "set_priority":
+        job_id = str(action["job"])
+        if job_id in submitted:
+            engine.set_priority(job_id, action["priority"])
+        else:
+            by_id[job_id].job.priority = action["priority"]  # before its submission
+    elif kind == "set_share":
+        fields = {k: v for k, v in action.items() if k not in ("at", "type", "share")}
+        engine.set_share(action["share"], **fields)
+    elif kind == "set_capacity":
+        emit(engine.set_capacity(action["instance_type"], action["capacity"], now))
+    elif kind == "cancel":
+        job_id = str(action["job"])
+        if job_id in submitted:
+            emit(engine.cancel(job_id, now))
+        elif job_id not in cancelled_early:
+            cancelled_early[job_id] = now
+            emit([Decision("cancelled", job_id, now)])
+
+
+def _result(
+    engine: Engine,
+    specs: list[_Spec],
+    events: list[dict[str, Any]],
+    submitted: set[str],
+    cancelled_early: dict[str, int],
+    raw_ids: Mapping[str, object],
+    explain: bool,
+) -> dict[str, Any]:
+    jobs: dict[str, Any] = {}
+    pending: dict[str, Any] = {}
+    for spec in specs:
+        job = spec.job
+        key = str(spec.raw_id)
+        if job.id in cancelled_early:
+            jobs[key] = _job_row("CANCELLED", None, cancelled_early[job.id], None, 0, 0, None)
+            continue
+        if job.id not in submitted:
+            jobs[key] = _job_row("PENDING", None, None, None, 0, 0, None)
+            continue
+        wait = None if job.started_at is None else job.started_at - job.submitted_at
+        jobs[key] = _job_row(
+            job.state.value,
+            job.started_at,
+            job.finished_at,
+            wait,
+            job.preemptions,
+            plain(job.recomputed),
+            job.preference,
+        )
+        if job.state is JobState.PENDING:
+            reasons = engine.explain(job.id)
+            if explain:
+                pending[key] = [r.to_json() for r in reasons]
+            else:
+                pending[key] = [r.reason for r in reasons]
+    return {"events": events, "jobs": jobs, "pending": pending}
+
+
+def _job_row(
+    state: str,
+    started_at: int | None,
+    finished_at: int | None,
+    wait: int | None,
+    preemptions: int,
+    recomputed: int | float,
+    preference: int | None,
+) -> dict[str, Any]:
+    return {
+        "state": state,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "wait": wait,
+        "preemptions": preemptions,
+        "recomputed": recomputed,
+        "preference": preference,
+    }
+
+
+# ---------------------------------------------------------------------------- checking
+
+
+def check(data: Mapping[str, Any], result: Mapping[str, Any]) -> list[str]:
+    """Mismatches between a scenario's expectations and a result (empty: all match).
+
+    ``expect`` is a subsequence: each expected event matches the next output event whose
+    given keys all equal. ``expect_jobs`` compares the given keys. ``expect_pending`` is
+    exact over all pending jobs and compares reason codes.
+    """
+    problems: list[str] = []
+    events = result["events"]
+    position = 0
+    for i, expected in enumerate(data.get("expect") or []):
+        found = None
+        for k in range(position, len(events)):
+            event = events[k]
+            if all(key in event and event[key] == value for key, value in expected.items()):
+                found = k
+                break
+        if found is None:
+            problems.append(
+                f"expect[{i}]: no event {json.dumps(expected)} after output event {position}"
+            )
+        else:
+            position = found + 1
+    for job_id, fields in (data.get("expect_jobs") or {}).items():
+        row = result["jobs"].get(str(job_id))
+        if row is None:
+            problems.append(f"expect_jobs.{job_id}: no such job in the output")
+            continue
+        for key, value in fields.items():
+            if row.get(key) != value:
+                problems.append(
+                    f"expect_jobs.{job_id}.{key}: expected {json.dumps(value)}, "
+                    f"got {json.dumps(row.get(key))}"
+                )
+    if "expect_pending" in data:
+        expected_pending = data["expect_pending"] or {}
+        got = {
+            job: [r["reason"] if isinstance(r, dict) else r for r in reasons]
+            for job, reasons in result["pending"].items()
+        }
+        for job_id in sorted(set(expected_pending) | set(got)):
+            want = expected_pending.get(job_id)
+            have = got.get(job_id)
+            if want != have:
+                problems.append(
+                    f"expect_pending.{job_id}: expected {json.dumps(want)}, got {json.dumps(have)}"
+                )
+    return problems
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduler.simulate",
+        description="Run the scheduling engine over a scenario file and print the result.",
+    )
+    parser.add_argument("file", help="scenario JSON file (DESIGN section 3)")
+    parser.add_argument(
+        "--explain", action="store_true", help="give each pending job's reasons with messages"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compare the result with the file's expect, expect_jobs and expect_pending; "
+        "exit 1 listing mismatches",
+    )
+    args = parser.parse_args(argv)
+    try:
+        with open(args.file, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        print(f"{args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except json.JSONDecodeError as exc:
+        print(f"{args.file}: invalid JSON: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = run(data, explain=args.explain)
+    except ScenarioError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return 2
+    json.dump(result, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    if args.check:
+        problems = check(data, result)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if problems:
+            return 1
+        print("check: all expectations met", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
