@@ -383,7 +383,10 @@ def job_cancel(*, actor: AnyUser, job: Job | int, reason: str = "") -> Job:
         was = locked.state
         locked.state = JobState.CANCELLED
         locked.finished_at = now
-        locked.save(update_fields=["state", "finished_at"])
+        if was == JobState.RUNNING and locked.agent:
+            # The agent running it gets a stop order, as after a preemption.
+            locked.stop_requested_run = locked.run
+        locked.save(update_fields=["state", "finished_at", "stop_requested_run"])
         _event(
             locked,
             "cancelled",

@@ -1,0 +1,299 @@
+"""Allocation agreements: a searchable knowledge base (PostgreSQL full-text search via
+``selectors.agreements``), each agreement with its versions, a readable diff between
+consecutive versions, its shares' usage and reclaim counts; edit and create forms call
+``services.agreements``."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.postgres.search import SearchHeadline, SearchQuery
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import redirect, render
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+from governance import roles
+from governance.models import Agreement, AgreementVersion
+from governance.selectors import agreements as agreement_selectors
+from governance.selectors import web_governance as sel
+from governance.services import agreements as agreement_services
+from governance.services.errors import ServiceError
+from governance.web.forms_governance import AgreementForm, add_service_errors, htmx_target
+
+PAGE_SIZE = 50
+TEXT_FIELDS = (
+    ("title", "Title"),
+    ("body", "Agreement"),
+    ("reclaim_assumptions", "Reclaim the owner accepts"),
+    ("recovery_assumptions", "Recovery assumptions"),
+)
+
+
+@login_required
+def agreement_list(request: HttpRequest) -> HttpResponse:
+    """All agreements by title, or the ones matching ``?q=`` best first with a highlighted
+    snippet (SearchHeadline, computed only for the page shown)."""
+    q = request.GET.get("q", "").strip()
+    base = agreement_selectors.agreements().prefetch_related("shares__queue", "shares__team")
+    qs: Any
+    if q:
+        query = SearchQuery(q, search_type="websearch", config=agreement_selectors.SEARCH_CONFIG)
+        qs = agreement_selectors.search_agreements(q, base).annotate(
+            snippet=SearchHeadline(
+                "body",
+                query,
+                config=agreement_selectors.SEARCH_CONFIG,
+                start_sel="<mark>",
+                stop_sel="</mark>",
+                max_words=35,
+                min_words=15,
+            ),
+            assumption_snippet=SearchHeadline(
+                "reclaim_assumptions",
+                query,
+                config=agreement_selectors.SEARCH_CONFIG,
+                start_sel="<mark>",
+                stop_sel="</mark>",
+                max_words=35,
+                min_words=15,
+            ),
+        )
+    else:
+        qs = base.order_by("title", "id")
+    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    for agreement in page.object_list:
+        # Snippets come from PostgreSQL with only <mark> added: escape the text, keep marks.
+        for attr in ("snippet", "assumption_snippet"):
+            raw = getattr(agreement, attr, None)
+            if raw is not None:
+                setattr(agreement, attr, _marked(raw))
+    context = {
+        "page": page,
+        "q": q,
+        "may_create": roles.is_admin(request.user) or bool(roles.lead_team_ids(request.user)),
+    }
+    if htmx_target(request) == "agreement-results":
+        return render(request, "agreements/list.html#results", context)
+    return render(request, "agreements/list.html", context)
+
+
+def _marked(text: str) -> SafeString:
+    parts = re.split(r"(</?mark>)", text)
+    return mark_safe("".join(p if p in ("<mark>", "</mark>") else escape(p) for p in parts))
+
+
+def word_diff(old: str, new: str) -> SafeString:
+    """Words removed struck through, words added highlighted (HTML-escaped)."""
+    a, b = re.findall(r"\S+|\s+", old or ""), re.findall(r"\S+|\s+", new or "")
+    out: list[str] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "equal":
+            out.append(escape("".join(a[i1:i2])))
+            continue
+        if op in ("delete", "replace"):
+            out.append(f"<del>{escape(''.join(a[i1:i2]))}</del>")
+        if op in ("insert", "replace"):
+            out.append(f"<ins>{escape(''.join(b[j1:j2]))}</ins>")
+    return mark_safe("".join(out))
+
+
+def version_changes(
+    previous: AgreementVersion, current: AgreementVersion, share_names: dict[int, str]
+) -> list[dict[str, Any]]:
+    """What changed from one version to the next, field by field, readable."""
+    rows: list[dict[str, Any]] = []
+    for field, label in TEXT_FIELDS:
+        old, new = getattr(previous, field), getattr(current, field)
+        if old != new:
+            rows.append({"label": label, "html": word_diff(old, new)})
+    if previous.review_by != current.review_by:
+        rows.append(
+            {
+                "label": "Review by",
+                "html": mark_safe(
+                    f"<del>{escape(previous.review_by or 'none')}</del> → "
+                    f"<ins>{escape(current.review_by or 'none')}</ins>"
+                ),
+            }
+        )
+    if previous.owner_id != current.owner_id:
+        rows.append(
+            {
+                "label": "Owner",
+                "html": mark_safe(
+                    f"<del>{escape(previous.owner.username)}</del> → "
+                    f"<ins>{escape(current.owner.username)}</ins>"
+                ),
+            }
+        )
+    old_ids, new_ids = set(previous.share_ids or []), set(current.share_ids or [])
+    if old_ids != new_ids:
+        removed = [
+            f"<del>{escape(share_names.get(i, f'share {i}'))}</del>"
+            for i in sorted(old_ids - new_ids)
+        ]
+        added = [
+            f"<ins>{escape(share_names.get(i, f'share {i}'))}</ins>"
+            for i in sorted(new_ids - old_ids)
+        ]
+        rows.append({"label": "Shares", "html": mark_safe(" ".join(removed + added))})
+    return rows
+
+
+def _agreement(pk: int) -> Agreement:
+    agreement = (
+        agreement_selectors.agreements()
+        .prefetch_related("shares__queue", "shares__team")
+        .filter(pk=pk)
+        .first()
+    )
+    if agreement is None:
+        raise Http404("No such agreement.")
+    return agreement
+
+
+def _may_change(user: Any, agreement: Agreement) -> bool:
+    """The service's rule (owner, editors, admins) on the prefetched editors."""
+    if roles.is_admin(user):
+        return True
+    return agreement.owner_id == user.pk or any(e.pk == user.pk for e in agreement.editors.all())
+
+
+@login_required
+def agreement_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    agreement = _agreement(pk)
+    shares = list(agreement.shares.all())
+    linked = sel.linked_share_usage([s.pk for s in shares])
+    versions = list(agreement.versions.all())  # oldest first (prefetched)
+    share_names = {s.pk: f"{s.queue.name}/{s.name}" for s in shares}
+    missing = {i for v in versions for i in (v.share_ids or [])} - set(share_names)
+    if missing:
+        share_names.update(sel.share_names(missing))
+    history = []
+    for index, version in enumerate(versions):
+        previous = versions[index - 1] if index else None
+        history.append(
+            {
+                "version": version,
+                "changes": version_changes(previous, version, share_names) if previous else None,
+                "shares": [share_names.get(i, f"share {i}") for i in version.share_ids or []],
+            }
+        )
+    history.reverse()
+    context = {
+        "agreement": agreement,
+        "linked": linked,
+        "history": history,
+        "editors": [e.username for e in agreement.editors.all()],
+        "may_change": _may_change(request.user, agreement),
+        "window": sel.RECLAIM_WINDOW_DAYS,
+    }
+    return render(request, "agreements/detail.html", context)
+
+
+def _service_values(form: AgreementForm, *, people: bool) -> dict[str, Any]:
+    data = form.cleaned_data
+    values: dict[str, Any] = {
+        "title": data["title"],
+        "body": data["body"],
+        "reclaim_assumptions": data["reclaim_assumptions"],
+        "recovery_assumptions": data["recovery_assumptions"],
+        "shares": list(data["shares"]),
+        "review_by": data["review_by"],
+    }
+    if people:
+        if data["owner"]:
+            values["owner"] = data["owner"]
+        values["editors"] = list(data["editors"])
+    return values
+
+
+@login_required
+def agreement_new(request: HttpRequest) -> HttpResponse:
+    if not (roles.is_admin(request.user) or roles.lead_team_ids(request.user)):
+        return HttpResponseForbidden("Only admins and team leads create agreements.")
+    form = AgreementForm(
+        request.POST or None,
+        shares=list(sel.share_choices_for(request.user)),
+        usernames=sel.usernames(),
+        people_editable=True,
+    )
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            try:
+                agreement = agreement_services.agreement_create(
+                    actor=request.user,
+                    reason=form.cleaned_data["reason"],
+                    **_service_values(form, people=True),
+                )
+            except ServiceError as error:
+                add_service_errors(form, error)
+                status = error.status
+            else:
+                messages.success(request, f"Agreement “{agreement.title}” recorded.")
+                return redirect("web:agreement", agreement.pk)
+    return render(request, "agreements/form.html", {"form": form, "agreement": None}, status=status)
+
+
+@login_required
+def agreement_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    """Edit naming the version read; a stale version is a 409 with a clear message and
+    the form keeps what the user typed."""
+    agreement = _agreement(pk)
+    if not _may_change(request.user, agreement):
+        return HttpResponseForbidden(
+            "Only the owner, the editors and admins change this agreement."
+        )
+    people = roles.is_admin(request.user) or agreement.owner_id == request.user.pk
+    linked = [s.pk for s in agreement.shares.all()]
+    choices = list(sel.share_choices_for(request.user))
+    known = {s.pk for s in choices}
+    choices += [s for s in agreement.shares.all() if s.pk not in known]
+    initial = {
+        "title": agreement.title,
+        "body": agreement.body,
+        "reclaim_assumptions": agreement.reclaim_assumptions,
+        "recovery_assumptions": agreement.recovery_assumptions,
+        "shares": linked,
+        "owner": agreement.owner.username,
+        "editors": [e.username for e in agreement.editors.all()],
+        "review_by": agreement.review_by,
+        "version": agreement.version,
+    }
+    form = AgreementForm(
+        request.POST or None,
+        initial=initial,
+        shares=choices,
+        usernames=sel.usernames(),
+        people_editable=people,
+    )
+    status = 200
+    conflict = False
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            try:
+                agreement_services.agreement_update(
+                    actor=request.user,
+                    agreement=agreement.pk,
+                    version=form.cleaned_data["version"],
+                    reason=form.cleaned_data["reason"],
+                    **_service_values(form, people=people),
+                )
+            except ServiceError as error:
+                conflict = error.status == 409
+                add_service_errors(form, error)
+                status = error.status
+            else:
+                messages.success(request, "Agreement saved.")
+                return redirect("web:agreement", agreement.pk)
+    context = {"form": form, "agreement": agreement, "conflict": conflict}
+    return render(request, "agreements/form.html", context, status=status)

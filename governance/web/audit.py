@@ -1,0 +1,141 @@
+"""The audit trail page: reviewers and admins only.
+
+Filtering is the API's ``AuditFilter`` (one implementation for the page, the API list
+and its CSV/JSON export, whose links carry the same query string). Pages go by keyset
+on (created_at, id) — "older"/"newer" with a cursor — so no OFFSET and no COUNT(*) on a
+table of hundreds of thousands of entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import render
+from django.utils.dateparse import parse_datetime
+
+from governance.api.audit import AuditFilter
+from governance.models import AuditEntry, AuditEvent
+from governance.selectors import audit as audit_selectors
+from governance.selectors import web_governance as sel
+from governance.selectors.web_governance import relative
+from governance.web.forms_governance import htmx_target
+
+PAGE_SIZE = 50
+FILTER_KEYS = ("actor", "event_type", "team", "share", "job", "queue", "since", "until")
+MISSING = object()
+
+
+@dataclass
+class Change:
+    key: str
+    old: Any
+    new: Any
+    had_old: bool
+    has_new: bool
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys: ``{"limits": {"ml.g5.xlarge": 2}}`` ->
+    ``{"limits.ml.g5.xlarge": 2}``. Lists and scalars stay whole."""
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        if not value and prefix:
+            flat[prefix] = {}
+        for key, inner in value.items():
+            flat.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix or "value": value}
+
+
+def changes(before: Any, after: Any) -> list[Change]:
+    """Only the keys whose value differs (every key of a creation or a deletion)."""
+    old = flatten(before) if before is not None else {}
+    new = flatten(after) if after is not None else {}
+    rows = []
+    for key in sorted(set(old) | set(new), key=lambda k: (k not in old, k)):
+        o, n = old.get(key, MISSING), new.get(key, MISSING)
+        if o == n:
+            continue
+        rows.append(
+            Change(
+                key=key,
+                old=None if o is MISSING else o,
+                new=None if n is MISSING else n,
+                had_old=o is not MISSING,
+                has_new=n is not MISSING,
+            )
+        )
+    return rows
+
+
+def _cursor(value: str | None) -> tuple[datetime, int] | None:
+    """A cursor is ``<iso created_at>_<id>``; anything else means 'from the newest'."""
+    if not value or "_" not in value:
+        return None
+    stamp, _, pk = value.rpartition("_")
+    at = parse_datetime(stamp)
+    if at is None or not pk.isdigit():
+        return None
+    return at, int(pk)
+
+
+def _cursor_of(entry: AuditEntry) -> str:
+    return f"{entry.created_at.isoformat()}_{entry.pk}"
+
+
+@login_required
+def audit_list(request: HttpRequest) -> HttpResponse:
+    if not audit_selectors.may_read_audit(request.user):
+        return HttpResponseForbidden("Only reviewers and admins may read the audit trail.")
+    filters = {k: request.GET.get(k, "") for k in FILTER_KEYS}
+    filterset = AuditFilter(
+        data={k: v for k, v in filters.items() if v},
+        queryset=audit_selectors.audit_entries(request.user),
+    )
+    status = 200
+    if filterset.is_valid():
+        queryset = filterset.qs
+    else:
+        queryset = AuditEntry.objects.none()
+        status = 400
+    entries, has_older, has_newer = sel.keyset_page(
+        queryset,
+        older_than=_cursor(request.GET.get("older")),
+        newer_than=_cursor(request.GET.get("newer")),
+        size=PAGE_SIZE,
+    )
+    rows = [
+        {
+            "entry": e,
+            "changes": changes(e.before, e.after),
+            # A creation or a deletion lists every field: folded by default.
+            "whole": (e.before is None) != (e.after is None),
+            "when": relative(e.created_at),
+        }
+        for e in entries
+    ]
+    query = "&".join(f"{k}={v}" for k, v in _encoded(filters))
+    context = {
+        "filters": filters,
+        "filter_errors": filterset.errors,
+        "rows": rows,
+        "older": _cursor_of(entries[-1]) if entries and has_older else None,
+        "newer": _cursor_of(entries[0]) if entries and has_newer else None,
+        "query": query,
+        "event_types": AuditEvent.choices,
+        **sel.audit_filter_choices(),
+        "usernames": sel.usernames(),
+    }
+    if htmx_target(request) == "audit-results":
+        return render(request, "audit/list.html#results", context, status=status)
+    return render(request, "audit/list.html", context, status=status)
+
+
+def _encoded(filters: dict[str, str]) -> list[tuple[str, str]]:
+    from urllib.parse import quote
+
+    return [(k, quote(v, safe="")) for k, v in filters.items() if v]

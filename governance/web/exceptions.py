@@ -1,0 +1,189 @@
+"""Priority exceptions pages: the list with its review queue, filing, the detail with
+its history, and the decisions (approve, reject, withdraw) — each a POST calling one
+service."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from governance import roles
+from governance.models import ExceptionState, PriorityException
+from governance.selectors import web_governance as sel
+from governance.services import exceptions as exception_services
+from governance.services.errors import ServiceError
+from governance.web.forms_governance import (
+    DecisionForm,
+    ExceptionFileForm,
+    ExceptionFilterForm,
+    add_service_errors,
+    htmx_target,
+)
+
+PAGE_SIZE = 50
+
+
+def _times(exc: PriorityException) -> PriorityException:
+    """Relative times for the templates ("in 3 days", "2 hours ago")."""
+    exc.created_rel = sel.relative(exc.created_at)  # type: ignore[attr-defined]
+    exc.expires_rel = sel.relative(exc.expires_at)  # type: ignore[attr-defined]
+    exc.wanted_rel = sel.relative(exc.wanted_by)  # type: ignore[attr-defined]
+    exc.decided_rel = sel.relative(exc.decided_at)  # type: ignore[attr-defined]
+    return exc
+
+
+def _can_withdraw(user: Any, exc: PriorityException) -> bool:
+    return exc.state in (ExceptionState.PENDING, ExceptionState.APPROVED) and (
+        exc.requester_id == user.pk or roles.is_admin(user)
+    )
+
+
+def _can_decide(user: Any, exc: PriorityException) -> bool:
+    return (
+        exc.state == ExceptionState.PENDING
+        and roles.can_decide_exceptions(user)
+        and exc.requester_id != user.pk
+    )
+
+
+@login_required
+def exception_list(request: HttpRequest) -> HttpResponse:
+    """Everyone reads; reviewers and admins get the review queue on top; leads a button
+    to file one. The results region is an htmx-swappable partial."""
+    teams = sel.teams_for_filter()
+    filters = ExceptionFilterForm(request.GET or None, teams=teams)
+    state = team_id = None
+    if filters.is_valid():
+        state = filters.cleaned_data["state"] or None
+        team_id = filters.cleaned_data["team"]
+    page = Paginator(sel.exceptions_listing(state=state, team_id=team_id), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    deciding = roles.can_decide_exceptions(request.user)
+    user_id = request.user.pk
+    admin = roles.is_admin(request.user)
+    for exc in page.object_list:
+        _times(exc)
+        may_withdraw = exc.state in (ExceptionState.PENDING, ExceptionState.APPROVED) and (
+            exc.requester_id == user_id or admin
+        )
+        exc.may_withdraw = may_withdraw  # type: ignore[attr-defined]
+    context: dict[str, Any] = {
+        "filters": filters,
+        "page": page,
+        "query": _query_without_page(request),
+        "deciding": deciding,
+        "may_file": bool(roles.lead_team_ids(request.user)),
+    }
+    if htmx_target(request) == "exception-results":
+        return render(request, "exceptions/list.html#results", context)
+    if deciding:
+        queue = list(sel.review_queue()[:PAGE_SIZE])
+        for exc in queue:
+            _times(exc)
+            exc.own = exc.requester_id == user_id  # type: ignore[attr-defined]
+        context["review_queue"] = queue
+    return render(request, "exceptions/list.html", context)
+
+
+def _query_without_page(request: HttpRequest) -> str:
+    query = request.GET.copy()
+    query.pop("page", None)
+    return query.urlencode()
+
+
+@login_required
+def exception_new(request: HttpRequest) -> HttpResponse:
+    """File an exception: team leads only, for their own teams' active jobs and shares."""
+    if not roles.lead_team_ids(request.user):
+        return HttpResponseForbidden("Only team leads file exceptions.")
+    jobs, shares = sel.lead_targets(request.user)
+    form = ExceptionFileForm(request.POST or None, jobs=jobs, shares=shares)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                exc = exception_services.exception_file(
+                    actor=request.user,
+                    team=form.team_id() or 0,
+                    job=data["job"],
+                    share=data["share"],
+                    priority=data["priority"],
+                    justification=data["justification"],
+                    wanted_by=data["wanted_by"],
+                    expires_at=data["expires_at"],
+                )
+            except ServiceError as error:
+                add_service_errors(form, error)
+                status = error.status
+            else:
+                messages.success(request, f"Exception {exc.pk} filed; a reviewer will decide it.")
+                return redirect("web:exception", exc.pk)
+        else:
+            status = 400
+    return render(request, "exceptions/new.html", {"form": form}, status=status)
+
+
+@login_required
+def exception_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    exc = sel.exception_detail(pk)
+    if exc is None:
+        raise Http404("No such exception.")
+    return _render_detail(request, exc, DecisionForm())
+
+
+def _render_detail(
+    request: HttpRequest, exc: PriorityException, form: DecisionForm, status: int = 200
+) -> HttpResponse:
+    history = list(sel.exception_history(exc))
+    for entry in history:
+        entry.when = sel.relative(entry.created_at)  # type: ignore[attr-defined]
+    context = {
+        "exc": _times(exc),
+        "form": form,
+        "history": history,
+        "may_decide": _can_decide(request.user, exc),
+        "may_withdraw": _can_withdraw(request.user, exc),
+        "own_request": exc.requester_id == request.user.pk,
+    }
+    return render(request, "exceptions/detail.html", context, status=status)
+
+
+ACTIONS = {
+    "approve": (exception_services.exception_approve, "approved"),
+    "reject": (exception_services.exception_reject, "rejected"),
+    "withdraw": (exception_services.exception_withdraw, "withdrawn"),
+}
+
+
+@login_required
+@require_POST
+def exception_decide(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    """Approve, reject or withdraw with a note. On error the detail page comes back with
+    the message and the service's status; nothing changed."""
+    if action not in ACTIONS:
+        raise Http404("Unknown action.")
+    service, done = ACTIONS[action]
+    form = DecisionForm(request.POST)
+    form.is_valid()
+    try:
+        service(actor=request.user, exception=pk, note=form.cleaned_data.get("note", ""))
+    except ServiceError as error:
+        if error.status == 404:
+            raise Http404("No such exception.") from error
+        exc = sel.exception_detail(pk)
+        assert exc is not None
+        add_service_errors(form, error)
+        return _render_detail(request, exc, form, status=error.status)
+    messages.success(request, f"Exception {pk} {done}.")
+    target = request.POST.get("next")
+    if target == "list":
+        return redirect("web:exceptions")
+    return redirect("web:exception", pk)

@@ -1,0 +1,176 @@
+"""Forms of the governance pages. They only parse input; the services decide and write.
+
+Field names equal the service (API) field names so a ServiceError's field-keyed
+messages land beside the right input (``add_service_errors``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.utils import timezone
+
+from governance.models import Job, Share
+from governance.models.priorities import BandRole
+from governance.services.errors import ServiceError
+
+DATETIME_LOCAL = "%Y-%m-%dT%H:%M"
+
+
+class DateTimeLocalInput(forms.DateTimeInput):
+    input_type = "datetime-local"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(format=DATETIME_LOCAL, **kwargs)
+
+
+def htmx_target(request: Any) -> str | None:
+    """The id of the element an htmx request swaps (None for ordinary requests)."""
+    details = getattr(request, "htmx", None)
+    return details.target if details else None
+
+
+def _choice_field(form: forms.Form, name: str) -> forms.ChoiceField:
+    field = form.fields[name]
+    assert isinstance(field, forms.ChoiceField)
+    return field
+
+
+def add_service_errors(form: forms.Form, error: ServiceError) -> None:
+    """Put each message of a service error beside its field; unknown keys (``detail``,
+    ``state``...) become non-field errors."""
+    for key, messages in error.errors.items():
+        target = key if key in form.fields else None
+        for message in messages:
+            form.add_error(target, message)
+
+
+def _job_label(job: Job) -> str:
+    where = f"{job.share.team.name}/{job.share.name}"
+    return f"#{job.pk} {job.name} ({where}, {job.state.lower()}, priority {job.priority})"
+
+
+def _share_label(share: Share) -> str:
+    return f"{share.team.name}: {share.queue.name}/{share.name}"
+
+
+class ExceptionFileForm(forms.Form):
+    """Filing an exception: one target (a job or a share of a team the user leads)."""
+
+    job = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    share = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+    priority = forms.IntegerField(min_value=0, max_value=9999)
+    justification = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}))
+    wanted_by = forms.DateTimeField(required=False, widget=DateTimeLocalInput())
+    expires_at = forms.DateTimeField(widget=DateTimeLocalInput())
+
+    def __init__(self, *args: Any, jobs: list[Job], shares: list[Share], **kwargs: Any) -> None:
+        kwargs.setdefault(
+            "initial",
+            {
+                "expires_at": (timezone.localtime() + timedelta(days=7)).replace(
+                    second=0, microsecond=0
+                )
+            },
+        )
+        super().__init__(*args, **kwargs)
+        self.jobs = {j.pk: j for j in jobs}
+        self.shares = {s.pk: s for s in shares}
+        _choice_field(self, "job").choices = [("", "— no job (use a share) —")] + [
+            (j.pk, _job_label(j)) for j in jobs
+        ]
+        _choice_field(self, "share").choices = [("", "— no share (use a job) —")] + [
+            (s.pk, _share_label(s)) for s in shares
+        ]
+
+    def team_id(self) -> int | None:
+        """The team of the chosen target (the service checks the actor leads it)."""
+        job_id = self.cleaned_data.get("job")
+        share_id = self.cleaned_data.get("share")
+        if job_id in self.jobs:
+            return self.jobs[job_id].share.team_id
+        if share_id in self.shares:
+            return self.shares[share_id].team_id
+        any_target = next(iter(self.jobs.values()), None) or next(iter(self.shares.values()), None)
+        if any_target is None:
+            return None
+        return any_target.share.team_id if isinstance(any_target, Job) else any_target.team_id
+
+
+class DecisionForm(forms.Form):
+    """Approve, reject or withdraw: a note for the record."""
+
+    note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class ExceptionFilterForm(forms.Form):
+    state = forms.ChoiceField(required=False)
+    team = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
+
+    def __init__(self, *args: Any, teams: list[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from governance.models import ExceptionState
+
+        _choice_field(self, "state").choices = [("", "Any state"), *ExceptionState.choices]
+        _choice_field(self, "team").choices = [("", "Any team")] + [(t.pk, t.name) for t in teams]
+
+
+class AgreementForm(forms.Form):
+    title = forms.CharField(max_length=200)
+    body = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 6}))
+    reclaim_assumptions = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3}), label="Reclaim the owner accepts"
+    )
+    recovery_assumptions = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3}), label="Recovery assumptions"
+    )
+    shares = forms.TypedMultipleChoiceField(coerce=int, required=False)
+    owner = forms.ChoiceField(required=False)
+    editors = forms.MultipleChoiceField(required=False)
+    review_by = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    reason = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Why this change? It is kept with the version.",
+    )
+    version = forms.IntegerField(required=False, widget=forms.HiddenInput())
+
+    def __init__(
+        self,
+        *args: Any,
+        shares: list[Share],
+        usernames: list[str],
+        people_editable: bool,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        _choice_field(self, "shares").choices = [(s.pk, _share_label(s)) for s in shares]
+        _choice_field(self, "owner").choices = [("", "— me —")] + [(u, u) for u in usernames]
+        _choice_field(self, "editors").choices = [(u, u) for u in usernames]
+        self.people_editable = people_editable
+        if not people_editable:
+            self.fields["owner"].disabled = True
+            self.fields["editors"].disabled = True
+
+
+class PriorityDefinitionForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    min_priority = forms.IntegerField(min_value=0, max_value=9999)
+    max_priority = forms.IntegerField(min_value=0, max_value=9999)
+    criteria = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    usable_by = forms.MultipleChoiceField(
+        required=False,
+        choices=BandRole.choices,
+        widget=forms.CheckboxSelectMultiple,
+        label="May use without approval",
+    )
+    exception_owner = forms.ChoiceField(required=False, label="Exception owner")
+    reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def __init__(self, *args: Any, usernames: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _choice_field(self, "exception_owner").choices = [("", "— none —")] + [
+            (u, u) for u in usernames
+        ]
