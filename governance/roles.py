@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from governance.models import Membership, MembershipRole, Team
@@ -13,17 +15,22 @@ AnyUser = AbstractBaseUser | AnonymousUser
 
 
 def _groups(user: AnyUser) -> set[str]:
+    """The user's group names, read once per user object (a request asks many times)."""
     if not user.is_authenticated:
         return set()
     cached: set[str] | None = getattr(user, "_role_groups", None)
     if cached is None:
-        cached = set(user.groups.values_list("name", flat=True))  # type: ignore[union-attr]
-        user._role_groups = cached  # type: ignore[union-attr]
+        groups: Any = getattr(user, "groups")  # noqa: B009  (custom user models may lack it)
+        cached = set(groups.values_list("name", flat=True))
+        setattr(user, "_role_groups", cached)  # noqa: B010
     return cached
 
 
 def is_admin(user: AnyUser) -> bool:
-    return bool(user.is_authenticated and (user.is_superuser or ADMIN_GROUP in _groups(user)))  # type: ignore[union-attr]
+    return bool(
+        user.is_authenticated
+        and (getattr(user, "is_superuser", False) or ADMIN_GROUP in _groups(user))
+    )
 
 
 def is_reviewer(user: AnyUser) -> bool:

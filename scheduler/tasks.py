@@ -65,7 +65,7 @@ def declare_lost_runs() -> int:
         .values_list("id", "agent", "last_heartbeat_at")
     )
     for job_id, agent, last in lost:
-        silent = (now - last).total_seconds()
+        silent = (now - last).total_seconds() if last is not None else 0.0
         runs.run_declare_lost(
             job_id=job_id,
             now=now,

@@ -28,9 +28,9 @@ class IsAgent(BasePermission):
     message = "only users in the 'agent' group may use the agent protocol"
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
+        user: Any = request.user
         return bool(
-            user and user.is_authenticated and user.groups.filter(name=AGENT_GROUP).exists()  # type: ignore[union-attr]
+            user and user.is_authenticated and user.groups.filter(name=AGENT_GROUP).exists()
         )
 
 
