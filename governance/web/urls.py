@@ -5,8 +5,59 @@ Page modules register their routes here (namespace ``web``); the navigation in
 ``web:exceptions``, ``web:priorities``, ``web:agreements`` and ``web:audit``.
 """
 
-from django.urls import path  # noqa: F401  (page modules add their paths below)
+from django.urls import path
+
+from governance.web import jobs, overview, queues, shares
 
 app_name = "web"
 
-urlpatterns: list = []
+urlpatterns: list = [
+    # Overview (issue 5): usage bars and the decision feed, both live.
+    path("", overview.overview, name="overview"),
+    path("partials/usage/", overview.usage_partial, name="usage-partial"),
+    path("partials/feed/", overview.feed_partial, name="feed-partial"),
+    # Queues and shares.
+    path("queues/", queues.queue_list, name="queues"),
+    path("queues/<int:queue_id>/", queues.queue_detail, name="queue"),
+    path(
+        "queues/<int:queue_id>/partials/usage/",
+        queues.queue_usage_partial,
+        name="queue-usage-partial",
+    ),
+    path("shares/<int:share_id>/", shares.share_detail, name="share"),
+    path("shares/<int:share_id>/edit/", shares.share_edit, name="share-edit"),
+    path("shares/<int:share_id>/preview/", shares.share_preview, name="share-preview"),
+    # Jobs.
+    path("jobs/", jobs.job_list, name="jobs"),
+    path("jobs/new/", jobs.job_new, name="job-new"),
+    path("jobs/<int:job_id>/", jobs.job_detail, name="job"),
+    path("jobs/<int:job_id>/partials/status/", jobs.job_status_partial, name="job-status-partial"),
+    path("jobs/<int:job_id>/priority/", jobs.job_reprioritise, name="job-reprioritise"),
+    path("jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job-cancel"),
+]
+
+# Governance pages (exceptions, priorities, agreements, audit trail): kept in this block.
+from governance.web import agreements as agreement_pages  # noqa: E402
+from governance.web import audit as audit_pages  # noqa: E402
+from governance.web import exceptions as exception_pages  # noqa: E402
+from governance.web import priorities as priority_pages  # noqa: E402
+
+urlpatterns += [
+    path("exceptions/", exception_pages.exception_list, name="exceptions"),
+    path("exceptions/new/", exception_pages.exception_new, name="exception_new"),
+    path("exceptions/<int:pk>/", exception_pages.exception_detail, name="exception"),
+    path(
+        "exceptions/<int:pk>/<str:action>/",
+        exception_pages.exception_decide,
+        name="exception_decide",
+    ),
+    path("priorities/", priority_pages.priority_list, name="priorities"),
+    path("priorities/new/", priority_pages.priority_new, name="priority_new"),
+    path("priorities/<int:pk>/edit/", priority_pages.priority_edit, name="priority_edit"),
+    path("priorities/<int:pk>/delete/", priority_pages.priority_delete, name="priority_delete"),
+    path("agreements/", agreement_pages.agreement_list, name="agreements"),
+    path("agreements/new/", agreement_pages.agreement_new, name="agreement_new"),
+    path("agreements/<int:pk>/", agreement_pages.agreement_detail, name="agreement"),
+    path("agreements/<int:pk>/edit/", agreement_pages.agreement_edit, name="agreement_edit"),
+    path("audit/", audit_pages.audit_list, name="audit"),
+]

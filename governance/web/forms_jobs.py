@@ -1,0 +1,155 @@
+"""Job forms: the list filters, submission, and reprioritisation.
+
+Forms parse types only; the job service checks every rule (bands, preferences against the
+share's limits, counts) and its field errors go back beside the fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from governance.models import JobKind, JobState
+from governance.models.jobs import MAX_PREFERENCES
+from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
+
+PREFERENCE_ROWS = MAX_PREFERENCES
+
+STATE_CHOICES = [("", "any state"), ("active", "pending or running"), *JobState.choices]
+KIND_CHOICES = [("", "any kind"), *JobKind.choices]
+
+
+class JobFilterForm(forms.Form):
+    """The job list's filters (GET). Choices are filled by the view from one read each."""
+
+    q = forms.CharField(required=False, label="Name contains")
+    queue = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
+    share = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
+    team = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
+    state = forms.ChoiceField(required=False, choices=STATE_CHOICES)
+    kind = forms.ChoiceField(required=False, choices=KIND_CHOICES)
+
+    def __init__(
+        self,
+        *args: Any,
+        queues: list[tuple[int, str]],
+        shares: list[tuple[int, str]],
+        teams: list[tuple[int, str]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["queue"].choices = [("", "any queue"), *queues]  # type: ignore[attr-defined]
+        self.fields["share"].choices = [("", "any share"), *shares]  # type: ignore[attr-defined]
+        self.fields["team"].choices = [("", "any team"), *teams]  # type: ignore[attr-defined]
+
+    def filters(self) -> dict[str, Any]:
+        if not self.is_valid():
+            return {}
+        data = self.cleaned_data
+        return {
+            "queue": data.get("queue"),
+            "share": data.get("share"),
+            "team": data.get("team"),
+            "state": data.get("state") or None,
+            "kind": data.get("kind") or None,
+            "text": data.get("q") or None,
+        }
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value in (None, "") else int(value)
+
+
+class JobSubmitForm(forms.Form):
+    share = forms.TypedChoiceField(coerce=int, label="Share")
+    name = forms.CharField(max_length=200)
+    kind = forms.ChoiceField(choices=JobKind.choices, initial=JobKind.TRAINING)
+    priority = forms.IntegerField(
+        min_value=MIN_PRIORITY,
+        max_value=MAX_PRIORITY,
+        initial=0,
+        help_text="Higher is more urgent; you may use the bands your role allows.",
+    )
+    count = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Common count",
+        help_text="One count for every preference, or leave empty and give a count per row.",
+    )
+    max_pending = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Max pending (seconds)",
+        help_text="Give up if not started within this time (accelerated types only).",
+    )
+    checkpoint_interval = forms.IntegerField(
+        required=False, min_value=1, label="Checkpoint interval (seconds of work)"
+    )
+    duration = forms.IntegerField(
+        required=False, min_value=1, label="Duration (seconds of work at speed 1.0)"
+    )
+    # Not an input: where the service's ``preferences`` and ``queue`` errors are shown.
+    preferences = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(
+        self,
+        *args: Any,
+        shares: list[tuple[int, str]],
+        type_names: list[str],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["share"].choices = [("", "choose a share"), *shares]  # type: ignore[attr-defined]
+        type_choices = [("", "—")] + [(name, name) for name in type_names]
+        for i in range(PREFERENCE_ROWS):
+            self.fields[f"pref_type_{i}"] = forms.ChoiceField(
+                choices=type_choices, required=False, label=f"Preference {i + 1}"
+            )
+            self.fields[f"pref_count_{i}"] = forms.IntegerField(
+                required=False, min_value=1, label=f"Count {i + 1}"
+            )
+
+    def preference_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
+        return [(self[f"pref_type_{i}"], self[f"pref_count_{i}"]) for i in range(PREFERENCE_ROWS)]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        prefs: list[dict[str, Any]] = []
+        for i in range(PREFERENCE_ROWS):
+            type_name = data.get(f"pref_type_{i}")
+            count = data.get(f"pref_count_{i}")
+            if not type_name and count is None:
+                continue
+            if not type_name:
+                self.add_error(f"pref_type_{i}", "Choose an instance type for this count.")
+                continue
+            pref: dict[str, Any] = {"instance_type": type_name}
+            if count is not None:
+                pref["count"] = count
+            prefs.append(pref)
+        data["preference_list"] = prefs
+        return data
+
+    def service_kwargs(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        return {
+            "share": data["share"],
+            "name": data["name"],
+            "kind": data["kind"],
+            "priority": data["priority"],
+            "preferences": data["preference_list"],
+            "count": _optional_int(data.get("count")),
+            "max_pending": _optional_int(data.get("max_pending")),
+            "checkpoint_interval": _optional_int(data.get("checkpoint_interval")),
+            "duration": _optional_int(data.get("duration")),
+        }
+
+
+class ReprioritiseForm(forms.Form):
+    priority = forms.IntegerField(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY)
+    reason = forms.CharField(required=False, max_length=500)
+
+
+class CancelForm(forms.Form):
+    reason = forms.CharField(required=False, max_length=500)

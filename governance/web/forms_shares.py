@@ -1,0 +1,137 @@
+"""The share editor's form: parses what the admin typed into the service's field values.
+
+It checks only the shape of the input (numbers are numbers); every rule (limits against
+the queue's capacity, the borrow limit's policy, ...) is the share service's, and its
+errors are put back beside the fields by ``apply_service_errors``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from governance.models import Share
+from governance.models.shares import MAX_LIMITS_PER_SHARE, Policy
+from governance.services.errors import ServiceError
+
+LIMIT_ROWS = MAX_LIMITS_PER_SHARE
+
+
+def apply_service_errors(form: forms.Form, exc: ServiceError) -> None:
+    """Put each service message beside its field; unknown fields become non-field errors."""
+    for field, messages in exc.errors.items():
+        target = field if field in form.fields else None
+        for message in messages:
+            if target is None and field not in ("non_field_errors", "detail"):
+                message = f"{field}: {message}"
+            form.add_error(target, message)
+
+
+def _optional_int(value: Any) -> int | None:
+    if value in (None, ""):
+        return None
+    return int(value)
+
+
+class ShareEditForm(forms.Form):
+    """Limits as up to five (type, count) rows, then the share's policy fields."""
+
+    policy = forms.ChoiceField(choices=Policy.choices)
+    borrow_limit = forms.IntegerField(
+        required=False,
+        help_text="Percent of each limit it may borrow on top (200 = twice its limit); "
+        "-1 = unlimited. Only for Lend and borrow.",
+    )
+    in_share_preemption = forms.BooleanField(
+        required=False,
+        label="In-share preemption",
+        help_text="A higher-priority pending job stops a lower-priority running job of this share.",
+    )
+    preemption_retries = forms.IntegerField(
+        required=False,
+        min_value=0,
+        help_text="How often a job may be preempted and requeued; 0 fails it at its first "
+        "preemption; empty = unlimited.",
+    )
+    enabled = forms.BooleanField(required=False, help_text="A disabled share accepts no new jobs.")
+    reason = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Why this change: it goes into the audit trail.",
+    )
+    version = forms.IntegerField(widget=forms.HiddenInput)
+    # Not an input: where the service's ``limits`` errors are shown.
+    limits = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(
+        self, *args: Any, type_names: list[str], require_reason: bool = True, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.require_reason = require_reason
+        choices = [("", "—")] + [(name, name) for name in type_names]
+        for i in range(LIMIT_ROWS):
+            self.fields[f"limit_type_{i}"] = forms.ChoiceField(
+                choices=choices, required=False, label=f"Type {i + 1}"
+            )
+            self.fields[f"limit_count_{i}"] = forms.IntegerField(
+                required=False, min_value=0, label=f"Count {i + 1}"
+            )
+
+    @classmethod
+    def initial_for(cls, share: Share, limits: dict[str, int]) -> dict[str, Any]:
+        initial: dict[str, Any] = {
+            "policy": share.policy,
+            "borrow_limit": share.borrow_limit,
+            "in_share_preemption": share.in_share_preemption,
+            "preemption_retries": share.preemption_retries,
+            "enabled": share.enabled,
+            "version": share.version,
+        }
+        for i, (type_name, count) in enumerate(sorted(limits.items())):
+            initial[f"limit_type_{i}"] = type_name
+            initial[f"limit_count_{i}"] = count
+        return initial
+
+    def limit_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
+        return [(self[f"limit_type_{i}"], self[f"limit_count_{i}"]) for i in range(LIMIT_ROWS)]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        limits: dict[str, int] = {}
+        for i in range(LIMIT_ROWS):
+            type_name = data.get(f"limit_type_{i}")
+            count = data.get(f"limit_count_{i}")
+            if not type_name and count is None:
+                continue
+            if not type_name:
+                self.add_error(f"limit_type_{i}", "Choose an instance type for this count.")
+            elif count is None:
+                self.add_error(f"limit_count_{i}", "Give a count (0 makes the type borrow-only).")
+            elif type_name in limits:
+                self.add_error(f"limit_type_{i}", f"{type_name} is already listed above.")
+            else:
+                limits[type_name] = count
+        data["limits_map"] = limits
+        if self.require_reason and not (data.get("reason") or "").strip():
+            self.add_error("reason", "Say why you change this share; it goes into the audit trail.")
+        return data
+
+    def changes(self) -> dict[str, Any]:
+        """The share fields as the service takes them (``limits`` replaces the whole map).
+
+        The page enables the borrow limit only for LEND_AND_BORROW; a value sent with
+        another policy still goes to the service, which refuses it by name.
+        """
+        data = self.cleaned_data
+        changes: dict[str, Any] = {
+            "policy": data["policy"],
+            "limits": data["limits_map"],
+            "in_share_preemption": bool(data.get("in_share_preemption")),
+            "preemption_retries": _optional_int(data.get("preemption_retries")),
+            "enabled": bool(data.get("enabled")),
+        }
+        borrow_limit = _optional_int(data.get("borrow_limit"))
+        if data["policy"] == Policy.LEND_AND_BORROW or borrow_limit is not None:
+            changes["borrow_limit"] = borrow_limit
+        return changes

@@ -1,0 +1,213 @@
+"""Job pages: the filtered list, one job with its live status and timeline, submission,
+reprioritisation and cancellation (each a POST calling one job service)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from governance import roles
+from governance.models import InstanceType, Job, JobQueue, JobState, Share, Team
+from governance.models.jobs import ACTIVE_STATES
+from governance.selectors import jobs as job_selectors
+from governance.selectors import priorities as priority_selectors
+from governance.selectors import web_jobs
+from governance.services import jobs as job_services
+from governance.services.errors import ServiceError
+from governance.web.forms_jobs import CancelForm, JobFilterForm, JobSubmitForm, ReprioritiseForm
+from governance.web.forms_shares import apply_service_errors
+
+PAGE_SIZE = 50
+
+
+@login_required
+def job_list(request: HttpRequest) -> HttpResponse:
+    form = JobFilterForm(
+        request.GET or None,
+        queues=list(JobQueue.objects.order_by("name").values_list("pk", "name")),
+        shares=[
+            (pk, f"{queue} / {name}")
+            for pk, queue, name in Share.objects.order_by("queue__name", "name").values_list(
+                "pk", "queue__name", "name"
+            )
+        ],
+        teams=list(Team.objects.order_by("name").values_list("pk", "name")),
+    )
+    filters = form.filters() if form.is_bound else {}
+    page = Paginator(web_jobs.filtered_jobs(**filters), PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        "filtered": any(v for v in filters.values()),
+        "can_submit": _may_submit_any(request),
+    }
+    return render(request, "jobs/list.html", context)
+
+
+def _may_submit_any(request: HttpRequest) -> bool:
+    return roles.is_admin(request.user) or bool(roles.member_team_ids(request.user))
+
+
+def _job_or_404(job_id: int) -> Job:
+    job = job_selectors.job_with_events(job_id)
+    if job is None:
+        raise Http404("No such job.")
+    return job
+
+
+def _may_manage(request: HttpRequest, job: Job) -> bool:
+    """Whether to offer the reprioritise and cancel forms (the service decides for real)."""
+    user = request.user
+    return (
+        roles.is_admin(user)
+        or job.submitter_id == user.pk
+        or job.share.team_id in roles.lead_team_ids(user)
+    )
+
+
+def _status_context(job: Job) -> dict[str, Any]:
+    reasons = web_jobs.explain_job(job) if job.state == JobState.PENDING else []
+    return {
+        "job": job,
+        "timeline": web_jobs.timeline(job),
+        "reasons": web_jobs.with_reason_words(reasons),
+        "reasons_available": reasons is not None,
+        "active": job.state in ACTIVE_STATES,
+    }
+
+
+def _detail(
+    request: HttpRequest,
+    job: Job,
+    *,
+    priority_form: ReprioritiseForm | None = None,
+    cancel_form: CancelForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    may_manage = _may_manage(request, job)
+    context = {
+        **_status_context(job),
+        "may_manage": may_manage,
+        "priority_form": priority_form or ReprioritiseForm(initial={"priority": job.priority}),
+        "cancel_form": cancel_form or CancelForm(),
+        "max_priority": (
+            priority_selectors.max_usable_priority(request.user, job.share.team_id)
+            if may_manage
+            else None
+        ),
+        "band": priority_selectors.band_for(job.priority),
+    }
+    return render(request, "jobs/detail.html", context, status=status)
+
+
+@login_required
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    return _detail(request, _job_or_404(job_id))
+
+
+@login_required
+def job_status_partial(request: HttpRequest, job_id: int) -> HttpResponse:
+    return render(request, "jobs/detail.html#status", _status_context(_job_or_404(job_id)))
+
+
+@login_required
+@require_POST
+def job_reprioritise(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(job_id)
+    form = ReprioritiseForm(request.POST)
+    if not form.is_valid():
+        return _detail(request, job, priority_form=form, status=400)
+    try:
+        job_services.job_reprioritise(
+            actor=request.user,
+            job=job.pk,
+            priority=form.cleaned_data["priority"],
+            reason=form.cleaned_data["reason"],
+        )
+    except ServiceError as exc:
+        apply_service_errors(form, exc)
+        return _detail(request, _job_or_404(job_id), priority_form=form, status=exc.status)
+    messages.success(request, f"Priority of {job.name} set to {form.cleaned_data['priority']}.")
+    return redirect("web:job", job_id=job.pk)
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job_or_404(job_id)
+    form = CancelForm(request.POST)
+    if not form.is_valid():
+        return _detail(request, job, cancel_form=form, status=400)
+    try:
+        job_services.job_cancel(actor=request.user, job=job.pk, reason=form.cleaned_data["reason"])
+    except ServiceError as exc:
+        apply_service_errors(form, exc)
+        return _detail(request, _job_or_404(job_id), cancel_form=form, status=exc.status)
+    messages.success(request, f"{job.name} cancelled.")
+    return redirect("web:job", job_id=job.pk)
+
+
+def _submittable_shares(request: HttpRequest) -> list[tuple[int, str]]:
+    shares = Share.objects.filter(enabled=True)
+    if not roles.is_admin(request.user):
+        shares = shares.filter(team_id__in=roles.member_team_ids(request.user))
+    return [
+        (pk, f"{queue} / {name} ({team})")
+        for pk, queue, name, team in shares.order_by("queue__name", "name").values_list(
+            "pk", "queue__name", "name", "team__name"
+        )
+    ]
+
+
+@login_required
+def job_new(request: HttpRequest) -> HttpResponse:
+    """Submit a job to one of the user's teams' shares (members, leads, admins)."""
+    if not _may_submit_any(request):
+        raise DjangoPermissionDenied("Only members and leads of a team, and admins, submit jobs.")
+    share_choices = _submittable_shares(request)
+    type_names = list(InstanceType.objects.order_by("name").values_list("name", flat=True))
+    status = 200
+    if request.method == "POST":
+        form = JobSubmitForm(request.POST, shares=share_choices, type_names=type_names)
+        if form.is_valid():
+            try:
+                job = job_services.job_submit(actor=request.user, **form.service_kwargs())
+            except ServiceError as exc:
+                apply_service_errors(form, exc)
+                status = exc.status
+            else:
+                messages.success(request, f"Job {job.name} submitted.")
+                return redirect("web:job", job_id=job.pk)
+        else:
+            status = 400
+    else:
+        initial: dict[str, Any] = {}
+        if request.GET.get("share", "").isdigit():
+            initial["share"] = int(request.GET["share"])
+        form = JobSubmitForm(initial=initial, shares=share_choices, type_names=type_names)
+    share_limits: dict[int, list[str]] = {}
+    for share_id, type_name in (
+        Share.objects.filter(pk__in=[pk for pk, _ in share_choices])
+        .values_list("pk", "limits__instance_type__name")
+        .order_by("pk", "limits__instance_type__name")
+    ):
+        if type_name:
+            share_limits.setdefault(share_id, []).append(type_name)
+    context = {
+        "form": form,
+        "share_types": [
+            (label, ", ".join(share_limits.get(pk, []))) for pk, label in share_choices
+        ],
+        "bands": list(priority_selectors.priority_definitions()),
+    }
+    return render(request, "jobs/new.html", context, status=status)

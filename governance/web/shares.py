@@ -1,0 +1,220 @@
+"""Share pages: one share's settings and usage, and the admins' editor with a live preview.
+
+The editor posts to the share service (``share_update``) with the version it read; a
+stale edit (Conflict) shows the other change next to the admin's own values. While the
+admin edits, the form is posted to the preview endpoint, which asks the engine (through
+``scheduler.bridge``) what the change would do before anything is saved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from governance import roles
+from governance.models import AuditEntry, AuditEvent, JobState, QueueCapacity, Share
+from governance.models.shares import Policy
+from governance.selectors import jobs as job_selectors
+from governance.selectors import shares as share_selectors
+from governance.selectors import web_jobs, web_overview
+from governance.selectors.web_overview import RULE_WORDS
+from governance.services import shares as share_services
+from governance.services.errors import Conflict, ServiceError
+from governance.web.forms_shares import ShareEditForm, apply_service_errors
+
+COMPARED_FIELDS = (
+    ("limits", "Limits"),
+    ("policy", "Policy"),
+    ("borrow_limit", "Borrow limit"),
+    ("in_share_preemption", "In-share preemption"),
+    ("preemption_retries", "Preemption retries"),
+    ("enabled", "Enabled"),
+)
+
+
+def _share_or_404(share_id: int) -> Share:
+    share = share_selectors.shares().filter(pk=share_id).first()
+    if share is None:
+        raise Http404("No such share.")
+    return share
+
+
+def _require_admin(request: HttpRequest) -> None:
+    if not roles.is_admin(request.user):
+        raise DjangoPermissionDenied("Only admins may change shares.")
+
+
+def _type_names(share: Share) -> list[str]:
+    return list(
+        QueueCapacity.objects.filter(queue_id=share.queue_id)
+        .order_by("instance_type__name")
+        .values_list("instance_type__name", flat=True)
+    )
+
+
+def _show(field: str, value: Any) -> str:
+    """A share field's value in words, for the conflict and preview comparisons."""
+    if field == "limits":
+        return ", ".join(f"{n} \u00d7 {t}" for t, n in sorted((value or {}).items())) or "none"
+    if field == "borrow_limit":
+        return "—" if value is None else ("unlimited" if value == -1 else f"{value}%")
+    if field == "preemption_retries":
+        return "unlimited" if value is None else str(value)
+    if field in ("in_share_preemption", "enabled"):
+        return "on" if value else "off"
+    if field == "policy":
+        return str(Policy(value).label) if value in Policy.values else str(value)
+    return str(value)
+
+
+def _comparison(current: dict[str, Any], proposed: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for field, label in COMPARED_FIELDS:
+        now = current.get(field)
+        if field == "borrow_limit" and field not in proposed:
+            mine = now if proposed.get("policy") == Policy.LEND_AND_BORROW else None
+        else:
+            mine = proposed.get(field, now)
+        rows.append(
+            {
+                "label": label,
+                "current": _show(field, now),
+                "yours": _show(field, mine),
+                "differs": _show(field, now) != _show(field, mine),
+            }
+        )
+    return rows
+
+
+@login_required
+def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
+    share = _share_or_404(share_id)
+    block = web_overview.usage_blocks([share.queue])[0]
+    bars = [
+        {"instance_type": t.instance_type, "capacity": t.capacity, "bar": bar}
+        for t in block.types
+        for bar in t.shares
+        if bar.share_id == share.pk
+    ]
+    active = job_selectors.jobs().filter(
+        share=share, state__in=(JobState.RUNNING, JobState.PENDING)
+    )
+    changes = list(
+        AuditEntry.objects.filter(
+            share_id=share.pk,
+            event_type__in=(AuditEvent.SHARE_CREATED, AuditEvent.SHARE_UPDATED),
+        )
+        .select_related("actor")
+        .order_by("-created_at", "-id")[:10]
+    )
+    history = [
+        {
+            "entry": entry,
+            "rows": [r for r in _comparison(entry.before or {}, entry.after or {}) if r["differs"]]
+            if entry.before
+            else [],
+        }
+        for entry in changes
+    ]
+    context = {
+        "share": share,
+        "limits": share_selectors.limits_of(share),
+        "bars": bars,
+        "jobs": list(active.order_by("state", "-priority", "submitted_at", "id")[:50]),
+        "jobs_total": active.count(),
+        "history": history,
+        "agreements": list(share.agreements.order_by("title")),
+        "can_edit": roles.is_admin(request.user),
+    }
+    return render(request, "shares/detail.html", context)
+
+
+def _last_change(share: Share) -> AuditEntry | None:
+    return (
+        AuditEntry.objects.filter(share_id=share.pk, event_type=AuditEvent.SHARE_UPDATED)
+        .select_related("actor")
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+@login_required
+def share_edit(request: HttpRequest, share_id: int) -> HttpResponse:
+    _require_admin(request)
+    share = _share_or_404(share_id)
+    type_names = _type_names(share)
+    context: dict[str, Any] = {"share": share}
+    status = 200
+    if request.method == "POST":
+        form = ShareEditForm(request.POST, type_names=type_names)
+        if form.is_valid():
+            changes = form.changes()
+            try:
+                share_services.share_update(
+                    actor=request.user,
+                    share=share.pk,
+                    version=form.cleaned_data["version"],
+                    changes=changes,
+                    reason=form.cleaned_data["reason"].strip(),
+                )
+            except Conflict as exc:
+                current = exc.current if isinstance(exc.current, dict) else {}
+                data = request.POST.copy()
+                data["version"] = str(current.get("version", share.version))
+                form = ShareEditForm(data, type_names=type_names)
+                form.is_valid()
+                context["conflict"] = {
+                    "rows": _comparison(current, changes),
+                    "change": _last_change(share),
+                    "current_version": current.get("version"),
+                }
+                status = 409
+            except ServiceError as exc:
+                apply_service_errors(form, exc)
+                status = exc.status
+            else:
+                messages.success(request, f"Share {share.name} saved.")
+                return redirect("web:share", share_id=share.pk)
+        else:
+            status = 400
+    else:
+        form = ShareEditForm(
+            initial=ShareEditForm.initial_for(share, share_selectors.limits_of(share)),
+            type_names=type_names,
+        )
+    context["form"] = form
+    context["borrow_enabled"] = (form["policy"].value() or share.policy) == Policy.LEND_AND_BORROW
+    return render(request, "shares/edit.html", context, status=status)
+
+
+@login_required
+@require_POST
+def share_preview(request: HttpRequest, share_id: int) -> HttpResponse:
+    """What the proposed (unsaved) values would do; field errors instead when invalid.
+
+    Always 200 so htmx swaps the result in: nothing is written here.
+    """
+    _require_admin(request)
+    share = _share_or_404(share_id)
+    form = ShareEditForm(request.POST, type_names=_type_names(share), require_reason=False)
+    context: dict[str, Any] = {"share": share, "form": form}
+    if form.is_valid():
+        proposed = form.changes()
+        current = share_services.share_snapshot(share)
+        context["diff"] = [r for r in _comparison(current, proposed) if r["differs"]]
+        try:
+            preview = web_jobs.preview_share_change(share, proposed)
+            for rows in (preview or {}).values():
+                for row in rows:
+                    row["rule_words"] = RULE_WORDS.get(row.get("rule", ""), row.get("rule", ""))
+            context["preview"] = preview
+            context["preview_unavailable"] = preview is None
+        except ServiceError as exc:
+            apply_service_errors(form, exc)
+    return render(request, "shares/edit.html#preview", context)

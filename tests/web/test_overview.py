@@ -1,0 +1,259 @@
+"""The overview page: usage bars per queue, type and share, and the live decision feed."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from governance.models import AuditEntry, AuditEvent
+from governance.selectors.web_overview import describe
+from governance.services import jobs as job_services
+from scheduler import bridge
+from tests.factories import (
+    TeamFactory,
+    make_admin,
+    make_bands,
+    make_lead,
+    make_member,
+    make_queue,
+    make_reviewer,
+    make_share,
+)
+
+pytestmark = pytest.mark.django_db
+
+ONE_G5 = [{"instance_type": "ml.g5.xlarge", "count": 1}]
+
+
+def client_for(user: Any) -> Client:
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+def count_queries(client: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(url)
+    assert response.status_code == 200, response.content[:500]
+    return len(ctx.captured_queries)
+
+
+def aws_world(name: str = "aws", *, bands: bool = True) -> SimpleNamespace:
+    """The AWS worked example: three shares of one ml.g5.xlarge each, capacity 3."""
+    queue = make_queue(name, {"ml.g5.xlarge": 3})
+    vision = TeamFactory(name="vision")
+    language = TeamFactory(name="language")
+    speech = TeamFactory(name="speech")
+    background = make_share(
+        queue,
+        vision,
+        f"{name}-background",
+        policy="LEND_AND_BORROW",
+        borrow_limit=200,
+        in_share_preemption=True,
+    )
+    medium = make_share(queue, language, f"{name}-medium", policy="LEND")
+    protected = make_share(queue, speech, f"{name}-protected", policy="RESERVE")
+    if bands:
+        make_bands()
+    return SimpleNamespace(
+        queue=queue,
+        vision=vision,
+        language=language,
+        speech=speech,
+        background=background,
+        medium=medium,
+        protected=protected,
+        lead_vision=make_lead(vision, "lead-vision"),
+        member_vision=make_member(vision, "member-vision"),
+        lead_language=make_lead(language, "lead-language"),
+        reviewer=make_reviewer("reviewer"),
+        admin=make_admin("admin"),
+    )
+
+
+def submit(user: Any, share: Any, name: str, priority: int = 1, **kw: Any) -> Any:
+    kw.setdefault("preferences", ONE_G5)
+    return job_services.job_submit(actor=user, share=share, name=name, priority=priority, **kw)
+
+
+def borrowing_then_reclaim(w: SimpleNamespace) -> None:
+    """bg-high runs on its own limit, bg-med borrows medium's idle g5, then medium's own
+    job takes it back (reclaim)."""
+    submit(w.lead_vision, w.background, "bg-high", 3, duration=3600)
+    submit(w.lead_vision, w.background, "bg-med", 2, duration=3600)
+    bridge.run_cycle(w.queue.pk)
+    submit(w.lead_language, w.medium, "llm-pretrain", 5, duration=3600)
+    bridge.run_cycle(w.queue.pk)
+
+
+@pytest.fixture
+def world() -> SimpleNamespace:
+    return aws_world()
+
+
+def test_anonymous_is_sent_to_sign_in(world):
+    for url in ("/", "/partials/usage/", "/partials/feed/"):
+        response = Client().get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/login/")
+
+
+@pytest.mark.parametrize("role", ["admin", "reviewer", "lead_vision", "member_vision"])
+def test_every_signed_in_role_sees_the_overview(world, role):
+    response = client_for(getattr(world, role)).get("/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "aws-background" in body and "aws-protected" in body
+    assert 'hx-get="/partials/usage/"' in body and 'hx-trigger="every 2s"' in body
+    assert 'hx-get="/partials/feed/"' in body
+
+
+def test_usage_splits_own_borrowed_lent_and_idle(world):
+    submit(world.lead_vision, world.background, "bg-high", 3)
+    submit(world.lead_vision, world.background, "bg-med", 2)
+    bridge.run_cycle(world.queue.pk)
+    response = client_for(world.reviewer).get("/")
+    (queue,) = response.context["queues"]
+    (g5,) = queue.types
+    bars = {bar.name: bar for bar in g5.shares}
+    assert (bars["aws-background"].own, bars["aws-background"].borrowed) == (1, 1)
+    assert (bars["aws-medium"].lent, bars["aws-medium"].idle_lend) == (1, 0)
+    assert (bars["aws-protected"].idle_reserved, bars["aws-protected"].lent) == (1, 0)
+    assert g5.capacity == 3 and g5.usage == 2 and not g5.oversubscribed
+    # Drawn as segments scaled to capacity 3: own 1/3, borrowed 1/3.
+    kinds = [(s.kind, round(s.width)) for s in bars["aws-background"].segments]
+    assert kinds == [("own", 33), ("borrowed", 33)]
+    body = response.content.decode()
+    assert 'class="borrowed"' in body and 'class="lent"' in body and 'class="idle-reserved"' in body
+
+
+def test_oversubscription_is_shown(world):
+    make_share(world.queue, TeamFactory(name="extra"), "aws-extra", {"ml.g5.xlarge": 2})
+    response = client_for(world.admin).get("/partials/usage/")
+    body = response.content.decode()
+    assert "oversubscribed by 2" in body
+    assert "<html" not in body  # the partial alone
+
+
+def test_feed_tells_reclaim_in_plain_words(world):
+    borrowing_then_reclaim(world)
+    response = client_for(world.member_vision).get("/partials/feed/")
+    body = response.content.decode()
+    assert (
+        "language&#x27;s job llm-pretrain took back its ml.g5.xlarge "
+        "from vision&#x27;s borrowed run bg-med" in body
+    )
+    assert "(reclaim)" in body
+    assert "vision&#x27;s bg-med started on ml.g5.xlarge borrowing 1 beyond its limit" in body
+    assert 'id="feed"' in body and "<html" not in body
+
+
+def _entry(event: AuditEvent, after: dict[str, Any]) -> AuditEntry:
+    return AuditEntry(
+        event_type=event,
+        subject_type="job",
+        subject_id="1",
+        subject_repr="x (1)",
+        after=after,
+        created_at=timezone.now(),
+    )
+
+
+def test_feed_sentences_for_every_rule():
+    priority = describe(
+        _entry(
+            AuditEvent.JOB_PREEMPTED,
+            {
+                "job": "bg-high",
+                "team": "vision",
+                "share": "background",
+                "rule": "priority",
+                "by": "bg-low",
+                "by_team": "vision",
+                "instance_type": "ml.g5.xlarge",
+                "lost_work": 0,
+            },
+        )
+    )
+    assert priority.text.startswith("vision's bg-low preempted bg-high in the same share")
+    assert priority.rule_words == "higher priority"
+    lost = describe(
+        _entry(
+            AuditEvent.JOB_PREEMPTED,
+            {
+                "job": "a",
+                "team": "t",
+                "rule": "capacity_lost",
+                "instance_type": "ml.p5.48xlarge",
+                "lost_work": 600,
+            },
+        )
+    )
+    assert "lost ml.p5.48xlarge capacity" in lost.text and "10 min of work lost" in lost.text
+    failed = describe(
+        _entry(
+            AuditEvent.JOB_FAILED,
+            {
+                "rule": "preemption_retries_exhausted",
+                "preemptions": 2,
+            },
+        )
+    )
+    assert "failed: preempted 2 times" in failed.text
+    assert failed.rule_words == "preemption retries exhausted"
+    timed_out = describe(
+        _entry(
+            AuditEvent.JOB_TIMED_OUT,
+            {
+                "job": "j",
+                "team": "t",
+                "rule": "timeout",
+                "max_pending": 3600,
+            },
+        )
+    )
+    assert "gave up waiting after its max pending time of 60 min" in timed_out.text
+    own = describe(
+        _entry(
+            AuditEvent.JOB_ADMITTED,
+            {
+                "job": "j",
+                "team": "t",
+                "rule": "own",
+                "instance_type": "ml.g5.xlarge",
+                "count": 2,
+            },
+        )
+    )
+    assert own.text == "t's j started on 2 x ml.g5.xlarge"
+    assert own.rule_words == "within its own limit"
+
+
+def _grow(w: SimpleNamespace, tag: str, jobs: int) -> None:
+    """More queues, shares, jobs and decisions: the page must not run more queries."""
+    other = aws_world(tag, bands=False)
+    for i in range(jobs):
+        submit(w.lead_vision, w.background, f"bulk-{tag}-{i}", 1)
+        submit(other.lead_vision, other.background, f"bulk-other-{tag}-{i}", 1)
+    bridge.run_cycle(w.queue.pk)
+    bridge.run_cycle(other.queue.pk)
+
+
+def test_query_count_does_not_grow_with_data(world):
+    client = client_for(world.lead_vision)
+    borrowing_then_reclaim(world)
+    small = [count_queries(client, url) for url in ("/", "/partials/usage/", "/partials/feed/")]
+    _grow(world, "big", 12)
+    world.lead_vision.refresh_from_db()  # the builders reset passwords: sign in again
+    client.force_login(world.lead_vision)
+    big = [count_queries(client, url) for url in ("/", "/partials/usage/", "/partials/feed/")]
+    assert small == big
+    assert max(big) <= 12

@@ -1,0 +1,184 @@
+"""Share page and the admins' share editor: preview, save through the service, conflicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from governance.models import AuditEntry, AuditEvent, Share
+from governance.services import shares as share_services
+from scheduler import bridge
+from tests.factories import make_admin
+from tests.web.test_overview import (
+    aws_world,
+    borrowing_then_reclaim,
+    client_for,
+    count_queries,
+    submit,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world():
+    return aws_world()
+
+
+def form_data(share: Share, **overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "version": share.version,
+        "policy": share.policy,
+        "borrow_limit": "" if share.borrow_limit is None else share.borrow_limit,
+        "preemption_retries": "" if share.preemption_retries is None else share.preemption_retries,
+        "limit_type_0": "ml.g5.xlarge",
+        "limit_count_0": 1,
+        "enabled": "on",
+        "reason": "Q1 review",
+    }
+    if share.in_share_preemption:
+        data["in_share_preemption"] = "on"
+    data.update(overrides)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+@pytest.mark.parametrize("role", ["admin", "reviewer", "lead_vision", "member_vision"])
+def test_share_page_for_every_role(world, role):
+    response = client_for(getattr(world, role)).get(f"/shares/{world.background.pk}/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "Lend and borrow" in body and "200% of each limit on top" in body
+    assert (f"/shares/{world.background.pk}/edit/" in body) == (role == "admin")
+
+
+@pytest.mark.parametrize("role", ["reviewer", "lead_vision", "member_vision"])
+def test_only_admins_edit(world, role):
+    client = client_for(getattr(world, role))
+    url = f"/shares/{world.background.pk}/"
+    assert client.get(url + "edit/").status_code == 403
+    assert client.post(url + "edit/", form_data(world.background)).status_code == 403
+    assert client.post(url + "preview/", form_data(world.background)).status_code == 403
+    world.background.refresh_from_db()
+    assert world.background.version == 1
+
+
+def test_editor_shows_current_values_and_live_preview_wiring(world):
+    response = client_for(world.admin).get(f"/shares/{world.background.pk}/edit/")
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert f'hx-post="/shares/{world.background.pk}/preview/"' in body
+    assert 'hx-trigger="change, keyup changed delay:400ms"' in body
+    assert 'name="version" value="1"' in body
+    assert 'value="200"' in body  # borrow limit shown and enabled for LEND_AND_BORROW
+    medium = client_for(world.admin).get(f"/shares/{world.medium.pk}/edit/").content.decode()
+    assert 'id="id_borrow_limit" value="" disabled' in medium
+
+
+def test_save_goes_through_the_service_with_reason_and_version(world):
+    response = client_for(world.admin).post(
+        f"/shares/{world.background.pk}/edit/",
+        form_data(world.background, limit_count_0=2, borrow_limit=100, reason="More for vision"),
+    )
+    assert response.status_code == 302
+    share = Share.objects.get(pk=world.background.pk)
+    assert share.version == 2 and share.borrow_limit == 100
+    entry = AuditEntry.objects.get(event_type=AuditEvent.SHARE_UPDATED, share_id=share.pk)
+    assert entry.actor == world.admin and entry.reason == "More for vision"
+    assert entry.after["limits"] == {"ml.g5.xlarge": 2}
+
+
+def test_reason_is_required(world):
+    response = client_for(world.admin).post(
+        f"/shares/{world.background.pk}/edit/", form_data(world.background, reason="")
+    )
+    assert response.status_code == 400
+    assert "Say why you change this share" in response.content.decode()
+    assert Share.objects.get(pk=world.background.pk).version == 1
+
+
+def test_service_errors_are_shown_beside_their_fields(world):
+    response = client_for(world.admin).post(
+        f"/shares/{world.medium.pk}/edit/",
+        form_data(world.medium, borrow_limit=50, preemption_retries=2),
+    )
+    assert response.status_code == 400
+    form = response.context["form"]
+    assert "Only a LEND_AND_BORROW share has a borrow limit" in form.errors["borrow_limit"][0]
+    assert Share.objects.get(pk=world.medium.pk).version == 1
+    assert not AuditEntry.objects.filter(event_type=AuditEvent.SHARE_UPDATED).exists()
+
+
+def test_duplicate_limit_rows_are_refused_by_name(world):
+    response = client_for(world.admin).post(
+        f"/shares/{world.medium.pk}/edit/",
+        form_data(world.medium, limit_type_1="ml.g5.xlarge", limit_count_1=1),
+    )
+    assert response.status_code == 400
+    assert "already listed above" in response.context["form"].errors["limit_type_1"][0]
+
+
+def test_stale_edit_shows_the_other_change(world):
+    other_admin = make_admin("other-admin")
+    share_services.share_update(
+        actor=other_admin,
+        share=world.background,
+        version=1,
+        changes={"limits": {"ml.g5.xlarge": 2}},
+        reason="Release week",
+    )
+    response = client_for(world.admin).post(
+        f"/shares/{world.background.pk}/edit/", form_data(world.background, borrow_limit=50)
+    )
+    assert response.status_code == 409
+    body = response.content.decode()
+    assert "Someone else changed this share" in body
+    assert "other-admin" in body and "Release week" in body
+    assert "2 \u00d7 ml.g5.xlarge" in body and "1 \u00d7 ml.g5.xlarge" in body  # current vs yours
+    assert "Reload with the current values" in body
+    assert 'name="version" value="2"' in body  # saving again replaces version 2 knowingly
+    share = Share.objects.get(pk=world.background.pk)
+    assert share.version == 2 and share.borrow_limit == 200
+
+
+def test_preview_lists_what_the_change_would_do(world):
+    borrowing_then_reclaim(world)  # bg-high runs own, llm-pretrain reclaimed bg-med
+    response = client_for(world.admin).post(
+        f"/shares/{world.background.pk}/preview/",
+        form_data(world.background, limit_count_0=0, borrow_limit=-1, reason=""),
+    )
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'id="preview"' in body and "<html" not in body
+    assert "<del>1 \u00d7 ml.g5.xlarge</del> <ins>0 \u00d7 ml.g5.xlarge</ins>" in body
+    # bg-high would sit beyond the new limit of 0: open to reclaim.
+    assert "Would become borrowed capacity" in body
+    assert '<a href="/jobs/' in body and "bg-high</a>" in body and "open to reclaim" in body
+
+
+def test_preview_shows_field_errors_for_invalid_input(world):
+    response = client_for(world.admin).post(
+        f"/shares/{world.background.pk}/preview/",
+        form_data(world.background, limit_count_0="-3", preemption_retries="x"),
+    )
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "The proposed values are not valid" in body
+    assert Share.objects.get(pk=world.background.pk).version == 1
+
+
+def test_share_page_query_count_is_constant(world):
+    client = client_for(world.reviewer)
+    url = f"/shares/{world.background.pk}/"
+    small = count_queries(client, url)
+    for i in range(15):
+        submit(world.lead_vision, world.background, f"extra-{i}", 1)
+    bridge.run_cycle(world.queue.pk)
+    share_services.share_update(
+        actor=world.admin,
+        share=world.background,
+        version=1,
+        changes={"borrow_limit": 100},
+        reason="x",
+    )
+    assert count_queries(client, url) == small
