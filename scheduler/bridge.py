@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -141,7 +141,11 @@ def _engine_job(
         eng.Preference(instance_type=p["instance_type"], count=int(p["count"]))
         for p in row["preferences"]
     )
-    max_pending, interval, duration = row["max_pending"], row["checkpoint_interval"], row["duration"]
+    max_pending, interval, duration = (
+        row["max_pending"],
+        row["checkpoint_interval"],
+        row["duration"],
+    )
     ej = eng.Job(
         id=str(row["id"]),
         share=share_name,
@@ -274,7 +278,7 @@ def _simulated_finish(job: Job, speed: float, factor: float) -> datetime | None:
         return None
     overhead = job.restart_overhead if job.run > 1 and job.preemptions else 0
     seconds = (overhead + max(0.0, job.duration - job.work_done) / speed) / factor
-    return job.run_started_at + timezone.timedelta(seconds=seconds)
+    return job.run_started_at + timedelta(seconds=seconds)
 
 
 def _versions(loaded: Loaded, *share_keys: str | None) -> dict[str, int]:
@@ -458,10 +462,18 @@ def explain_queue(queue_id: int) -> dict[int, list[dict[str, Any]]]:
     """Why each pending job of the queue waits, per preference (DESIGN section 4)."""
     queue = JobQueue.objects.get(pk=queue_id)
     loaded = load(queue, timezone.now(), lock=False)
+    engine = loaded.engine
+    # Reasons describe the state at the end of the instant: play the cycle that is due
+    # now (simulated completions, capacity drops, admissions) in memory, applying nothing.
+    # A job that cycle would start gets no reason: it is about to run.
+    ms = to_ms(loaded.now)
+    for name in sorted(loaded.type_ids):
+        engine.set_capacity(name, loaded.capacity.get(name, 0), ms)
+    engine.schedule(ms)
     out: dict[int, list[dict[str, Any]]] = {}
     for key, row in loaded.jobs.rows.items():
-        if row["state"] == JobState.PENDING:
-            out[row["id"]] = _reason_json(loaded.engine.explain(key))
+        if row["state"] == JobState.PENDING and engine.job(key).state is eng.JobState.PENDING:
+            out[row["id"]] = _reason_json(engine.explain(key))
     for job in loaded.disabled_pending:
         out[job.pk] = _disabled_reasons(job)
     return out

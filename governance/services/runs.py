@@ -30,7 +30,7 @@ def _snapshot(job: Job) -> dict[str, Any]:
         "share": job.share.name,
         "team": job.share.team.name,
         "state": job.state,
-        "instance_type": job.instance_type.name if job.instance_type else None,
+        "instance_type": job.instance_type.name if job.instance_type_id else None,
         "preference": job.preference,
         "borrowed": job.borrowed,
         "preemptions": job.preemptions,
@@ -454,7 +454,7 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
     if job.state != JobState.RUNNING:
         return None
     before = _snapshot(job)
-    speed = job.instance_type.speed if job.instance_type else 1.0
+    speed = job.instance_type.speed if job.instance_type_id else 1.0
     lost = max(0.0, current_work(job, now, speed=speed, time_factor=1.0) - job.checkpoint_work)
     job.recomputed += lost
     job.work_done = job.checkpoint_work
