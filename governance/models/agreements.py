@@ -49,9 +49,7 @@ class AgreementVersion(models.Model):
     recovery_assumptions = models.TextField(blank=True, default="")
     review_by = models.DateField(null=True, blank=True)
     share_ids = models.JSONField(default=list)
-    owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
-    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     edited_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
     )

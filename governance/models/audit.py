@@ -58,19 +58,35 @@ class AuditEntry(models.Model):
     subject_repr = models.CharField(max_length=300, blank=True, default="")
     # Denormalised links so the trail can be filtered by team, share, job and queue fast.
     team = models.ForeignKey(
-        "governance.Team", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+",
+        "governance.Team",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        related_name="+",
         db_constraint=False,
     )
     share = models.ForeignKey(
-        "governance.Share", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+",
+        "governance.Share",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        related_name="+",
         db_constraint=False,
     )
     job = models.ForeignKey(
-        "governance.Job", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+",
+        "governance.Job",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        related_name="+",
         db_constraint=False,
     )
     queue = models.ForeignKey(
-        "governance.JobQueue", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+",
+        "governance.JobQueue",
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        related_name="+",
         db_constraint=False,
     )
     before = models.JSONField(null=True, blank=True)
@@ -89,6 +105,9 @@ class AuditEntry(models.Model):
             models.Index(fields=["queue", "-created_at"]),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.event_type} {self.subject_repr}"
+
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.pk is not None:
             raise AppendOnlyError("audit entries cannot be changed")
@@ -96,6 +115,3 @@ class AuditEntry(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise AppendOnlyError("audit entries cannot be deleted")
-
-    def __str__(self) -> str:
-        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.event_type} {self.subject_repr}"

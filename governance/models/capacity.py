@@ -15,7 +15,9 @@ class InstanceType(models.Model):
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(speed__gt=0), name="instance_type_speed_gt_0"),
+            models.CheckConstraint(
+                condition=models.Q(speed__gt=0), name="instance_type_speed_gt_0"
+            ),
             models.CheckConstraint(
                 condition=models.Q(hourly_price__gte=0), name="instance_type_price_gte_0"
             ),

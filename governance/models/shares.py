@@ -52,7 +52,9 @@ class ShareLimit(models.Model):
     class Meta:
         ordering = ["share", "instance_type__name"]
         constraints = [
-            models.UniqueConstraint(fields=["share", "instance_type"], name="share_limit_unique_type"),
+            models.UniqueConstraint(
+                fields=["share", "instance_type"], name="share_limit_unique_type"
+            ),
         ]
 
     def __str__(self) -> str:
