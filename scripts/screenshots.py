@@ -1,0 +1,252 @@
+"""Full-page screenshots of the main pages into docs/screenshots/ (for the README and review).
+
+    .venv/bin/python -m scripts.screenshots                 # starts what it needs
+    .venv/bin/python -m scripts.screenshots --base-url http://127.0.0.1:8000
+
+Without ``--base-url`` it runs ``manage.py migrate`` and ``load_demo`` on ``DATABASE_URL``
+(else the embedded PostgreSQL/Redis under ``DATA_DIR``, as ``./scripts/run`` does), then
+starts ``runserver --insecure`` on a free port and a Celery worker (so the demo's jobs are
+scheduled and the feed has decisions), and stops both at the end. With ``--base-url`` it
+starts nothing: the server there must hold the demo data (passwords equal user names).
+
+Each page is taken as the role that uses it: the admin for the overview, queue, share
+editor (with its live preview showing) and agreements; a member for a job; the reviewer
+for the exceptions review queue and the audit trail. Headless Chromium is Debian's
+``/usr/bin/chromium``; Playwright never downloads a browser here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+VIEWPORT = {"width": 1400, "height": 1000}
+WORKER = [sys.executable, "-m", "celery", "-A", "governance", "worker"]
+WORKER += ["--pool", "solo", "--loglevel", "WARNING"]
+
+
+def say(message: str) -> None:
+    print(f"==> {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not answer within {timeout:.0f} s") from None
+            time.sleep(0.3)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@contextlib.contextmanager
+def local_server(worker: bool) -> Iterator[str]:
+    """migrate + load_demo + runserver (and a Celery worker) on the configured database."""
+    from scripts.common import data_dir, services
+
+    env = dict(os.environ)
+    # Real-time pace: the demo's running jobs stay running while the pictures are taken.
+    env.setdefault("DEMO_TIME_FACTOR", "1")
+    with services(env, data_dir()):
+        manage = [sys.executable, "manage.py"]
+        say("migrate and load the demo data")
+        subprocess.run([*manage, "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+        subprocess.run([*manage, "load_demo"], cwd=ROOT, env=env, check=True)
+        port = free_port()
+        children: list[subprocess.Popen[bytes]] = []
+        log = open(os.devnull, "wb")  # noqa: SIM115 - closed below
+        try:
+            say(f"runserver on 127.0.0.1:{port}")
+            children.append(
+                subprocess.Popen(
+                    [*manage, "runserver", f"127.0.0.1:{port}", "--noreload", "--insecure"],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            )
+            if worker:
+                say("a Celery worker, so the demo's jobs get scheduled")
+                children.append(
+                    subprocess.Popen(
+                        WORKER,
+                        cwd=ROOT,
+                        env=env,
+                        stdout=log,
+                        stderr=log,
+                        start_new_session=True,
+                    )
+                )
+            base = f"http://127.0.0.1:{port}"
+            wait_http(f"{base}/login/")
+            if worker:
+                time.sleep(4)  # the first cycles admit the demo's jobs
+            yield base
+        finally:
+            for child in reversed(children):
+                _stop(child)
+            log.close()
+
+
+def shoot(base: str, names: set[str] | None) -> list[Path]:
+    from playwright.sync_api import expect, sync_playwright
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    saved: list[Path] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        pages: dict[str, Any] = {}
+
+        def as_user(username: str) -> Any:
+            if username not in pages:
+                context = browser.new_context(base_url=base, viewport=VIEWPORT)
+                context.set_default_timeout(15_000)
+                page = context.new_page()
+                page.goto("/login/")
+                page.fill("#id_username", username)
+                page.fill("#id_password", username)
+                page.get_by_role("button", name="Sign in").click()
+                page.wait_for_url(lambda url: "/login/" not in url)
+                pages[username] = page
+            return pages[username]
+
+        def save(name: str, page: Any) -> None:
+            page.wait_for_load_state("networkidle")
+            path = OUT / f"{name}.png"
+            page.screenshot(path=str(path), full_page=True)
+            saved.append(path)
+            say(f"{path.relative_to(ROOT)}  ({page.url})")
+
+        def overview() -> None:
+            page = as_user("admin")
+            page.goto("/")
+            save("overview", page)
+
+        def queue() -> None:
+            page = as_user("admin")
+            page.goto("/queues/")
+            page.get_by_role("link", name="gpu-fleet").first.click()
+            save("queue", page)
+
+        def share_editor() -> None:
+            page = as_user("admin")
+            page.goto("/queues/")
+            page.get_by_role("link", name="gpu-fleet").first.click()
+            page.get_by_role("link", name="vision-training").first.click()
+            page.get_by_role("link", name="Edit share").click()
+            borrow = page.get_by_label("Borrow limit (%)")
+            borrow.fill("")
+            borrow.press_sequentially("0")
+            page.get_by_label("Reason for this change (required)").fill(
+                "Vision stops borrowing while language catches up."
+            )
+            expect(page.locator("#preview .diff")).to_contain_text("Borrow limit")
+            save("share-editor", page)
+
+        def job() -> None:
+            page = as_user("member-vision")
+            page.goto("/jobs/")
+            page.get_by_role("link", name="detector-v7-train").first.click()
+            save("job", page)
+
+        def exceptions() -> None:
+            page = as_user("reviewer")
+            page.goto("/exceptions/")
+            save("exceptions", page)
+
+        def agreements() -> None:
+            page = as_user("lead-vision")
+            page.goto("/agreements/")
+            save("agreements", page)
+
+        def audit() -> None:
+            page = as_user("reviewer")
+            page.goto("/audit/")
+            save("audit", page)
+
+        shots: dict[str, Callable[[], None]] = {
+            "overview": overview,
+            "queue": queue,
+            "share-editor": share_editor,
+            "job": job,
+            "exceptions": exceptions,
+            "agreements": agreements,
+            "audit": audit,
+        }
+        failures = []
+        for name, take in shots.items():
+            if names and name not in names:
+                continue
+            try:
+                take()
+            except Exception as exc:  # one broken page must not cost the others
+                failures.append(name)
+                say(f"{name}: FAILED {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        browser.close()
+    if failures:
+        raise SystemExit(f"screenshots failed: {', '.join(failures)}")
+    return saved
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base-url", help="a running server with the demo data")
+    parser.add_argument("--no-worker", action="store_true", help="start no Celery worker")
+    parser.add_argument("only", nargs="*", help="take only these (e.g. overview audit)")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governance.settings")
+    names = set(args.only) or None
+    if args.base_url:
+        shoot(args.base_url.rstrip("/"), names)
+        return
+    with local_server(worker=not args.no_worker) as base:
+        shoot(base, names)
+
+
+if __name__ == "__main__":
+    main()
