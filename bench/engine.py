@@ -2,8 +2,31 @@
 
 Prints one cycle's time for 1,000 / 10,000 / 50,000 pending jobs with 5,000 running,
 and a whole simulation's throughput (events per second) for a 100,000-job trace.
-Workload: 20 shares, 5 instance types, preference lists of 1 to 5, mixed priorities
-and policies. Seeded, so figures are comparable run to run.
+Seeded, so figures are comparable run to run.
+
+Workload (both parts): 20 shares with 1 to 5 limits over 5 instance types, random
+policies (RESERVE / LEND / LEND_AND_BORROW), borrow limits (-1, 0, 50, 100, 200 %),
+in-share preemption on for about half, retries None/3/10; jobs with preference lists of
+1 to 5 types (their share's types plus two random ones, so some preferences have no
+limit), counts 1/1/1/2/2/4/8, priorities 0 to 100.
+
+Cycle state: a busy queue reached *by the rules*. Capacity per type is the sum of the
+shares' limits on it; 8,000 candidate jobs (one preference each, on a type of their
+share, count 1 or 2) are submitted to an engine and admitted by ``schedule``; the first
+5,000 admitted are restored as RUNNING (random priorities, start times, checkpoint
+intervals) in a fresh engine whose capacity per type is what they hold plus 2%. So
+every share is within its limit or borrow cap and capacity is respected, as in a real
+cluster; the measured cycle then admits into the remaining slack and carries out the
+reclaims and in-share preemptions the rules call for (it is not a no-op). Then the
+pending jobs are submitted and one ``schedule`` call (all its cycles) is timed, and then
+one more instant with a single new job.
+
+Trace: shares at scale 40, capacity per type ``3/4 * sum of limits + 5``; job arrival
+gaps are exponential with a mean chosen so that the offered load (mean count x mean
+duration / mean gap) equals the total capacity: a cluster running near, and around, its
+capacity, where the queue grows and drains rather than growing without bound. Durations
+30 to 3,000 s, checkpoints None/60/300, restart overhead 0/10, a third of the jobs have a
+max pending time of one hour.
 """
 
 from __future__ import annotations
@@ -32,6 +55,7 @@ from scheduler.simulate import run
 
 TYPES = ["ml.g5.xlarge", "ml.g5.12xlarge", "ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.trn1.32xlarge"]
 POLICIES = [Policy.RESERVE, Policy.LEND, Policy.LEND_AND_BORROW]
+COUNTS = [1, 1, 1, 2, 2, 4, 8]
 
 
 def make_shares(rng: random.Random, scale: int) -> list[ShareConfig]:
@@ -54,37 +78,56 @@ def make_shares(rng: random.Random, scale: int) -> list[ShareConfig]:
 def make_prefs(rng: random.Random, share: ShareConfig) -> tuple[Preference, ...]:
     types = list(share.limits) + rng.sample(TYPES, 2)
     chosen = rng.sample(sorted(set(types)), rng.randint(1, min(5, len(set(types)))))
-    return tuple(Preference(t, rng.choice([1, 1, 1, 2, 2, 4, 8])) for t in chosen)
+    return tuple(Preference(t, rng.choice(COUNTS)) for t in chosen)
 
 
-def cycle_state(pending: int, running: int = 5000, seed: int = 1) -> Engine:
-    """A saturated queue: capacity is exactly what the running jobs hold."""
-    rng = random.Random(seed)
-    shares = make_shares(rng, 400)
-    held: dict[str, int] = dict.fromkeys(TYPES, 0)
-    jobs = []
-    for i in range(running):
+def _running_by_rules(
+    rng: random.Random, shares: list[ShareConfig], running: int
+) -> tuple[list[Job], dict[str, int]]:
+    """Admit candidate jobs with the engine itself and keep the first ``running``."""
+    capacity = {t: sum(s.limits.get(t, 0) for s in shares) for t in TYPES}
+    filler = Engine([InstanceType(t, capacity[t]) for t in TYPES], shares)
+    candidates: dict[str, Job] = {}
+    for i in range(running * 8 // 5):
         share = rng.choice(shares)
         itype = rng.choice(list(share.limits))
-        count = rng.choice([1, 1, 2])
-        held[itype] += count
+        job = Job(
+            f"r{i}", share.name, rng.randint(0, 100), 0, (Preference(itype, rng.choice([1, 1, 2])),)
+        )
+        candidates[job.id] = job
+        filler.submit(job)
+    admitted = [d.job for d in filler.schedule(0) if d.kind == "admitted"][:running]
+    held: dict[str, int] = dict.fromkeys(TYPES, 0)
+    jobs = []
+    for job_id in admitted:
+        src = filler.job(job_id)
+        assert src.instance_type is not None
+        held[src.instance_type] += src.count
         jobs.append(
             Job(
-                f"r{i}",
-                share.name,
-                rng.randint(0, 100),
+                job_id,
+                src.share,
+                src.priority,
                 0,
-                (Preference(itype, count),),
+                src.preferences,
                 checkpoint_interval=rng.choice([None, 60, 300]),
                 state=JobState.RUNNING,
-                instance_type=itype,
-                count=count,
+                instance_type=src.instance_type,
+                count=src.count,
                 preference=0,
                 run_started_at=rng.randint(0, 500),
                 started_at=0,
             )
         )
-    engine = Engine([InstanceType(t, held[t]) for t in TYPES], shares)
+    return jobs, held
+
+
+def cycle_state(pending: int, running: int = 5000, seed: int = 1) -> Engine:
+    """A busy queue reached by the rules (see the module docstring)."""
+    rng = random.Random(seed)
+    shares = make_shares(rng, 400)
+    jobs, held = _running_by_rules(rng, shares, running)
+    engine = Engine([InstanceType(t, held[t] + held[t] // 50) for t in TYPES], shares)
     engine.restore(jobs)
     for i in range(pending):
         share = rng.choice(shares)
@@ -104,17 +147,19 @@ def trace_scenario(n_jobs: int, seed: int = 2) -> dict[str, Any]:
     rng = random.Random(seed)
     shares = make_shares(rng, 40)
     capacity = {t: sum(s.limits.get(t, 0) for s in shares) * 3 // 4 + 5 for t in TYPES}
+    mean_work = (sum(COUNTS) / len(COUNTS)) * (30 + 3000) / 2
+    mean_gap = mean_work / sum(capacity.values())  # offered load = capacity
     jobs = []
-    t = 0
+    t = 0.0
     for i in range(n_jobs):
-        t += rng.choice([0, 0, 1, 1, 2, 3])
+        t += rng.expovariate(1 / mean_gap)
         share = rng.choice(shares)
         prefs = make_prefs(rng, share)
         jobs.append(
             {
                 "id": f"j{i}",
                 "share": share.name,
-                "submit_at": t,
+                "submit_at": int(t),
                 "priority": rng.randint(0, 100),
                 "preferences": [
                     {"instance_type": p.instance_type, "count": p.count} for p in prefs

@@ -25,6 +25,7 @@ changes.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -79,7 +80,18 @@ class ShareUsage:
 class _Type:
     """Mutable state of one instance type in the queue."""
 
-    __slots__ = ("accelerated", "capacity", "name", "running", "spec", "speed", "total", "usage")
+    __slots__ = (
+        "accelerated",
+        "capacity",
+        "lower_counts",
+        "lower_prios",
+        "name",
+        "running",
+        "spec",
+        "speed",
+        "total",
+        "usage",
+    )
 
     def __init__(self, spec: InstanceType) -> None:
         self.spec = spec
@@ -90,17 +102,31 @@ class _Type:
         self.usage: dict[str, int] = {}
         self.total = 0
         self.running: dict[str, dict[str, Job]] = {}
+        # per share: priorities of its running jobs ascending, and their counts alongside
+        self.lower_prios: dict[str, list[int]] = {}
+        self.lower_counts: dict[str, list[int]] = {}
 
 
 class _TypeCache:
     """Values derived from one type's state; dropped whenever that type changes."""
 
-    __slots__ = ("biggest", "borrowers", "by_share", "maxfit", "ordered", "reserve_idle", "search")
+    __slots__ = (
+        "biggest",
+        "borrowers",
+        "bound",
+        "by_share",
+        "maxfit",
+        "ordered",
+        "reserve_idle",
+        "search",
+    )
 
     def __init__(self, reserve_idle: int, borrowers: frozenset[str]) -> None:
         self.reserve_idle = reserve_idle
         self.borrowers = borrowers
         self.maxfit: dict[str, int] = {}
+        # share -> bound figures, see ``Engine._bound``
+        self.bound: dict[str, tuple[int, int, int, bool, int, int]] = {}
         self.biggest: dict[str, int] = {}
         self.ordered: list[Job] | None = None
         self.by_share: dict[str, list[Job]] = {}
@@ -134,14 +160,20 @@ class Engine:
         self._jobs: dict[str, Job] = {}
         self._pending: dict[str, Job] = {}
         # pending jobs indexed by type then share: job id -> (job, smallest count on type)
-        self._buckets: dict[str, dict[str, dict[str, tuple[Job, int]]]] = {}
-        self._bucket_stats: dict[tuple[str, str], tuple[int, int]] = {}
+        # pending jobs indexed by type, share, then their smallest count on the type
+        self._buckets: dict[str, dict[str, dict[int, dict[str, Job]]]] = {}
         self._dirty_jobs: set[str] = set()
         self._dirty_types: set[str] = set(self._types)
+        # pending job -> clock at which it was last found to fit nowhere
+        self._failed_at: dict[str, int] = {}
         self._time_sensitive: set[str] = set()
         self._cache: dict[str, _TypeCache] = {}
         self._clock = 0
         self._tver: dict[str, int] = {}
+        # clock of the last change of a type that may make any job fit more easily, and
+        # per (type, share) of changes that may help only that share's jobs
+        self._eased: dict[str, int] = {}
+        self._eased_for: dict[tuple[str, str], int] = {}
         self._deadlines: list[tuple[int, int, str]] = []
         self._now: int | None = None
         self._seq = 0
@@ -324,6 +356,13 @@ class Engine:
     def set_priority(self, job_id: str, priority: int) -> None:
         """Change a job's priority; it takes effect at the next cycle."""
         job = self._jobs[job_id]
+        if job.state is JobState.RUNNING and job.instance_type is not None:
+            ts = self._types[job.instance_type]
+            self._unindex_priority(ts, job.share, job.priority, job.count)
+            prios = ts.lower_prios[job.share]
+            index = bisect_right(prios, priority)
+            prios.insert(index, priority)
+            ts.lower_counts[job.share].insert(index, job.count)
         job.priority = priority
         if job.state is JobState.PENDING:
             self._remove_pending(job)
@@ -457,13 +496,15 @@ class Engine:
         clone._jobs = {}
         clone._pending = {}
         clone._buckets = {}
-        clone._bucket_stats = {}
         clone._dirty_jobs = set(self._dirty_jobs)
         clone._dirty_types = set(self._dirty_types)
+        clone._failed_at = {}
         clone._time_sensitive = set(self._time_sensitive)
         clone._cache = {}
         clone._clock = self._clock
         clone._tver = dict(self._tver)
+        clone._eased = dict(self._eased)
+        clone._eased_for = dict(self._eased_for)
         clone._deadlines = list(self._deadlines)
         clone._now = self._now
         clone._seq = self._seq
@@ -492,11 +533,23 @@ class Engine:
                 cache.by_share = {}
                 cache.search = {}
 
-    def _touch_type(self, name: str) -> None:
+    def _touch_type(self, name: str, easing_only_for: str | None = None) -> None:
+        """Record a change of type ``name``. Any change may make some job fit more
+        easily, unless ``easing_only_for`` names the one share whose jobs it may help
+        (an admission that leaves its share not borrowing on T: for every other share
+        it only adds usage, so it cannot turn a failed fit into a fit; see ``_admit``)."""
         self._clock += 1
         self._tver[name] = self._clock
+        if easing_only_for is None:
+            self._eased[name] = self._clock
+        else:
+            self._eased_for[(name, easing_only_for)] = self._clock
         self._cache.pop(name, None)
         self._dirty_types.add(name)
+
+    def _eased_since(self, type_name: str, share: str) -> int:
+        """Clock of the last change of T that may help a job of ``share`` fit."""
+        return max(self._eased.get(type_name, 0), self._eased_for.get((type_name, share), 0))
 
     def _limit(self, share: str, instance_type: str) -> int:
         """Entitlement for accounting: a type missing from the limits counts as 0."""
@@ -505,24 +558,21 @@ class Engine:
     def _add_pending(self, job: Job) -> None:
         job.state = JobState.PENDING
         self._pending[job.id] = job
-        counts: dict[str, int] = {}
-        for pref in job.preferences:
-            old = counts.get(pref.instance_type)
-            if old is None or pref.count < old:
-                counts[pref.instance_type] = pref.count
-        for type_name, count in counts.items():
-            by_share = self._buckets.setdefault(type_name, {})
-            by_share.setdefault(job.share, {})[job.id] = (job, count)
-            self._bucket_stats.pop((type_name, job.share), None)
+        for type_name, count in _smallest_counts(job).items():
+            by_count = self._buckets.setdefault(type_name, {}).setdefault(job.share, {})
+            by_count.setdefault(count, {})[job.id] = job
         self._dirty_jobs.add(job.id)
 
     def _remove_pending(self, job: Job) -> None:
         if self._pending.pop(job.id, None) is None:
             return
-        for pref in job.preferences:
-            bucket = self._buckets.get(pref.instance_type, {}).get(job.share)
-            if bucket is not None and bucket.pop(job.id, None) is not None:
-                self._bucket_stats.pop((pref.instance_type, job.share), None)
+        self._failed_at.pop(job.id, None)
+        for type_name, count in _smallest_counts(job).items():
+            by_count = self._buckets[type_name][job.share]
+            group = by_count[count]
+            del group[job.id]
+            if not group:
+                del by_count[count]
         self._dirty_jobs.discard(job.id)
 
     def _register_deadline(self, job: Job) -> None:
@@ -540,6 +590,10 @@ class Engine:
         ts.usage[job.share] = ts.usage.get(job.share, 0) + job.count
         ts.total += job.count
         ts.running.setdefault(job.share, {})[job.id] = job
+        prios = ts.lower_prios.setdefault(job.share, [])
+        index = bisect_right(prios, job.priority)
+        prios.insert(index, job.priority)
+        ts.lower_counts.setdefault(job.share, []).insert(index, job.count)
 
     def _restore_running(self, job: Job) -> None:
         if job.instance_type is None or job.instance_type not in self._types:
@@ -559,7 +613,18 @@ class Engine:
             del ts.usage[job.share]
         ts.total -= job.count
         del ts.running[job.share][job.id]
+        self._unindex_priority(ts, job.share, job.priority, job.count)
         self._touch_type(job.instance_type)
+
+    @staticmethod
+    def _unindex_priority(ts: _Type, share: str, priority: int, count: int) -> None:
+        prios = ts.lower_prios[share]
+        counts = ts.lower_counts[share]
+        index = bisect_left(prios, priority)
+        while counts[index] != count:
+            index += 1
+        del prios[index]
+        del counts[index]
 
     # ------------------------------------------------------------------ internals: fits
 
@@ -664,14 +729,29 @@ class Engine:
         jobs.sort(key=lambda j: (j.priority, self.lost_work_at(j, now), -(j.run_started_at or 0)))
         return jobs
 
+    def _sorted_victims(self, jobs: list[Job]) -> list[Job]:
+        """``jobs`` in victim order (see ``_victim_order``)."""
+        now = self._now if self._now is not None else 0
+        jobs.sort(key=lambda j: j.id, reverse=True)
+        jobs.sort(key=lambda j: (j.priority, self.lost_work_at(j, now), -(j.run_started_at or 0)))
+        return jobs
+
     def _ordered(self, ts: _Type, cache: _TypeCache) -> list[Job]:
+        """Running jobs of the shares borrowing on T, in victim order (reclaim group):
+        the victim order restricted to them, so only they need sorting."""
         if cache.ordered is None:
-            cache.ordered = self._victim_order(ts)
-            by_share: dict[str, list[Job]] = {}
-            for job in cache.ordered:
-                by_share.setdefault(job.share, []).append(job)
-            cache.by_share = by_share
+            cache.ordered = self._sorted_victims(
+                [job for name in cache.borrowers for job in ts.running[name].values()]
+            )
         return cache.ordered
+
+    def _share_ordered(self, ts: _Type, cache: _TypeCache, share: str) -> list[Job]:
+        """Running jobs of one share on T in victim order (in-share group)."""
+        found = cache.by_share.get(share)
+        if found is None:
+            found = self._sorted_victims(list(ts.running.get(share, {}).values()))
+            cache.by_share[share] = found
+        return found
 
     def _fits_after(
         self,
@@ -713,28 +793,28 @@ class Engine:
         self, ts: _Type, share: str, count: int, priority: int
     ) -> tuple[tuple[tuple[Job, str], ...], int] | None:
         """Victims that make a placement fit, or None (DESIGN "fits with preemption")."""
-        cfg = self._shares[share]
-        lim = cfg.limits.get(ts.name)
-        if lim is None or count > lim:
-            return None  # only a job within its share's limit may preempt on T
         cache = self._type_cache(ts)
-        used = ts.usage.get(share, 0)
-        # raw room before any victim: removing victims adds at most what they hold
-        room = ts.capacity - ts.total - self._reserved_for(ts, cache, share)
-        reclaimable = self._reclaimable(ts, cache, share) if used < lim else 0
+        bound = cache.bound.get(share)
+        if bound is None:
+            bound = self._bound(ts, cache, share)
+        _, lim, base, inshare, own_room, borrow_room = bound
+        if lim < 0 or count > lim:
+            return None  # only a job within its share's limit may preempt on T
+        # base: raw room plus what reclaim could free at most (victims add what they hold)
         lower = 0
         lower_held = 0
-        if cfg.in_share_preemption and ts.running.get(share):
-            for other in ts.running[share].values():
-                if other.priority < priority:
-                    lower += 1
-                    lower_held += other.count
-        if room + reclaimable + lower_held < count:
-            return None  # even every candidate together would not make room
+        if inshare:
+            prios = ts.lower_prios.get(share)
+            if prios:
+                lower = bisect_left(prios, priority)
+                if lower:
+                    lower_held = sum(ts.lower_counts[share][:lower])
+        if not _preemption_may_help(count, base, own_room, borrow_room, lower_held):
+            return None  # even every candidate together would not make it fit
+        used = ts.usage.get(share, 0)
         own_jobs: list[Job] = []
         if lower:
-            self._ordered(ts, cache)
-            own_jobs = cache.by_share.get(share, [])
+            own_jobs = self._share_ordered(ts, cache, share)
         key = (share, count, lower)
         if key in cache.search:
             return cache.search[key]
@@ -770,7 +850,7 @@ class Engine:
         if own_placement:
             for victim in self._ordered(ts, cache):
                 other = victim.share
-                if other == share or other not in cache.borrowers:
+                if other == share:
                     continue
                 taken = removed.get(other, 0)
                 if ts.usage[other] - taken <= self._limit(other, ts.name):
@@ -812,33 +892,74 @@ class Engine:
         return tuple(picks), self._borrowed_after(share, ts.name, used, count)
 
     def _may_fit(self, ts: _Type, cache: _TypeCache, share: str, count: int, priority: int) -> bool:
-        """Cheap, safe bound: False only when the job surely cannot fit on T."""
-        if count <= self._maxfit(ts, cache, share):
+        """Exact necessary condition: False only when the job surely cannot fit on T,
+        with or without preemption (``_search`` starts with the same bound).
+
+        Victims free at most what they hold: reclaim at most ``_reclaimable`` and only
+        for an own placement (it leaves the share's usage as it is), in-share victims at
+        most what the share's lower-priority jobs hold (``lower_held``), which also
+        lowers the share's usage. So a fit with preemption needs ``count <= room +
+        reclaimable + lower_held`` and, after in-share victims, an own placement
+        (``count - lower_held <= limit - usage``) or, with in-share victims, a borrowing
+        one within the borrow cap. Monotone: a smaller count or a higher priority never
+        makes it False, so a bucket's smallest count and highest priority bound it.
+        """
+        bound = cache.bound.get(share)
+        if bound is None:
+            bound = self._bound(ts, cache, share)
+        maxfit, lim, base, inshare, own_room, borrow_room = bound
+        if count <= maxfit:
             return True
+        if count > lim:
+            return False
+        lower_held = 0
+        if inshare:
+            prios = ts.lower_prios.get(share)
+            if prios:
+                lower = bisect_left(prios, priority)
+                if lower:
+                    lower_held = sum(ts.lower_counts[share][:lower])
+        return _preemption_may_help(count, base, own_room, borrow_room, lower_held)
+
+    def _bound(
+        self, ts: _Type, cache: _TypeCache, share: str
+    ) -> tuple[int, int, int, bool, int, int]:
+        """(maxfit, limit or -1, room + reclaimable, in-share preemption on,
+        limit - usage, limit + borrow cap - usage or +/- _HUGE) of a share on T."""
         cfg = self._shares[share]
         lim = cfg.limits.get(ts.name)
-        if lim is None or count > lim:
-            return False
-        if ts.usage.get(share, 0) < lim and cache.borrowers - {share}:
-            return True
-        if cfg.in_share_preemption:
-            running = ts.running.get(share)
-            if running and any(j.priority < priority for j in running.values()):
-                return True
-        return False
+        maxfit = self._maxfit(ts, cache, share)
+        if lim is None:
+            bound = (maxfit, -1, 0, False, -_HUGE, -_HUGE)
+        else:
+            used = ts.usage.get(share, 0)
+            room = ts.capacity - ts.total - self._reserved_for(ts, cache, share)
+            if used < lim:
+                room += self._reclaimable(ts, cache, share)
+            if cfg.policy is not Policy.LEND_AND_BORROW:
+                borrow_room = -_HUGE
+            else:
+                cap = cfg.borrow_cap(ts.name)
+                borrow_room = _HUGE if cap is None else lim + cap - used
+            bound = (maxfit, lim, room, cfg.in_share_preemption, lim - used, borrow_room)
+        cache.bound[share] = bound
+        return bound
 
-    def _bucket_may_fit(self, ts: _Type, cache: _TypeCache, share: str) -> bool:
-        bucket = self._buckets[ts.name][share]
-        if not bucket:
-            return False
-        stats = self._bucket_stats.get((ts.name, share))
-        if stats is None:
-            stats = (
-                min(n for _, n in bucket.values()),
-                max(j.priority for j, _ in bucket.values()),
-            )
-            self._bucket_stats[(ts.name, share)] = stats
-        return self._may_fit(ts, cache, share, stats[0], stats[1])
+    def _groups_may_fit(
+        self, ts: _Type, cache: _TypeCache, share: str, by_count: dict[int, dict[str, Job]]
+    ) -> Iterator[tuple[int, dict[str, Job], bool]]:
+        """The count groups of a share's pending jobs on T that may fit, smallest first:
+        ``(count, jobs, check_each)``; ``check_each`` when the bound also depends on each
+        job's priority (in-share preemption). Stops at the first group that surely cannot
+        fit, even with the highest priority: larger counts cannot either."""
+        bound = cache.bound.get(share)
+        if bound is None:
+            bound = self._bound(ts, cache, share)
+        inshare = bound[3]
+        for count in sorted(by_count):
+            if not self._may_fit(ts, cache, share, count, _HUGE if inshare else 0):
+                return
+            yield count, by_count[count], inshare and count > bound[0]
 
     # ------------------------------------------------------------------ internals: cycle
 
@@ -849,22 +970,36 @@ class Engine:
             self._dirty_jobs.clear()
             self._dirty_types.clear()
             return dict(self._pending)
+        types = self._types
+        failed = self._failed_at
         for job_id in self._dirty_jobs:
             job = self._pending.get(job_id)
-            if job is not None:
-                found[job_id] = job
+            if job is None:
+                continue
+            share = job.share
+            for pref in job.preferences:
+                ts = types.get(pref.instance_type)
+                if ts is not None and self._may_fit(
+                    ts, self._type_cache(ts), share, pref.count, job.priority
+                ):
+                    found[job_id] = job
+                    break
         for type_name in self._dirty_types:
             ts = self._types.get(type_name)
             by_share = self._buckets.get(type_name)
             if ts is None or not by_share:
                 continue
             cache = self._type_cache(ts)
-            for share, bucket in by_share.items():
-                if not self._bucket_may_fit(ts, cache, share):
+            for share, by_count in by_share.items():
+                if not by_count:
                     continue
-                for job_id, (job, count) in bucket.items():
-                    if job_id not in found and self._may_fit(ts, cache, share, count, job.priority):
-                        found[job_id] = job
+                eased_at = self._eased_since(type_name, share)
+                for count, group, check_each in self._groups_may_fit(ts, cache, share, by_count):
+                    for job_id, job in group.items():
+                        if job_id in found or failed.get(job_id, -1) >= eased_at:
+                            continue  # in already, or failed since T last changed for it
+                        if not check_each or self._may_fit(ts, cache, share, count, job.priority):
+                            found[job_id] = job
         self._dirty_jobs.clear()
         self._dirty_types.clear()
         return found
@@ -889,18 +1024,24 @@ class Engine:
         heapq.heapify(heap)
         seen = set(tentative)
         changed = False
+        tver = self._tver
         while heap:
             key, job = heapq.heappop(heap)
             if job.state is not JobState.PENDING:
                 continue
             first = tentative.get(job.id)
-            if first is not None and not any(
-                self._tver.get(p.instance_type, 0) > stamp for p in job.preferences
+            if job.id in tentative and not any(
+                tver.get(p.instance_type, 0) > stamp for p in job.preferences
             ):
                 placement: Placement | None = first
+                evaluated = stamp
             else:
+                evaluated = self._clock
                 placement = self._choose(job)
             if placement is None:
+                # fits nowhere in the state as of ``evaluated``: only a later change of
+                # one of its types can make it fit (see ``_collect``)
+                self._failed_at[job.id] = evaluated
                 continue
             if placement.borrowed > 0 and (first is None or first.borrowed == 0):
                 self._dirty_jobs.add(job.id)  # skipped: it may borrow in the next cycle
@@ -926,16 +1067,21 @@ class Engine:
             return
         ts = self._types[type_name]
         cache = self._type_cache(ts)
-        for share, bucket in by_share.items():
-            if not self._bucket_may_fit(ts, cache, share):
+        failed = self._failed_at
+        for share, by_count in by_share.items():
+            if not by_count:
                 continue
-            for job_id, (job, count) in bucket.items():
-                if job_id in seen:
-                    continue
-                job_key = (0, -job.priority, job.submitted_at, job_id)
-                if job_key > key and self._may_fit(ts, cache, share, count, job.priority):
-                    seen.add(job_id)
-                    heapq.heappush(heap, (job_key, job))
+            eased_at = self._eased_since(type_name, share)
+            for count, group, check_each in self._groups_may_fit(ts, cache, share, by_count):
+                for job_id, job in group.items():
+                    if job_id in seen or failed.get(job_id, -1) >= eased_at:
+                        continue
+                    job_key = (0, -job.priority, job.submitted_at, job_id)
+                    if job_key > key and (
+                        not check_each or self._may_fit(ts, cache, share, count, job.priority)
+                    ):
+                        seen.add(job_id)
+                        heapq.heappush(heap, (job_key, job))
 
     def _admit(
         self, job: Job, placement: Placement, now: int, out: list[Decision], seen: set[str]
@@ -955,7 +1101,14 @@ class Engine:
         job.progress_at = now
         job.run_overhead = job.restart_overhead if job.preemptions else 0
         self._index_running(job)
-        self._touch_type(placement.instance_type)
+        ts = self._types[placement.instance_type]
+        if ts.usage[job.share] > self._limit(job.share, ts.name):
+            self._touch_type(ts.name)  # a new borrower: more to reclaim for everyone
+        else:
+            # not borrowing: other shares only see usage grow (less free room, the same
+            # borrowers and reclaim victims), so their failed fits stay failed; its own
+            # share gains a possible in-share victim
+            self._touch_type(ts.name, easing_only_for=job.share)
         out.append(
             Decision(
                 "admitted",
@@ -1004,6 +1157,30 @@ class Engine:
             out.append(Decision("failed", victim.id, now, rule="preemption_retries_exhausted"))
         else:
             self._add_pending(victim)
+
+
+_HUGE = 1 << 62
+
+
+def _smallest_counts(job: Job) -> dict[str, int]:
+    """Per type of a job's preferences, the smallest count it asks there."""
+    counts: dict[str, int] = {}
+    for pref in job.preferences:
+        old = counts.get(pref.instance_type)
+        if old is None or pref.count < old:
+            counts[pref.instance_type] = pref.count
+    return counts
+
+
+def _preemption_may_help(
+    count: int, base: int, own_room: int, borrow_room: int, lower_held: int
+) -> bool:
+    """Necessary condition for a fit with preemption (see ``Engine._may_fit``)."""
+    if count > base + lower_held:
+        return False
+    if count - lower_held <= own_room:
+        return True
+    return lower_held > 0 and count - lower_held <= borrow_room
 
 
 def _norm(value: Work) -> Work:

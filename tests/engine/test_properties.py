@@ -177,7 +177,10 @@ def replay_and_check(data: dict[str, Any], result: dict[str, Any]) -> None:
     applied = 0
     victims: list[tuple[str, str]] = []  # (job, reason) of the placement being built
 
-    def apply_actions(until: int) -> None:
+    def apply_actions(until: int, cancelled: str | None = None) -> None:
+        """Apply actions up to ``until``; for a ``cancelled`` event only up to that
+        cancellation: actions at one instant happen in file order, so a capacity drop
+        listed after it has not happened yet when it is cancelled."""
         nonlocal applied
         while applied < len(actions) and actions[applied][1]["at"] <= until:
             action = actions[applied][1]
@@ -191,11 +194,18 @@ def replay_and_check(data: dict[str, Any], result: dict[str, Any]) -> None:
                 for key, value in action.items():
                     if key not in ("at", "type", "share"):
                         cfg[key] = value
+            elif (
+                cancelled is not None
+                and action["type"] == "cancel"
+                and action["job"] == cancelled
+                and action["at"] == until
+            ):
+                return
 
     for event in result["events"]:
         at, kind, job_id = event["at"], event["type"], event["job"]
         if kind != "completed":
-            apply_actions(at)
+            apply_actions(at, job_id if kind == "cancelled" else None)
         if kind in ("completed", "cancelled") and job_id in shadow.running:
             shadow.remove(job_id)
         elif kind == "preempted":

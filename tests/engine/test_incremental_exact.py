@@ -1,0 +1,107 @@
+"""The incremental engine against full re-examination on busy, seeded random traces.
+
+Hypothesis scenarios are small; these are mid-sized (hundreds of jobs, a queue near its
+capacity) so that many cycles run on states where only part of the queue changed, with
+priority changes of running and pending jobs, share changes and capacity drops.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from scheduler.simulate import run
+
+TYPES = ["ml.g5.xlarge", "ml.p4d.24xlarge", "ml.c5.xlarge"]
+
+
+def busy_trace(seed: int, n_jobs: int = 250) -> dict[str, Any]:
+    rng = random.Random(seed)
+    shares = []
+    for i in range(6):
+        chosen = rng.sample(TYPES, rng.randint(1, 3))
+        shares.append(
+            {
+                "name": f"s{i}",
+                "policy": rng.choice(["RESERVE", "LEND", "LEND_AND_BORROW"]),
+                "borrow_limit": rng.choice([-1, 0, 50, 100, 200]),
+                "limits": {t: rng.randint(0, 6) for t in chosen},
+                "in_share_preemption": rng.random() < 0.5,
+                "preemption_retries": rng.choice([None, 1, 3]),
+            }
+        )
+    capacity = {t: sum(s["limits"].get(t, 0) for s in shares) * 3 // 4 + 1 for t in TYPES}
+    jobs = []
+    t = 0
+    for i in range(n_jobs):
+        t += rng.choice([0, 1, 2, 5, 10])
+        share = rng.choice(shares)
+        types = sorted(set(share["limits"]) | {rng.choice(TYPES)})
+        prefs = rng.sample(types, rng.randint(1, len(types)))
+        jobs.append(
+            {
+                "id": f"j{i}",
+                "share": share["name"],
+                "submit_at": t,
+                "priority": rng.randint(0, 9),
+                "preferences": [
+                    {"instance_type": p, "count": rng.choice([1, 1, 2, 3])} for p in prefs
+                ],
+                "duration": rng.randint(5, 120),
+                "checkpoint_interval": rng.choice([None, 7, 30]),
+                "restart_overhead": rng.choice([0, 3]),
+                "max_pending": rng.choice([None, None, 200]),
+            }
+        )
+    actions: list[dict[str, Any]] = []
+    for _ in range(25):
+        at = rng.randint(0, t)
+        kind = rng.choice(["set_priority", "set_priority", "set_share", "set_capacity", "cancel"])
+        if kind == "set_priority":
+            job = rng.choice(jobs)
+            actions.append(
+                {"at": at, "type": kind, "job": job["id"], "priority": rng.randint(0, 9)}
+            )
+        elif kind == "cancel":
+            actions.append({"at": at, "type": kind, "job": rng.choice(jobs)["id"]})
+        elif kind == "set_share":
+            share = rng.choice(shares)
+            actions.append(
+                {
+                    "at": at,
+                    "type": kind,
+                    "share": share["name"],
+                    "limits": {k: rng.randint(0, 6) for k in share["limits"]},
+                    "policy": rng.choice(["RESERVE", "LEND", "LEND_AND_BORROW"]),
+                }
+            )
+        else:
+            name = rng.choice(TYPES)
+            actions.append(
+                {
+                    "at": at,
+                    "type": kind,
+                    "instance_type": name,
+                    "capacity": max(0, capacity[name] + rng.randint(-3, 3)),
+                }
+            )
+    return {
+        "instance_types": [{"name": n, "capacity": c} for n, c in capacity.items()],
+        "shares": shares,
+        "jobs": jobs,
+        "actions": actions,
+    }
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_incremental_equals_full_on_busy_traces(seed: int) -> None:
+    data = busy_trace(seed)
+    result = run(data, explain=True)
+    assert run(data, explain=True, incremental=False) == result
+
+
+def test_busy_traces_exercise_preemption() -> None:
+    kinds = [e["type"] for seed in range(4) for e in run(busy_trace(seed))["events"]]
+    assert "preempted" in kinds and "admitted" in kinds
