@@ -41,7 +41,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-VIEWPORT = {"width": 1400, "height": 1000}
+VIEWPORT: Any = {"width": 1400, "height": 1000}
 WORKER = [sys.executable, "-m", "celery", "-A", "governance", "worker"]
 WORKER += ["--pool", "solo", "--loglevel", "WARNING"]
 

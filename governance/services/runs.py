@@ -24,13 +24,18 @@ from governance.services.hooks import queue_changed
 RUNNING_REPORTS = ("started", "heartbeat", "checkpoint")
 
 
+def _type_name(job: Job) -> str | None:
+    # Test the id first: a job with no type must not cost a query to find that out.
+    return job.instance_type.name if job.instance_type_id and job.instance_type else None
+
+
 def _snapshot(job: Job) -> dict[str, Any]:
     return {
         "job": job.name,
         "share": job.share.name,
         "team": job.share.team.name,
         "state": job.state,
-        "instance_type": job.instance_type.name if job.instance_type_id else None,
+        "instance_type": _type_name(job),
         "preference": job.preference,
         "borrowed": job.borrowed,
         "preemptions": job.preemptions,
@@ -454,7 +459,7 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
     if job.state != JobState.RUNNING:
         return None
     before = _snapshot(job)
-    speed = job.instance_type.speed if job.instance_type_id else 1.0
+    speed = job.instance_type.speed if job.instance_type_id and job.instance_type else 1.0
     lost = max(0.0, current_work(job, now, speed=speed, time_factor=1.0) - job.checkpoint_work)
     job.recomputed += lost
     job.work_done = job.checkpoint_work
