@@ -43,6 +43,16 @@ def env_float(name: str, default: float) -> float:
         raise ImproperlyConfigured(f"{name}: expected a number, got {raw!r}") from exc
 
 
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: expected an integer, got {raw!r}") from exc
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -156,6 +166,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so its Server-Timing header covers the whole stack (governance/web/timing.py).
+    "governance.web.timing.ServerTimingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -185,7 +197,22 @@ TEMPLATES = [
     },
 ]
 
+# "shared": one cache for every web worker (Redis), for answers that are costly to
+# compute and keyed by the state they describe (governance.selectors.web_jobs).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "shared": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "web",
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 2},
+    },
+}
 DATABASES = {"default": parse_database_url(DATABASE_URL)}
+# Seconds a web worker keeps its database connection between requests (0: one per
+# request). A deployment behind gunicorn sets e.g. 60 to save the connection setup.
+DATABASES["default"]["CONN_MAX_AGE"] = int(env_float("DB_CONN_MAX_AGE", 0))
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -255,6 +282,14 @@ CELERY_BEAT_SCHEDULE = {
 }
 # Simulated fleet: how many simulated seconds pass per real second (60 = an hour a minute).
 DEMO_TIME_FACTOR = env_float("DEMO_TIME_FACTOR", 60.0)
+# Demo activity (scheduler.executors.simulated): seconds between ticks; 0 turns it off.
+DEMO_ACTIVITY_SECONDS = env_float("DEMO_ACTIVITY_SECONDS", 0.0)
+DEMO_SEED = env_int("DEMO_SEED", 1)
+if DEMO_ACTIVITY_SECONDS > 0:
+    CELERY_BEAT_SCHEDULE["demo-activity"] = {
+        "task": "scheduler.tasks.demo_activity",
+        "schedule": DEMO_ACTIVITY_SECONDS,
+    }
 
 LOGGING = {
     "version": 1,

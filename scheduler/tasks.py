@@ -75,3 +75,11 @@ def declare_lost_runs() -> int:
             ),
         )
     return len(lost)
+
+
+@shared_task(ignore_result=True)
+def demo_activity() -> None:
+    """Beat's demo tick (only scheduled when DEMO_ACTIVITY_SECONDS > 0)."""
+    from scheduler.executors import simulated
+
+    simulated.tick()

@@ -138,6 +138,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
 
     env = dict(os.environ, PYTHONUNBUFFERED="1", DATA_DIR=str(var))
+    # The demo keeps working: teams submit, capacity comes and goes (docs/operations.md).
+    env.setdefault("DEMO_ACTIVITY_SECONDS", "20")
     children: list[Child] = []
     manage = [sys.executable, "manage.py"]
     try:
@@ -155,7 +157,7 @@ def main() -> int:
                 children.append(
                     start(
                         "worker",
-                        ["celery", "-A", "governance", "worker", "--loglevel", "INFO",
+                        ["celery", "-A", "governance", "worker", "--loglevel", "WARNING",
                          "--concurrency", concurrency],
                         env,
                     )
@@ -163,7 +165,7 @@ def main() -> int:
                 children.append(
                     start(
                         "beat",
-                        ["celery", "-A", "governance", "beat", "--loglevel", "INFO",
+                        ["celery", "-A", "governance", "beat", "--loglevel", "WARNING",
                          "--schedule", str(var / "celerybeat-schedule")],
                         env,
                     )
