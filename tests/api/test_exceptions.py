@@ -25,11 +25,6 @@ ROLES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def w() -> Any:
     world = make_world()

@@ -32,7 +32,6 @@ def at(seconds: float) -> datetime:
 @pytest.fixture(autouse=True)
 def _clock_pace(settings: Any) -> None:
     settings.DEMO_TIME_FACTOR = 1
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def audits(event: AuditEvent, job: Job) -> list[AuditEntry]:

@@ -18,11 +18,6 @@ from tests.factories import make_job, make_lead, make_world
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def w() -> Any:
     world = make_world()

@@ -20,11 +20,6 @@ G5 = "ml.g5.xlarge"
 P4 = "ml.p4d.24xlarge"
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def w() -> Any:
     return make_world()

@@ -20,11 +20,6 @@ from tests.factories import make_job, make_world
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def world() -> Any:
     return make_world()

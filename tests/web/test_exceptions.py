@@ -35,12 +35,6 @@ def file_exception(world: Any, job: Job, priority: int = 700, **kw: Any) -> Prio
     )
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings: Any) -> None:
-    """The factories set passwords; a fast hasher keeps these tests quick."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def world() -> Any:
     w = make_world()
