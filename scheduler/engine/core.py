@@ -9,17 +9,35 @@ Speed without changing the outcome
 ----------------------------------
 A cycle must give exactly what the rules define, but re-examining every pending job at
 every instant would be far too slow for big queues. The engine keeps an invariant
-instead: *every pending job that is not in ``_dirty_jobs`` and has no preference on a
-type in ``_dirty_types`` fits nowhere, with or without preemption, in the current state*.
-Whether a job fits on type ``T`` depends only on the state of ``T`` (usage, capacity,
-running jobs), the share configurations, the job's own count and priority, and, for the
-order of reclaim victims, on ``now``. So each event marks what it touched: a completion
-or admission dirties its type, a new or re-prioritised job dirties itself, a share change
-dirties the types of its limits. A cycle examines only dirty jobs plus the pending jobs
-on dirty types that pass a cheap, safe bound (``_may_fit``); jobs nobody touched keep
-failing and are treated exactly as the rules treat a job with no placement. Derived
-values per type (free, room, victim order, search results) are cached until the type
-changes.
+instead: *at the start of a cycle every pending job that is not in ``_dirty_jobs`` and
+has no preference on a type in ``_dirty_types`` fits nowhere, with or without
+preemption, in the current state*. Whether a job fits on type ``T`` depends only on the
+state of ``T`` (usage, capacity, running jobs), the share configurations, the job's own
+count and priority, and, for the order of reclaim victims, on ``now``. So each event
+marks what it touched: a completion or admission dirties its type, a new or
+re-prioritised job dirties itself, a share change dirties the types of its limits.
+
+A cycle then examines only (``_collect``):
+
+* dirty jobs that pass an exact necessary bound (``_may_fit`` / ``_threshold``: room
+  without preemption, plus at most what reclaim and lower-priority own jobs could free,
+  and whether an own or borrowing placement is then possible at all);
+* on dirty types, pending jobs indexed per (type, share, smallest count) whose count
+  group passes the same bound (groups are visited smallest count first and the walk
+  stops at the first group that cannot fit: the bound is monotone), skipping jobs
+  already found to fit nowhere (``_failed_at``) since the last change of ``T`` that
+  could help them (``_eased``/``_eased_for``). An admission that leaves its share not
+  borrowing only adds usage on ``T`` for every other share (less room, the same
+  borrowers and reclaim victims), so it can help only its own share's jobs (new in-share
+  victim); everything else (completions, preemptions, capacity, share and priority
+  changes, new borrowers, time for time-sensitive searches) may help anyone. Shares
+  with nothing in their favour since the previous collection are skipped wholesale.
+
+Jobs nobody touched keep failing and are treated exactly as the rules treat a job with
+no placement. Derived values per type (free, room, bounds, victim order, search
+results) are cached until the type changes; running jobs' priorities are kept sorted
+per (type, share) so in-share bounds cost a bisection. ``incremental=False`` turns all
+of this off (every pending job every cycle) and the tests insist both agree.
 """
 
 from __future__ import annotations
@@ -166,6 +184,8 @@ class Engine:
         self._dirty_types: set[str] = set(self._types)
         # pending job -> clock at which it was last found to fit nowhere
         self._failed_at: dict[str, int] = {}
+        self._last_collect = -1
+        """Clock at the last incremental ``_collect``."""
         self._time_sensitive: set[str] = set()
         self._cache: dict[str, _TypeCache] = {}
         self._clock = 0
@@ -499,6 +519,7 @@ class Engine:
         clone._dirty_jobs = set(self._dirty_jobs)
         clone._dirty_types = set(self._dirty_types)
         clone._failed_at = {}
+        clone._last_collect = -1
         clone._time_sensitive = set(self._time_sensitive)
         clone._cache = {}
         clone._clock = self._clock
@@ -945,21 +966,43 @@ class Engine:
         cache.bound[share] = bound
         return bound
 
-    def _groups_may_fit(
-        self, ts: _Type, cache: _TypeCache, share: str, by_count: dict[int, dict[str, Job]]
-    ) -> Iterator[tuple[int, dict[str, Job], bool]]:
-        """The count groups of a share's pending jobs on T that may fit, smallest first:
-        ``(count, jobs, check_each)``; ``check_each`` when the bound also depends on each
-        job's priority (in-share preemption). Stops at the first group that surely cannot
-        fit, even with the highest priority: larger counts cannot either."""
+    def _threshold(self, ts: _Type, cache: _TypeCache, share: str, count: int) -> int:
+        """``_may_fit`` of a count on T as a priority threshold: a job of the share
+        asking ``count`` may fit exactly when its priority is above the result
+        (``_HUGE``: none may). The bound grows with the priority only through the
+        in-share victims a job has, so it is monotone in the priority."""
         bound = cache.bound.get(share)
         if bound is None:
             bound = self._bound(ts, cache, share)
-        inshare = bound[3]
+        maxfit, lim, base, inshare, own_room, borrow_room = bound
+        if count <= maxfit:
+            return -_HUGE
+        if count > lim:
+            return _HUGE
+        if _preemption_may_help(count, base, own_room, borrow_room, 0):
+            return -_HUGE
+        if inshare:
+            # smallest number k of lowest-priority jobs of the share that would do; a job
+            # has at least k below it exactly when its priority exceeds prios[k - 1]
+            prios = ts.lower_prios.get(share, [])
+            held = 0
+            for k, held_k in enumerate(ts.lower_counts.get(share, [])):
+                held += held_k
+                if _preemption_may_help(count, base, own_room, borrow_room, held):
+                    return prios[k]
+        return _HUGE
+
+    def _groups_may_fit(
+        self, ts: _Type, cache: _TypeCache, share: str, by_count: dict[int, dict[str, Job]]
+    ) -> Iterator[tuple[int, dict[str, Job], int]]:
+        """The count groups of a share's pending jobs on T that may fit, smallest first,
+        as ``(count, jobs, threshold)`` (see ``_threshold``). Stops at the first group
+        none of which may fit: larger counts cannot either (monotone)."""
         for count in sorted(by_count):
-            if not self._may_fit(ts, cache, share, count, _HUGE if inshare else 0):
+            threshold = self._threshold(ts, cache, share, count)
+            if threshold == _HUGE:
                 return
-            yield count, by_count[count], inshare and count > bound[0]
+            yield count, by_count[count], threshold
 
     # ------------------------------------------------------------------ internals: cycle
 
@@ -972,16 +1015,26 @@ class Engine:
             return dict(self._pending)
         types = self._types
         failed = self._failed_at
+        last = self._last_collect
+        self._last_collect = self._clock
+        thresholds: dict[tuple[str, str, int], int] = {}  # the state is fixed meanwhile
         for job_id in self._dirty_jobs:
             job = self._pending.get(job_id)
             if job is None:
                 continue
             share = job.share
             for pref in job.preferences:
-                ts = types.get(pref.instance_type)
-                if ts is not None and self._may_fit(
-                    ts, self._type_cache(ts), share, pref.count, job.priority
-                ):
+                memo_key = (pref.instance_type, share, pref.count)
+                threshold = thresholds.get(memo_key)
+                if threshold is None:
+                    ts = types.get(pref.instance_type)
+                    threshold = (
+                        _HUGE
+                        if ts is None
+                        else self._threshold(ts, self._type_cache(ts), share, pref.count)
+                    )
+                    thresholds[memo_key] = threshold
+                if job.priority > threshold:
                     found[job_id] = job
                     break
         for type_name in self._dirty_types:
@@ -990,15 +1043,20 @@ class Engine:
             if ts is None or not by_share:
                 continue
             cache = self._type_cache(ts)
+            eased_all = self._eased.get(type_name, 0)
             for share, by_count in by_share.items():
                 if not by_count:
                     continue
-                eased_at = self._eased_since(type_name, share)
-                for count, group, check_each in self._groups_may_fit(ts, cache, share, by_count):
+                eased_at = max(eased_all, self._eased_for.get((type_name, share), 0))
+                if eased_at <= last:
+                    # nothing on T changed in this share's favour since the last cycle
+                    # collected: its jobs there were examined then or known to fail
+                    continue
+                for _, group, threshold in self._groups_may_fit(ts, cache, share, by_count):
                     for job_id, job in group.items():
-                        if job_id in found or failed.get(job_id, -1) >= eased_at:
-                            continue  # in already, or failed since T last changed for it
-                        if not check_each or self._may_fit(ts, cache, share, count, job.priority):
+                        if job.priority <= threshold or job_id in found:
+                            continue
+                        if failed.get(job_id, -1) < eased_at:  # else failed since T eased
                             found[job_id] = job
         self._dirty_jobs.clear()
         self._dirty_types.clear()
@@ -1048,12 +1106,13 @@ class Engine:
                 continue
             self._admit(job, placement, now, out, seen)
             changed = True
-            self._push_later(placement.instance_type, key, heap, seen)
+            self._push_later(placement.instance_type, stamp, key, heap, seen)
         return changed
 
     def _push_later(
         self,
         type_name: str,
+        stamp: int,
         key: tuple[int, int, int, str],
         heap: list[tuple[tuple[int, int, int, str], Job]],
         seen: set[str],
@@ -1068,18 +1127,21 @@ class Engine:
         ts = self._types[type_name]
         cache = self._type_cache(ts)
         failed = self._failed_at
+        eased_all = self._eased.get(type_name, 0)
         for share, by_count in by_share.items():
             if not by_count:
                 continue
-            eased_at = self._eased_since(type_name, share)
-            for count, group, check_each in self._groups_may_fit(ts, cache, share, by_count):
+            eased_at = max(eased_all, self._eased_for.get((type_name, share), 0))
+            if eased_at <= stamp:
+                continue  # nothing on T changed in its favour since this cycle collected
+            for _, group, threshold in self._groups_may_fit(ts, cache, share, by_count):
                 for job_id, job in group.items():
-                    if job_id in seen or failed.get(job_id, -1) >= eased_at:
+                    if job.priority <= threshold or job_id in seen:
+                        continue
+                    if failed.get(job_id, -1) >= eased_at:
                         continue
                     job_key = (0, -job.priority, job.submitted_at, job_id)
-                    if job_key > key and (
-                        not check_each or self._may_fit(ts, cache, share, count, job.priority)
-                    ):
+                    if job_key > key:
                         seen.add(job_id)
                         heapq.heappush(heap, (job_key, job))
 
