@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from governance.models import InstanceType, Job, JobQueue, JobState, QueueCapacity, Share
 from governance.models.capacity import Executor
-from governance.services import runs
+from governance.services import hooks, runs
 from scheduler import engine as eng
 
 MS = 1000
@@ -394,7 +394,9 @@ def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
 
     Idempotent: running it again at once finds nothing left to decide.
     """
-    with transaction.atomic():
+    # The completions this cycle applies are decided on by the cycle itself: they need
+    # no further cycle (``hooks.cycle_running``).
+    with transaction.atomic(), hooks.cycle_running(queue_id):
         queue = JobQueue.objects.select_for_update().get(pk=queue_id)
         now = now or timezone.now()
         loaded = load(queue, now, lock=True)
@@ -460,9 +462,31 @@ def _disabled_reasons(job: Job) -> list[dict[str, Any]]:
 
 def explain_queue(queue_id: int) -> dict[int, list[dict[str, Any]]]:
     """Why each pending job of the queue waits, per preference (DESIGN section 4)."""
+    return explain_queue_valid_for(queue_id)[0]
+
+
+def explain_queue_valid_for(queue_id: int) -> tuple[dict[int, list[dict[str, Any]]], float | None]:
+    """``explain_queue`` and for how many seconds its answer holds if nothing stored
+    changes (None: until something stored changes), for callers that cache it.
+
+    Only time changes the answer without a stored change: a simulated run that finishes
+    (``load`` completes it in memory once due) frees its instances; the earliest such
+    finish bounds the answer. Agents' runs end by a report, which is a stored change.
+    """
     queue = JobQueue.objects.get(pk=queue_id)
     loaded = load(queue, timezone.now(), lock=False)
     engine = loaded.engine
+    valid_for: float | None = None
+    if queue.executor == Executor.SIMULATED:
+        factor = time_factor(queue)
+        types = engine.instance_types
+        for row in loaded.jobs.rows.values():
+            if row["state"] == JobState.RUNNING and row.get("type_name") in types:
+                speed = float(types[row["type_name"]].speed)
+                done_at = _simulated_finish(_row_job(row), speed, factor)
+                if done_at is not None:
+                    left = max(0.0, (done_at - loaded.now).total_seconds())
+                    valid_for = left if valid_for is None else min(valid_for, left)
     # Reasons describe the state at the end of the instant: play the cycle that is due
     # now (simulated completions, capacity drops, admissions) in memory, applying nothing.
     # A job that cycle would start gets no reason: it is about to run.
@@ -476,7 +500,7 @@ def explain_queue(queue_id: int) -> dict[int, list[dict[str, Any]]]:
             out[row["id"]] = _reason_json(engine.explain(key))
     for job in loaded.disabled_pending:
         out[job.pk] = _disabled_reasons(job)
-    return out
+    return out, valid_for
 
 
 def explain_job(job: Job) -> list[dict[str, Any]]:
@@ -612,6 +636,7 @@ __all__ = [
     "CycleResult",
     "explain_job",
     "explain_queue",
+    "explain_queue_valid_for",
     "load",
     "preview_share_change",
     "run_cycle",

@@ -27,11 +27,10 @@ def schedule_queue(queue_id: int) -> dict[str, object]:
     """Run one cycle of a queue; safe to run any number of times, on any worker."""
     triggers.cycle_started(queue_id)
     triggers.timer_fired(queue_id)
-    if not JobQueue.objects.filter(pk=queue_id).exists():
+    try:
+        result = cycle_now(queue_id)
+    except JobQueue.DoesNotExist:
         return {"queue": queue_id, "skipped": "no such queue"}
-    result = bridge.run_cycle(queue_id)
-    if result.next_event_in is not None and result.next_event_in <= FOLLOW_UP_HORIZON_SECONDS:
-        triggers.request_cycle_at(queue_id, result.next_event_in)
     return {
         "queue": queue_id,
         "admitted": result.admitted,
@@ -39,6 +38,18 @@ def schedule_queue(queue_id: int) -> dict[str, object]:
         "completed": result.completed,
         "timed_out": result.timed_out,
     }
+
+
+def cycle_now(queue_id: int) -> bridge.CycleResult:
+    """One cycle of a queue in this process, and a timer for its next time-driven event.
+
+    The worker's task, and agents' complete-and-claim (docs/agents.md), which runs the
+    cycle in the request so the freed instances are reassigned before it answers.
+    """
+    result = bridge.run_cycle(queue_id)
+    if result.next_event_in is not None and result.next_event_in <= FOLLOW_UP_HORIZON_SECONDS:
+        triggers.request_cycle_at(queue_id, result.next_event_in)
+    return result
 
 
 @shared_task(ignore_result=True)

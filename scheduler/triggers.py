@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 PENDING_KEY = "scheduler:cycle-requested:{queue_id}"
 TIMER_KEY = "scheduler:cycle-timer:{queue_id}"
-FLAG_TTL_SECONDS = 30
+FLAG_TTL_SECONDS = 5  # a lost cycle task delays the next request at most this long
 
 
 @cache

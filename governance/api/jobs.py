@@ -188,9 +188,9 @@ class JobViewSet(
             checkpoint_interval=data["checkpoint_interval"],
             duration=data["duration"],
         )
-        response = self._detail(job.pk)
-        response.status_code = status.HTTP_201_CREATED
-        return response
+        # Built from what the service returned (the job, its share and team, the
+        # submitter, its one ``submitted`` event): re-reading it doubled a submission's cost.
+        return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         request=JobPatchSerializer,

@@ -253,7 +253,8 @@ def job_submit(
         )
         if share_obj is None:
             raise ValidationFailed({"share": [f"No share with id {share_id}."]})
-        if not (roles.is_admin(actor) or share_obj.team_id in roles.member_team_ids(actor)):
+        # Membership first: most submitters are members, and it spares the groups query.
+        if not (share_obj.team_id in roles.member_team_ids(actor) or roles.is_admin(actor)):
             raise PermissionDenied(
                 {
                     "share": [
@@ -315,7 +316,7 @@ def job_submit(
             submitted_at=now,
         )
         prefs_text = ", ".join(f"{p['count']} x {p['instance_type']}" for p in resolved)
-        _event(
+        submitted = _event(
             job,
             "submitted",
             f"Submitted by {_actor_name(actor)} to {share_obj} with priority {priority}; "
@@ -323,19 +324,18 @@ def job_submit(
             now,
             priority=priority,
         )
-        audit.record(
+        audit.record_job(
             event_type=AuditEvent.JOB_SUBMITTED,
             actor=actor,
-            subject=job,
+            job=job,
             before=None,
             after=job_snapshot(job),
-            team_id=share_obj.team_id,
-            share_id=share_obj.pk,
-            job_id=job.pk,
-            queue_id=share_obj.queue_id,
             at=now,
         )
         hooks.queue_changed(share_obj.queue_id)
+    # A fresh job's timeline is exactly its ``submitted`` event: cache it as prefetched,
+    # so ``job.events.all()`` (the API's 201 response) costs no query.
+    job._prefetched_objects_cache = {"events": [submitted]}  # type: ignore[attr-defined]
     return job
 
 
@@ -395,17 +395,13 @@ def job_cancel(*, actor: AnyUser, job: Job | int, reason: str = "") -> Job:
             now,
             previous_state=was,
         )
-        audit.record(
+        audit.record_job(
             event_type=AuditEvent.JOB_CANCELLED,
             actor=actor,
-            subject=locked,
+            job=locked,
             before=before,
             after=job_snapshot(locked),
             reason=reason,
-            team_id=locked.share.team_id,
-            share_id=locked.share_id,
-            job_id=locked.pk,
-            queue_id=locked.queue_id,
             at=now,
         )
         hooks.queue_changed(locked.queue_id)
@@ -430,17 +426,13 @@ def apply_priority_change(
     job.priority = priority
     job.save(update_fields=["priority"])
     _event(job, "reprioritised", message, at, before=before, after=priority)
-    audit.record(
+    audit.record_job(
         event_type=AuditEvent.JOB_REPRIORITISED,
         actor=actor,
-        subject=job,
+        job=job,
         before={"priority": before},
         after={"priority": priority},
         reason=reason,
-        team_id=job.share.team_id,
-        share_id=job.share_id,
-        job_id=job.pk,
-        queue_id=job.queue_id,
         at=at,
     )
     hooks.queue_changed(job.queue_id)

@@ -29,13 +29,14 @@ def _type_name(job: Job) -> str | None:
     return job.instance_type.name if job.instance_type_id and job.instance_type else None
 
 
-def _snapshot(job: Job) -> dict[str, Any]:
+def _snapshot(job: Job, type_name: str | None = None) -> dict[str, Any]:
+    """``type_name``, when the caller knows it, spares the query for the job's type."""
     return {
         "job": job.name,
         "share": job.share.name,
         "team": job.share.team.name,
         "state": job.state,
-        "instance_type": _type_name(job),
+        "instance_type": type_name or _type_name(job),
         "preference": job.preference,
         "borrowed": job.borrowed,
         "preemptions": job.preemptions,
@@ -74,7 +75,9 @@ def checkpoint_of(job: Job, work: float) -> float:
     return max(job.checkpoint_work, float(saved))
 
 
-@transaction.atomic
+# Scheduler decisions run inside the cycle's transaction, which an error rolls back whole:
+# they take no savepoint of their own (two round trips each, per decision).
+@transaction.atomic(savepoint=False)
 def run_admit(
     *,
     job: Job,
@@ -126,25 +129,21 @@ def run_admit(
         rule=rule,
         run=job.run,
     )
-    after = _snapshot(job)
+    after = _snapshot(job, instance_type_name)
     after.update({"rule": rule, "count": count, "share_versions": share_versions})
-    audit.record(
+    audit.record_job(
         event_type=AuditEvent.JOB_ADMITTED,
         actor=None,
-        subject=job,
+        job=job,
         before=before,
         after=after,
         reason=explanation,
-        team_id=job.share.team_id,
-        share_id=job.share_id,
-        job_id=job.pk,
-        queue_id=job.queue_id,
         at=now,
     )
     return job
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def run_preempt(
     *,
     job: Job,
@@ -216,26 +215,22 @@ def run_preempt(
             "share_versions": share_versions,
         }
     )
-    audit.record(
+    audit.record_job(
         event_type=AuditEvent.JOB_PREEMPTED,
         actor=None,
-        subject=job,
+        job=job,
         before=before,
         after=after,
         reason=explanation,
-        team_id=job.share.team_id,
-        share_id=job.share_id,
-        job_id=job.pk,
-        queue_id=job.queue_id,
         at=now,
     )
     if fail:
         message = f"Failed: preempted {job.preemptions} times, more than the share's retry limit."
         _event(job, now, "failed", message, reason="preemption_retries_exhausted")
-        audit.record(
+        audit.record_job(
             event_type=AuditEvent.JOB_FAILED,
             actor=None,
-            subject=job,
+            job=job,
             before={"state": JobState.PENDING},
             after={
                 "state": JobState.FAILED,
@@ -243,16 +238,12 @@ def run_preempt(
                 "preemptions": job.preemptions,
             },
             reason=message,
-            team_id=job.share.team_id,
-            share_id=job.share_id,
-            job_id=job.pk,
-            queue_id=job.queue_id,
             at=now,
         )
     return job
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def run_time_out(*, job: Job, now: datetime, explanation: str) -> Job:
     """A job that never started within its max pending time gives up (a scheduler decision)."""
     before = _snapshot(job)
@@ -260,17 +251,13 @@ def run_time_out(*, job: Job, now: datetime, explanation: str) -> Job:
     job.finished_at = now
     job.save(update_fields=["state", "finished_at"])
     _event(job, now, "timed_out", explanation)
-    audit.record(
+    audit.record_job(
         event_type=AuditEvent.JOB_TIMED_OUT,
         actor=None,
-        subject=job,
+        job=job,
         before=before,
         after={**_snapshot(job), "rule": "timeout", "max_pending": job.max_pending},
         reason=explanation,
-        team_id=job.share.team_id,
-        share_id=job.share_id,
-        job_id=job.pk,
-        queue_id=job.queue_id,
         at=now,
     )
     return job
@@ -305,16 +292,12 @@ def run_complete(
         update_fields=["state", "finished_at", "work_done", "checkpoint_work", "run_started_at"]
     )
     _event(job, now, "completed", "Completed.", run=run)
-    audit.record(
+    audit.record_job(
         event_type=AuditEvent.JOB_COMPLETED,
         actor=actor,
-        subject=job,
+        job=job,
         before=before,
         after=_snapshot(job),
-        team_id=job.share.team_id,
-        share_id=job.share_id,
-        job_id=job.pk,
-        queue_id=job.queue_id,
         at=now,
     )
     queue_changed(job.queue_id)
@@ -331,17 +314,13 @@ def run_fail(*, actor: AnyUser | None, job_id: int, run: int, now: datetime, mes
     job.run_started_at = None
     job.save(update_fields=["state", "finished_at", "run_started_at"])
     _event(job, now, "failed", message or "The job failed.", reason="executor", run=run)
-    audit.record(
+    audit.record_job(
         event_type=AuditEvent.JOB_FAILED,
         actor=actor,
-        subject=job,
+        job=job,
         before=before,
         after={**_snapshot(job), "rule": "executor"},
         reason=message,
-        team_id=job.share.team_id,
-        share_id=job.share_id,
-        job_id=job.pk,
-        queue_id=job.queue_id,
         at=now,
     )
     queue_changed(job.queue_id)
@@ -379,47 +358,50 @@ def run_report(
         fields.append("checkpoint_work")
         job.save(update_fields=fields)
         _event(job, now, "checkpoint", f"Checkpoint saved at {work:g} work units.", work=work)
-        audit.record(
+        audit.record_job(
             event_type=AuditEvent.JOB_CHECKPOINTED,
             actor=actor,
-            subject=job,
+            job=job,
             before=before,
             after=_snapshot(job),
-            team_id=job.share.team_id,
-            share_id=job.share_id,
-            job_id=job.pk,
-            queue_id=job.queue_id,
             at=now,
         )
         return job
     job.save(update_fields=fields)
     if kind == "started":
-        _event(job, now, "started", f"Started by agent {job.agent or 'simulated fleet'}.", run=run)
-        audit.record(
-            event_type=AuditEvent.JOB_STARTED,
-            actor=actor,
-            subject=job,
-            before=None,
-            after={"run": run, "agent": job.agent},
-            team_id=job.share.team_id,
-            share_id=job.share_id,
-            job_id=job.pk,
-            queue_id=job.queue_id,
-            at=now,
-        )
+        _record_started(job, actor, now)
     return job
 
 
+def _record_started(job: Job, actor: AnyUser | None, now: datetime) -> None:
+    """The run's ``started`` timeline event and audit entry."""
+    _event(job, now, "started", f"Started by agent {job.agent or 'simulated fleet'}.", run=job.run)
+    audit.record_job(
+        event_type=AuditEvent.JOB_STARTED,
+        actor=actor,
+        job=job,
+        before=None,
+        after={"run": job.run, "agent": job.agent},
+        at=now,
+    )
+
+
 @transaction.atomic
-def run_claim(*, actor: AnyUser, queue_id: int, agent: str, now: datetime, limit: int) -> list[Job]:
-    """An agent takes the admitted, unclaimed runs of its queue (each run goes to one agent)."""
+def run_claim(
+    *, actor: AnyUser, queue_id: int, agent: str, now: datetime, limit: int, start: bool = False
+) -> list[Job]:
+    """An agent takes the admitted, unclaimed runs of its queue (each run goes to one agent).
+
+    ``start``: the agent starts each run as it claims it, so the claim also records the
+    run's ``started`` report (one round trip per run fewer, and no start delay).
+    """
     if not agent:
         raise ValidationFailed({"agent": ["name the agent"]})
     if limit < 1:
         raise ValidationFailed({"limit": ["must be at least 1"]})
     jobs = list(
         Job.objects.select_for_update(skip_locked=True, of=("self",))
-        .select_related("instance_type", "share")
+        .select_related("instance_type", "share__team")
         .filter(queue_id=queue_id, state=JobState.RUNNING, agent="")
         .order_by("run_started_at", "id")[:limit]
     )
@@ -429,6 +411,8 @@ def run_claim(*, actor: AnyUser, queue_id: int, agent: str, now: datetime, limit
         job.last_heartbeat_at = now
         job.save(update_fields=["agent", "claimed_at", "last_heartbeat_at"])
         _event(job, now, "claimed", f"Claimed by agent {agent}.", run=job.run, agent=agent)
+        if start:
+            _record_started(job, actor, now)
     return jobs
 
 
@@ -471,17 +455,13 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
         update_fields=["recomputed", "work_done", "state", "run_started_at", "agent", "borrowed"]
     )
     _event(job, now, "lost", explanation, lost_work=round(lost, 3))
-    audit.record(
+    audit.record_job(
         event_type=AuditEvent.JOB_LOST,
         actor=None,
-        subject=job,
+        job=job,
         before=before,
         after={**_snapshot(job), "rule": "heartbeat_lost", "lost_work": round(lost, 3)},
         reason=explanation,
-        team_id=job.share.team_id,
-        share_id=job.share_id,
-        job_id=job.pk,
-        queue_id=job.queue_id,
         at=now,
     )
     queue_changed(job.queue_id)

@@ -6,6 +6,8 @@ whose executor is ``agent``. Views are thin: they parse, check the role, call a 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.shortcuts import get_object_or_404
@@ -19,7 +21,11 @@ from rest_framework.views import APIView
 
 from governance.models import Job, JobQueue
 from governance.models.capacity import Executor
-from governance.services import runs
+from governance.services import hooks, runs
+from governance.services.errors import ValidationFailed
+from scheduler import tasks, triggers
+
+log = logging.getLogger(__name__)
 
 AGENT_GROUP = "agent"
 
@@ -37,6 +43,10 @@ class IsAgent(BasePermission):
 class ClaimIn(serializers.Serializer[Any]):
     agent = serializers.CharField(max_length=100)
     limit = serializers.IntegerField(min_value=1, max_value=100, default=1)
+    start = serializers.BooleanField(
+        default=False,
+        help_text="the agent starts each run as it claims it: record its `started` report too",
+    )
 
 
 class ClaimedRun(serializers.Serializer[Any]):
@@ -64,11 +74,33 @@ class RunIn(serializers.Serializer[Any]):
     message = serializers.CharField(required=False, allow_blank=True, default="")
 
 
+class FinishIn(RunIn):
+    """``complete``/``fail``, optionally claiming the next runs in the same round trip."""
+
+    agent = serializers.CharField(max_length=100, required=False, default="")
+    claim_next = serializers.IntegerField(
+        min_value=0,
+        max_value=100,
+        default=0,
+        help_text=(
+            "run a scheduling cycle of the queue at once and claim up to this many admitted "
+            "runs for `agent`, returned in `next`"
+        ),
+    )
+    start = serializers.BooleanField(
+        default=False, help_text="as for claim: the runs in `next` are started as claimed"
+    )
+
+
 class RunStateOut(serializers.Serializer[Any]):
     job = serializers.IntegerField()
     state = serializers.CharField(required=False)
     run = serializers.IntegerField(required=False)
     stop = serializers.BooleanField(required=False)
+
+
+class FinishOut(RunStateOut):
+    next = ClaimedRun(many=True, required=False)
 
 
 class StopOrder(serializers.Serializer[Any]):
@@ -79,8 +111,6 @@ class StopOrder(serializers.Serializer[Any]):
 def _agent_queue(queue_id: int) -> JobQueue:
     queue = get_object_or_404(JobQueue, pk=queue_id)
     if queue.executor != Executor.AGENT:
-        from governance.services.errors import ValidationFailed
-
         raise ValidationFailed(
             {
                 "queue": [
@@ -106,6 +136,7 @@ class ClaimView(APIView):
             agent=data.validated_data["agent"],
             now=timezone.now(),
             limit=data.validated_data["limit"],
+            start=data.validated_data["start"],
         )
         return Response(ClaimedRun(jobs, many=True).data)
 
@@ -147,34 +178,77 @@ class ReportView(APIView):
         return Response({"job": job.pk, "run": job.run, "stop": False})
 
 
+def _finish(request: Request, job_id: int, finish: Callable[[dict[str, Any]], Job]) -> Response:
+    """Complete or fail a run; with ``claim_next``, reassign its instances and claim.
+
+    With ``claim_next`` the change asks the worker for no cycle: this request runs the
+    queue's cycle itself once the completion committed (the same ``bridge.run_cycle``,
+    waiting for the queue's lock like any cycle), then claims admitted runs for the
+    agent, so a slot is refilled in one round trip instead of complete, wait for the
+    worker, poll, claim.
+    """
+    data = FinishIn(data=request.data)
+    data.is_valid(raise_exception=True)
+    fields = data.validated_data
+    claim_next = fields["claim_next"]
+    if claim_next and not fields["agent"]:
+        raise ValidationFailed({"agent": ["name the agent that claims the next runs"]})
+    if not claim_next:
+        job = finish(fields)
+        return Response({"job": job.pk, "state": job.state})
+    with hooks.collect_changes() as changed:
+        job = finish(fields)
+    for queue_id in sorted(changed):
+        try:
+            tasks.cycle_now(queue_id)
+        except Exception:  # the completion stands; the worker decides instead
+            log.exception("in-request cycle of queue %s failed; asking the worker", queue_id)
+            triggers.request_cycle(queue_id)
+    claimed = runs.run_claim(
+        actor=request.user,
+        queue_id=job.queue_id,
+        agent=fields["agent"],
+        now=timezone.now(),
+        limit=claim_next,
+        start=fields["start"],
+    )
+    return Response(
+        {"job": job.pk, "state": job.state, "next": ClaimedRun(claimed, many=True).data}
+    )
+
+
 class CompleteView(APIView):
     permission_classes = [IsAuthenticated, IsAgent]
 
-    @extend_schema(request=RunIn, responses=RunStateOut, tags=["agents"])
+    @extend_schema(request=FinishIn, responses=FinishOut, tags=["agents"])
     def post(self, request: Request, job_id: int) -> Response:
-        data = RunIn(data=request.data)
-        data.is_valid(raise_exception=True)
-        job = runs.run_complete(
-            actor=request.user, job_id=job_id, run=data.validated_data["run"], now=timezone.now()
+        """The run finished its work (``claim_next``: and claim the next runs)."""
+        return _finish(
+            request,
+            job_id,
+            lambda f: runs.run_complete(
+                actor=request.user, job_id=job_id, run=f["run"], now=timezone.now()
+            ),
         )
-        return Response({"job": job.pk, "state": job.state})
 
 
 class FailView(APIView):
     permission_classes = [IsAuthenticated, IsAgent]
 
-    @extend_schema(request=RunIn, responses=RunStateOut, tags=["agents"])
+    @extend_schema(request=FinishIn, responses=FinishOut, tags=["agents"])
     def post(self, request: Request, job_id: int) -> Response:
-        data = RunIn(data=request.data)
-        data.is_valid(raise_exception=True)
-        job = runs.run_fail(
-            actor=request.user,
-            job_id=job_id,
-            run=data.validated_data["run"],
-            now=timezone.now(),
-            message=data.validated_data["message"],
+        """The job itself failed (``claim_next``: and claim the next runs)."""
+        return _finish(
+            request,
+            job_id,
+            lambda f: runs.run_fail(
+                actor=request.user,
+                job_id=job_id,
+                run=f["run"],
+                now=timezone.now(),
+                message=f["message"],
+            ),
         )
-        return Response({"job": job.pk, "state": job.state})
 
 
 class StoppedView(APIView):

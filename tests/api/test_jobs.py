@@ -279,3 +279,13 @@ def test_list_without_n_plus_one(w: Any, django_assert_max_num_queries: Any) -> 
     client = client_for(w, "member")
     with django_assert_max_num_queries(4):
         client.get("/api/jobs/")
+
+
+def test_submit_answers_with_the_job_as_a_later_read_shows_it(w: Any) -> None:
+    """The 201 is built from what the service returned, without re-reading the job."""
+    client = client_for(w, "member")
+    response = client.post("/api/jobs/", body(w, name="fresh"), format="json")
+    assert response.status_code == 201, response.content
+    created = response.json()
+    assert [e["type"] for e in created["events"]] == ["submitted"]
+    assert created == client.get(f"/api/jobs/{created['id']}/").json()

@@ -84,9 +84,9 @@ def this_process_uses(redis_url: str, settings: Any) -> Iterator[None]:
     """Point this process's triggers and Celery producer at ``redis_url`` for a while."""
 
     def reset_pools() -> None:
-        if app._pool is not None:
-            app._pool.force_close_all()
-            app._pool = None
+        # Forget this app's pools without closing them: kombu keeps one pool per broker
+        # URL in a global registry, and a closed one would be handed back on return.
+        app._pool = None
         app.amqp._producer_pool = None
         triggers.client.cache_clear()
 
@@ -152,7 +152,7 @@ def test_jobs_submitted_while_redis_is_down_are_admitted_once_it_is_back(
         env=env,
         start_new_session=True,
     )
-    probe = Celery(broker=redis_url)
+    probe = Celery(broker=redis_url, set_as_current=False)  # shared tasks keep our app
     try:
         wait_for(lambda: probe.control.ping(destination=[name], timeout=0.5), timeout=60)
         queue = make_queue("outage", {G5: 20})

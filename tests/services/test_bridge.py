@@ -424,3 +424,22 @@ def test_lowering_a_limit_stops_nothing_but_opens_the_usage_to_reclaim() -> None
     [entry] = audits(AuditEvent.JOB_PREEMPTED, running[0])
     assert entry.after["rule"] == "reclaim"
     assert entry.after["share_versions"] == {"user": updated.version, "owner": owner.version}
+
+
+def test_a_cycle_completing_simulated_runs_asks_for_no_further_cycle(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The cycle decides on its own completions: requesting another would find nothing."""
+    queue = make_queue("turnover", {G5: 1})
+    team = TeamFactory(name="turnover-team")
+    share = make_share(queue, team, "turnover", {G5: 1})
+    lead = make_lead(team)
+    first = make_job(share, lead, name="first", duration=10, submitted_at=at(0))
+    second = make_job(share, lead, name="second", duration=10, submitted_at=at(1))
+    bridge.run_cycle(queue.pk, now=at(2))
+    with django_capture_on_commit_callbacks() as callbacks:
+        result = bridge.run_cycle(queue.pk, now=at(20))
+    assert (result.completed, result.admitted) == (1, 1)
+    refresh(first, second)
+    assert (first.state, second.state) == (JobState.SUCCEEDED, JobState.RUNNING)
+    assert callbacks == []
