@@ -42,3 +42,29 @@ def record(
         reason=reason,
         created_at=at or timezone.now(),
     )
+
+
+def record_job(
+    *,
+    event_type: AuditEvent,
+    actor: AbstractBaseUser | AnonymousUser | None,
+    job: Any,
+    before: Any = None,
+    after: Any = None,
+    reason: str = "",
+    at: Any = None,
+) -> AuditEntry:
+    """Append an entry about a job, linked to its team, share and queue for filtering."""
+    return record(
+        event_type=event_type,
+        actor=actor,
+        subject=job,
+        before=before,
+        after=after,
+        reason=reason,
+        team_id=job.share.team_id,
+        share_id=job.share_id,
+        job_id=job.pk,
+        queue_id=job.queue_id,
+        at=at,
+    )

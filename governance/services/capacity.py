@@ -16,6 +16,7 @@ from governance.models import AuditEvent, InstanceType, JobQueue, QueueCapacity,
 from governance.models.capacity import Executor
 from governance.roles import AnyUser, is_admin
 from governance.services import audit, hooks
+from governance.services.counts import write_type_counts
 from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
 
 ACCELERATED_FAMILIES = ("ml.p", "ml.g", "ml.trn")
@@ -231,22 +232,6 @@ def _clean_capacity(capacity: Any, errors: Errors) -> dict[InstanceType, int]:
     return clean
 
 
-def _write_capacity(queue: JobQueue, capacity: dict[InstanceType, int]) -> None:
-    existing = {row.instance_type_id: row for row in QueueCapacity.objects.filter(queue=queue)}
-    wanted = {itype.pk: count for itype, count in capacity.items()}
-    for type_id, row in existing.items():
-        if type_id not in wanted:
-            row.delete()
-        elif row.count != wanted[type_id]:
-            row.count = wanted[type_id]
-            row.save(update_fields=["count"])
-    QueueCapacity.objects.bulk_create(
-        QueueCapacity(queue=queue, instance_type_id=type_id, count=count)
-        for type_id, count in wanted.items()
-        if type_id not in existing
-    )
-
-
 def queue_create(
     *,
     actor: AnyUser,
@@ -270,7 +255,7 @@ def queue_create(
                 )
         except IntegrityError as exc:
             raise ValidationFailed({"name": [f"A queue named {clean_name!r} exists."]}) from exc
-        _write_capacity(queue, clean_capacity)
+        write_type_counts(QueueCapacity, "queue", queue, clean_capacity)
         audit.record(
             event_type=AuditEvent.QUEUE_CREATED,
             actor=actor,
@@ -352,7 +337,7 @@ def queue_update(
                 queue_id=locked.pk,
             )
         if new_capacity is not None:
-            _write_capacity(locked, new_capacity)
+            write_type_counts(QueueCapacity, "queue", locked, new_capacity)
             after_capacity = capacity_map(locked)
             if after_capacity != before["capacity"]:
                 audit.record(

@@ -28,6 +28,7 @@ from governance.models.jobs import ACTIVE_STATES
 from governance.models.shares import MAX_LIMITS_PER_SHARE, MAX_SHARES_PER_QUEUE
 from governance.roles import AnyUser, is_admin
 from governance.services import audit, hooks
+from governance.services.counts import write_type_counts
 from governance.services.errors import (
     Conflict,
     Errors,
@@ -161,22 +162,6 @@ def _validate(
     return clean
 
 
-def _write_limits(share: Share, limits: dict[InstanceType, int]) -> None:
-    existing = {row.instance_type_id: row for row in ShareLimit.objects.filter(share=share)}
-    wanted = {itype.pk: count for itype, count in limits.items()}
-    for type_id, row in existing.items():
-        if type_id not in wanted:
-            row.delete()
-        elif row.count != wanted[type_id]:
-            row.count = wanted[type_id]
-            row.save(update_fields=["count"])
-    ShareLimit.objects.bulk_create(
-        ShareLimit(share=share, instance_type_id=type_id, count=count)
-        for type_id, count in wanted.items()
-        if type_id not in existing
-    )
-
-
 def share_create(
     *,
     actor: AnyUser,
@@ -223,7 +208,7 @@ def share_create(
                 share = Share.objects.create(queue=locked_queue, **fields)
         except IntegrityError as exc:
             raise ValidationFailed({"name": ["A share with this name exists."]}) from exc
-        _write_limits(share, clean_limits)
+        write_type_counts(ShareLimit, "share", share, clean_limits)
         audit.record(
             event_type=AuditEvent.SHARE_CREATED,
             actor=actor,
@@ -341,7 +326,7 @@ def share_update(
         for field, value in values.items():
             if field != "limits":
                 setattr(locked, field, value)
-        _write_limits(locked, clean_limits)
+        write_type_counts(ShareLimit, "share", locked, clean_limits)
         after_candidate = {**share_snapshot(locked), "limits": limits_map(locked)}
         if {k: v for k, v in after_candidate.items() if k != "version"} == {
             k: v for k, v in before.items() if k != "version"
