@@ -1,46 +1,64 @@
 """Page and live-partial server times on a large dataset under 20 concurrent clients.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything \\
-    BENCH_REDIS_URL=redis://127.0.0.1:6379/13 .venv/bin/python bench/web.py [--quick]
+    BENCH_REDIS_URL=redis://127.0.0.1:6379/13 .venv/bin/python bench/web.py [--quick] [--reuse]
 
-Everything runs in a throwaway database ``bench_web`` on the ``DATABASE_URL`` server
+Data. Everything runs in a throwaway database ``bench_web`` on the ``DATABASE_URL`` server
 (dropped and re-created each run; the test and dev databases are never touched). The
 demo world (queues, shares, teams, users, bands, agreements, exceptions) is loaded
 through the services with the scheduler run eagerly, then 50,000 jobs and 500,000 audit
 entries (``--quick``: 5,000 and 50,000) are bulk-created, spread over the demo's shares,
-states, event types, actors and three months.
+states, event types, actors and three months. ``--reuse`` keeps the ``bench_web`` of a
+previous run (only migrating it) to measure again without reloading.
 
-Measurement: 20 processes (forked after loading), each with its own Django test
-``Client``, database connection and signed-in session (the admin: every page is open to
-it), request every page and partial in a shuffled order for a number of rounds. The
-figure is the server time: wall time around ``client.get`` in process, i.e. the whole
-Django stack (middleware, view, queries, template rendering) without network or HTTP
-parsing. With more clients than CPUs it includes waiting for a CPU, as a server would;
-a first pass with one client alone gives the uncontended cost ("solo p50").
-Targets: p95 <= 100 ms for pages, <= 30 ms for partials.
+Server. The pages are served as in production: gunicorn on 127.0.0.1 (a free port) with
+``2 x CPUs + 1`` sync workers (``--worker-class gthread`` for 4 threads each), DEBUG off,
+persistent database connections (``DB_CONN_MAX_AGE=60``, as a deployment sets), and the
+Django cache in Redis (``BENCH_REDIS_URL``, flushed first).
+
+Clients. 20 threads in this process, each with its own HTTP connection and its own
+session (it signs in as the admin through the login form: every page is open to it),
+request every page and partial in a shuffled order for a number of rounds, after one
+unmeasured warm-up round. Partials are requested as htmx does (``HX-Request: true``).
+
+Figures. "server" is the ``Server-Timing: app;dur=<ms>`` header that
+``governance.web.timing.ServerTimingMiddleware`` (first in ``MIDDLEWARE``) adds: the time
+from the request entering Django to the response leaving it (middleware, view, queries,
+template rendering), without the network, HTTP parsing or the time a request waits for a
+free worker. With more clients than CPUs it includes waiting for a CPU, as any server
+does. "client" is the wall time the client saw (connect, send, wait for a worker,
+server time, read the body): context only, it grows with the queue in front of the
+workers. "solo" is the server p50 of a first pass with one client alone (uncontended).
+Targets (on the server p95 under 20 clients): pages <= 100 ms, partials <= 30 ms.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import random
+import re
+import signal
+import socket
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "bench_web"
 CLIENTS = 20
 PAGE_TARGET_MS = 100.0
 PARTIAL_TARGET_MS = 30.0
+TIMING = re.compile(r"\bapp;dur=([0-9.]+)")
 
 
-def _setup_environment() -> None:
+def _setup_environment(reuse: bool) -> None:
     """Point this process at the throwaway database before Django loads."""
     base = os.environ.get("DATABASE_URL")
     if not base:
@@ -51,8 +69,10 @@ def _setup_environment() -> None:
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]).fetchone()
+        if not (reuse and exists):
+            conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {BENCH_DB}")
     os.environ.update(
         DATABASE_URL=bench_url,
         REDIS_URL=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
@@ -198,64 +218,178 @@ def urls() -> list[tuple[str, str, str]]:
     ]
 
 
-def _client_run(
-    targets: list[tuple[str, str, str]], rounds: int, seed: int, barrier: Any, out: Any
-) -> None:
-    """One client: its own process, DB connection, test Client and signed-in session."""
-    from django.contrib.auth import get_user_model
-    from django.db import connections
-    from django.test import Client
+# ---------------------------------------------------------------------- the server
 
-    connections.close_all()  # never share the parent's connection across fork
-    client = Client()
-    client.force_login(get_user_model().objects.get(username="admin"))
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_server(worker_class: str) -> tuple[subprocess.Popen[bytes], int]:
+    """gunicorn serving the project on a free local port; returns once it answers."""
+    import redis
+
+    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()  # a cold, private cache
+    port = _free_port()
+    workers = 2 * (os.cpu_count() or 1) + 1
+    command = [
+        str(ROOT / ".venv" / "bin" / "gunicorn"),
+        "governance.wsgi:application",
+        f"--bind=127.0.0.1:{port}",
+        f"--workers={workers}",
+        f"--worker-class={worker_class}",
+        "--backlog=2048",
+        "--timeout=120",
+        "--log-level=warning",
+    ]
+    if worker_class == "gthread":
+        command.append("--threads=4")
+    env = {**os.environ, "DEBUG": "false", "DB_CONN_MAX_AGE": "60"}
+    env.pop("CELERY_TASK_ALWAYS_EAGER", None)
+    server = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            sys.exit(f"gunicorn exited with {server.returncode}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/login/")
+            conn.getresponse().read()
+            conn.close()
+            say(f"gunicorn on 127.0.0.1:{port}: {workers} {worker_class} workers")
+            return server, port
+        except OSError:
+            time.sleep(0.2)
+    stop_server(server)
+    sys.exit("gunicorn did not answer within 30 s")
+
+
+def stop_server(server: subprocess.Popen[bytes]) -> None:
+    """Stop the gunicorn this bench started (its own process group, by id)."""
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+# ---------------------------------------------------------------------- the clients
+
+
+class Session:
+    """One browser: an HTTP connection and its cookies, signed in through the form."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.cookies: dict[str, str] = {}
+
+    def _send(
+        self, method: str, url: str, body: str | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, str, float | None, bytes]:
+        all_headers = {"Host": "127.0.0.1", **(headers or {})}
+        if self.cookies:
+            all_headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        try:
+            self.conn.request(method, url, body=body, headers=all_headers)
+            response = self.conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            self.conn.close()  # the server closed an idle connection: reconnect once
+            self.conn.request(method, url, body=body, headers=all_headers)
+            response = self.conn.getresponse()
+        data = response.read()
+        for name, value in response.getheaders():
+            if name.lower() == "set-cookie":
+                key, _, rest = value.partition("=")
+                self.cookies[key.strip()] = rest.split(";", 1)[0]
+        match = TIMING.search(response.getheader("Server-Timing") or "")
+        server_ms = float(match.group(1)) if match else None
+        return response.status, response.getheader("Location") or "", server_ms, data
+
+    def login(self, username: str, password: str) -> None:
+        status, _, _, page = self._send("GET", "/login/")
+        token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        assert status == 200 and token, "no login form"
+        body = urlencode(
+            {
+                "csrfmiddlewaretoken": token.group(1).decode(),
+                "username": username,
+                "password": password,
+                "next": "/",
+            }
+        )
+        status, location, _, _ = self._send(
+            "POST",
+            "/login/",
+            body,
+            {"Content-Type": "application/x-www-form-urlencoded", "Referer": "http://127.0.0.1/"},
+        )
+        assert status == 302 and "login" not in location, f"sign-in failed ({status})"
+
+    def get(self, url: str, headers: dict[str, str]) -> tuple[int, float | None, float]:
+        started = time.perf_counter()
+        status, _, server_ms, _ = self._send("GET", url, headers=headers)
+        return status, server_ms, (time.perf_counter() - started) * 1000
+
+
+Sample = tuple[str, float, float, int]  # label, server ms, client ms, status
+
+
+def _client_run(
+    port: int,
+    targets: list[tuple[str, str, str]],
+    rounds: int,
+    seed: int,
+    barrier: threading.Barrier | None,
+    out: list[Sample],
+) -> None:
+    session = Session(port)
+    session.login("admin", "admin")
     rng = random.Random(seed)
     for _, _label, url in targets:  # warm-up: not counted
-        client.get(url)
+        session.get(url, {})
     if barrier is not None:
         barrier.wait()
-    mine: list[tuple[str, float, int]] = []
+    mine: list[Sample] = []
     for _ in range(rounds):
         order = targets[:]
         rng.shuffle(order)
         for _, label, url in order:
-            headers = {"HTTP_HX_REQUEST": "true"} if "/partials/" in url else {}
-            start = time.perf_counter()
-            response = client.get(url, **headers)
-            mine.append((label, (time.perf_counter() - start) * 1000, response.status_code))
-    out.put(mine)
+            headers = {"HX-Request": "true"} if "/partials/" in url else {}
+            status, server_ms, client_ms = session.get(url, headers)
+            mine.append((label, server_ms if server_ms is not None else -1.0, client_ms, status))
+    out.extend(mine)
 
 
 def measure(
-    targets: list[tuple[str, str, str]], rounds: int, clients: int
-) -> dict[str, list[float]]:
-    """``clients`` processes (forked after loading) request every URL ``rounds`` times."""
-    import multiprocessing
-
-    from django.db import connections
-
-    connections.close_all()
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    barrier = ctx.Barrier(clients) if clients > 1 else None
-    procs = [
-        ctx.Process(target=_client_run, args=(targets, rounds, i, barrier, out))
+    port: int, targets: list[tuple[str, str, str]], rounds: int, clients: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """``clients`` threads request every URL ``rounds`` times; (server, client) ms by label."""
+    out: list[Sample] = []
+    barrier = threading.Barrier(clients) if clients > 1 else None
+    threads = [
+        threading.Thread(target=_client_run, args=(port, targets, rounds, i, barrier, out))
         for i in range(clients)
     ]
-    for proc in procs:
-        proc.start()
-    samples: dict[str, list[float]] = {label: [] for _, label, _ in targets}
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    server: dict[str, list[float]] = {label: [] for _, label, _ in targets}
+    client: dict[str, list[float]] = {label: [] for _, label, _ in targets}
     errors = []
-    for _ in procs:
-        for label, ms, status in out.get():
-            samples[label].append(ms)
-            if status != 200:
-                errors.append(f"{label}: {status}")
-    for proc in procs:
-        proc.join()
+    for label, server_ms, client_ms, status in out:
+        server[label].append(server_ms)
+        client[label].append(client_ms)
+        if status != 200 or server_ms < 0:
+            errors.append(f"{label}: {status}")
     if errors:
-        say(f"{len(errors)} non-200 responses, e.g. {sorted(set(errors))[:5]}")
-    return samples
+        say(f"{len(errors)} bad responses, e.g. {sorted(set(errors))[:5]}")
+    return server, client
 
 
 def pct(values: list[float], p: float) -> float:
@@ -265,53 +399,75 @@ def pct(values: list[float], p: float) -> float:
 
 def report(
     targets: list[tuple[str, str, str]],
-    loaded: dict[str, list[float]],
+    server: dict[str, list[float]],
+    client: dict[str, list[float]],
     solo: dict[str, list[float]],
 ) -> bool:
     ok_all = True
     print()
     print(
-        f"{'kind':<8} {'view':<17} {'url':<40} {'solo p50':>8} {'p50 ms':>7} {'p95 ms':>7} "
-        f"{'target':>6}  ok"
+        f"{'kind':<8} {'view':<17} {'url':<34} {'solo':>6} | {'server':>6} {'server':>6} | "
+        f"{'client':>6} {'client':>6} | {'target':>6}  ok"
     )
-    print("-" * 104)
+    print(
+        f"{'':<8} {'':<17} {'':<34} {'p50':>6} | {'p50':>6} {'p95':>6} | "
+        f"{'p50':>6} {'p95':>6} | {'p95':>6}"
+    )
+    print("-" * 112)
     for kind, label, url in targets:
-        values = loaded[label]
+        values = server[label]
         target = PAGE_TARGET_MS if kind == "page" else PARTIAL_TARGET_MS
         p95 = pct(values, 95)
         ok = p95 <= target
         ok_all &= ok
         print(
-            f"{kind:<8} {label:<17} {url[:40]:<40} {statistics.median(solo[label]):>8.1f} "
-            f"{statistics.median(values):>7.1f} {p95:>7.1f} {target:>6.0f}  {'yes' if ok else 'NO'}"
+            f"{kind:<8} {label:<17} {url[:34]:<34} {statistics.median(solo[label]):>6.1f} | "
+            f"{statistics.median(values):>6.1f} {p95:>6.1f} | "
+            f"{statistics.median(client[label]):>6.1f} {pct(client[label], 95):>6.1f} | "
+            f"{target:>6.0f}  {'yes' if ok else 'NO'}"
         )
     return ok_all
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="5,000 jobs, 50,000 audit entries")
+    parser.add_argument("--reuse", action="store_true", help="keep the previous bench_web data")
     parser.add_argument("--rounds", type=int, default=None, help="rounds per client")
+    parser.add_argument("--worker-class", choices=("sync", "gthread"), default="sync")
     args = parser.parse_args()
     jobs_total, audit_total = (5_000, 50_000) if args.quick else (50_000, 500_000)
     rounds = args.rounds or (3 if args.quick else 5)
-    _setup_environment()
-    load(jobs_total, audit_total)
+    _setup_environment(args.reuse)
+    from governance.models import Job
+
+    if not (args.reuse and Job.objects.exists()):
+        load(jobs_total, audit_total)
+    else:
+        say(f"reusing {BENCH_DB}: {Job.objects.count():,} jobs")
     targets = urls()
-    say(f"1 client x {rounds} rounds x {len(targets)} URLs (uncontended reference)")
-    solo = measure(targets, rounds, 1)
-    say(f"{CLIENTS} clients x {rounds} rounds x {len(targets)} URLs")
-    started = time.perf_counter()
-    samples = measure(targets, rounds, CLIENTS)
-    wall = time.perf_counter() - started
+    from django.db import connections
+
+    connections.close_all()
+    server_proc, port = start_server(args.worker_class)
+    try:
+        say(f"1 client x {rounds} rounds x {len(targets)} URLs (uncontended reference)")
+        solo, _ = measure(port, targets, rounds, 1)
+        say(f"{CLIENTS} clients x {rounds} rounds x {len(targets)} URLs")
+        started = time.perf_counter()
+        server, client = measure(port, targets, rounds, CLIENTS)
+        wall = time.perf_counter() - started
+    finally:
+        stop_server(server_proc)
     print(
-        f"\nbench/web.py: {jobs_total:,} jobs, {audit_total:,} audit entries; server time in "
-        f"process (Django test Client, whole stack, no network); {CLIENTS} concurrent clients "
-        f"= {CLIENTS} processes with own sessions on {os.cpu_count()} CPUs; 'solo p50' = one "
-        "client alone"
+        f"\nbench/web.py: {Job.objects.count():,} jobs; gunicorn "
+        f"{2 * (os.cpu_count() or 1) + 1} {args.worker_class} workers on {os.cpu_count()} CPUs; "
+        f"{CLIENTS} client threads with own sessions over HTTP on 127.0.0.1. server = "
+        "Server-Timing app;dur (request in Django); client = wall time seen by the client "
+        "(includes waiting for a free worker); solo = server p50 of one client alone. ms."
     )
-    ok = report(targets, samples, solo)
-    total = sum(len(v) for v in samples.values())
+    ok = report(targets, server, client, solo)
+    total = sum(len(v) for v in server.values())
     print(f"\n{total} requests in {wall:.1f} s ({total / wall:.0f} req/s under load)")
     print("all targets met" if ok else "some targets NOT met")
 

@@ -103,6 +103,24 @@ class AuditEntry(models.Model):
             models.Index(fields=["share", "-created_at"]),
             models.Index(fields=["job", "-created_at"]),
             models.Index(fields=["queue", "-created_at"]),
+            # One subject's history (the exception page), oldest first.
+            models.Index(fields=["subject_type", "subject_id", "created_at"], name="audit_subject"),
+            # The overview's decision feed (governance.selectors.web_overview.FEED_EVENTS):
+            # its newest 30, and the cache key naming them, read from this index alone.
+            models.Index(
+                fields=["-created_at", "-id"],
+                name="audit_feed",
+                condition=models.Q(
+                    event_type__in=[
+                        AuditEvent.JOB_ADMITTED,
+                        AuditEvent.JOB_PREEMPTED,
+                        AuditEvent.JOB_FAILED,
+                        AuditEvent.JOB_TIMED_OUT,
+                        AuditEvent.JOB_COMPLETED,
+                        AuditEvent.JOB_LOST,
+                    ]
+                ),
+            ),
         ]
 
     def __str__(self) -> str:

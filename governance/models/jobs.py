@@ -79,6 +79,17 @@ class Job(models.Model):
             models.Index(fields=["queue", "state"]),
             models.Index(fields=["share", "state"]),
             models.Index(fields=["state", "submitted_at"]),
+            # The jobs page lists newest first (ORDER BY submitted_at DESC, id DESC LIMIT 50).
+            models.Index(fields=["-submitted_at", "-id"], name="job_submitted_desc"),
+            # A queue page's pending and running lists, 50 at a time in the engine's order.
+            models.Index(
+                fields=["queue", "state", "-priority", "submitted_at", "id"],
+                name="job_queue_state_order",
+            ),
+            models.Index(
+                fields=["queue", "state", "-priority", "started_at", "id"],
+                name="job_queue_state_started",
+            ),
         ]
 
     def __str__(self) -> str:

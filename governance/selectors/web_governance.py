@@ -15,7 +15,6 @@ from django.contrib.auth import get_user_model
 from django.db.models import Case, Count, IntegerField, Q, QuerySet, Value, When
 from django.db.models.fields.json import KT
 from django.utils import timezone
-from django.utils.timesince import timesince, timeuntil
 
 from governance import roles
 from governance.models import (
@@ -32,6 +31,7 @@ from governance.models.shares import ShareLimit
 from governance.roles import AnyUser
 from governance.selectors.capacity import job_instances
 from governance.selectors.exceptions import exceptions as all_exceptions
+from governance.templatetags.web_time import span_words
 
 RECLAIM_WINDOW_DAYS = 30
 
@@ -43,9 +43,10 @@ def relative(when: datetime | None, now: datetime | None = None) -> str:
     now = now or timezone.now()
     if abs((when - now).total_seconds()) < 60:
         return "just now"
+    # Plain arithmetic, not timesince (0.1-0.3 ms a call): see templatetags.web_time.
     if when > now:
-        return f"in {timeuntil(when, now, depth=1)}".replace("\xa0", " ")
-    return f"{timesince(when, now, depth=1)} ago".replace("\xa0", " ")
+        return f"in {span_words(now, when, depth=1)}".replace("\xa0", " ")
+    return f"{span_words(when, now, depth=1)} ago".replace("\xa0", " ")
 
 
 # --- exceptions ---------------------------------------------------------------------

@@ -7,15 +7,18 @@ the API, the pages and the simulator); the pages never compute reasons themselve
 from __future__ import annotations
 
 import importlib
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from governance.models import Job, JobEvent, Share
+from governance.models import Job, JobEvent, JobKind, JobState, Share
 from governance.models.jobs import ACTIVE_STATES
 from governance.selectors import jobs as job_selectors
+from governance.selectors import web_state
 from governance.selectors.web_overview import RULE_WORDS
 
 REASON_WORDS = {
@@ -36,21 +39,69 @@ def _bridge() -> Any | None:
         return None
 
 
-def explain_queue(queue_id: int) -> dict[int, list[dict[str, Any]]] | None:
-    """Pending job id -> reasons per preference; None when the engine cannot be asked."""
+# Why jobs wait, cached. Asking the engine means loading the queue's every active job
+# into it and playing the cycle due now: ~100 ms on a queue of a few thousand pending
+# jobs, far too slow for a page polled by many people. The answer depends only on what
+# ``bridge.load`` reads (the queue's active jobs, shares, limits, capacity and types) and,
+# on a simulated queue, on the next run that finishes by itself. So it is cached under a
+# fingerprint of those rows (``web_state.queue_state_fingerprint``), for as long as
+# ``bridge.explain_queue_valid_for`` says it holds, at most EXPLAIN_MAX_AGE. A page
+# therefore never shows reasons for a state other than the stored one. Entries are per
+# job, so a page reads only its own 50.
+EXPLAIN_MAX_AGE = 30.0
+
+
+def explain_jobs(
+    queue_id: int,
+    job_ids: Iterable[int],
+    fingerprint: str | None = None,
+    generation: list[str] | None = None,
+) -> dict[int, list[dict[str, Any]]] | None:
+    """Pending job id -> reasons per preference for ``job_ids`` of the queue (jobs the
+    next cycle would start, or not pending, are absent); None when the engine cannot be
+    asked. One query and one cache read when cached (see above); no query when the
+    caller passes the queue's ``web_state.queue_state_fingerprint`` it already read.
+    ``generation``, when given, receives the cached answer's token (explain_generation)
+    if the answer served is a cached one."""
     bridge = _bridge()
-    if bridge is None or not hasattr(bridge, "explain_queue"):
+    if bridge is None or not hasattr(bridge, "explain_queue_valid_for"):
         return None
-    result: dict[int, list[dict[str, Any]]] = bridge.explain_queue(queue_id)
-    return result
+    wanted = list(job_ids)
+    base = f"explain:{fingerprint or web_state.queue_state_fingerprint(queue_id)}"
+    keys = {f"{base}:{pk}": pk for pk in wanted}
+    found = web_state.cache_get_many([f"{base}:ok", *keys])
+    if f"{base}:ok" in found:
+        if generation is not None and isinstance(found[f"{base}:ok"], str):
+            generation.append(found[f"{base}:ok"])
+        return {keys[key]: value for key, value in found.items() if key in keys}
+    reasons, valid_for = bridge.explain_queue_valid_for(queue_id)
+    ttl = min(EXPLAIN_MAX_AGE, valid_for if valid_for is not None else EXPLAIN_MAX_AGE)
+    if ttl >= 1:
+        web_state.cache_set_many({f"{base}:{pk}": value for pk, value in reasons.items()}, ttl)
+        # Last: never half an answer. Its value names this answer (explain_generation).
+        token = uuid.uuid4().hex
+        web_state.cache_set_many({f"{base}:ok": token}, ttl)
+        if generation is not None:
+            generation.append(token)
+    wanted_set = set(wanted)
+    return {pk: value for pk, value in reasons.items() if pk in wanted_set}
+
+
+def explain_generation(queue_id: int, fingerprint: str) -> str | None:
+    """A token naming the reasons ``explain_jobs`` serves for the queue in the state
+    ``fingerprint`` now (a new one each time the engine is asked again); None when none
+    are cached. What is rendered from the reasons may be cached under it."""
+    key = f"explain:{fingerprint}:ok"
+    token = web_state.cache_get_many([key]).get(key)
+    return token if isinstance(token, str) else None
 
 
 def explain_job(job: Job) -> list[dict[str, Any]] | None:
-    bridge = _bridge()
-    if bridge is None or not hasattr(bridge, "explain_job"):
-        return None
-    result: list[dict[str, Any]] = bridge.explain_job(job)
-    return result
+    """Why one pending job waits (empty when it does not); None when unavailable."""
+    if job.state != JobState.PENDING:
+        return []
+    reasons = explain_jobs(job.queue_id, [job.pk])
+    return None if reasons is None else reasons.get(job.pk, [])
 
 
 def preview_share_change(share: Share, proposed: dict[str, Any]) -> dict[str, Any] | None:
@@ -74,6 +125,91 @@ def with_reason_words(reasons: list[dict[str, Any]] | None) -> list[dict[str, An
         {**r, "label": REASON_WORDS.get(str(r.get("reason")), r.get("reason"))}
         for r in reasons or []
     ]
+
+
+# What a row of the job list shows (templates/jobs/list.html), read as plain values:
+# building six model instances per row cost more than the query (``job_rows``).
+LIST_COLUMNS = (
+    "id",
+    "name",
+    "kind",
+    "state",
+    "priority",
+    "borrowed",
+    "submitted_at",
+    "preemptions",
+    "share_id",
+    "queue__name",
+    "share__name",
+    "share__team__name",
+    "submitter__username",
+    "instance_type__name",
+)
+
+
+@dataclass
+class JobRow:
+    """One row of the job list."""
+
+    pk: int
+    name: str
+    kind_label: str
+    state: str
+    state_label: str
+    priority: int
+    borrowed: int
+    submitted_at: datetime
+    preemptions: int
+    share_id: int
+    queue_name: str
+    share_name: str
+    team_name: str
+    submitter: str
+    runs_on: str  # the instance type of a job that has one and is not pending
+    page_url: str = ""
+    share_url: str = ""
+
+
+def job_rows(values: Iterable[tuple[Any, ...]]) -> list[JobRow]:
+    """``filtered_jobs(...)`` rows (LIST_COLUMNS tuples) as JobRow."""
+    kinds, states = dict(JobKind.choices), dict(JobState.choices)
+    rows = []
+    for (
+        pk,
+        name,
+        kind,
+        state,
+        priority,
+        borrowed,
+        submitted_at,
+        preemptions,
+        share_id,
+        queue_name,
+        share_name,
+        team_name,
+        submitter,
+        instance_type,
+    ) in values:
+        rows.append(
+            JobRow(
+                pk=pk,
+                name=name,
+                kind_label=str(kinds.get(kind, kind)).lower(),
+                state=state,
+                state_label=str(states.get(state, state)),
+                priority=priority,
+                borrowed=borrowed,
+                submitted_at=submitted_at,
+                preemptions=preemptions,
+                share_id=share_id,
+                queue_name=queue_name,
+                share_name=share_name,
+                team_name=team_name,
+                submitter=submitter or "",
+                runs_on=instance_type if instance_type and state != JobState.PENDING else "",
+            )
+        )
+    return rows
 
 
 def filtered_jobs(

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet
 
-from governance.models import AuditEntry, AuditEvent, JobQueue
+from governance.models import AuditEntry, AuditEvent, JobQueue, Share, Team
 from governance.models.shares import Policy
 from governance.selectors import capacity as capacity_selectors
 
@@ -333,6 +334,32 @@ def describe(entry: AuditEntry) -> FeedItem:
         queue=entry.queue.name if entry.queue else "",
         job_id=entry.job_id,
     )
+
+
+def feed_state() -> str:
+    """A digest of what the overview's feed shows: the ids of its entries, in order, and
+    the queue, team and share rows whose names a sentence may fall back on (id, ``xmin``
+    and ``ctid``: every new row version has a new ``ctid``, even within one transaction).
+    Audit entries never change, so the same digest means the same sentences. One query,
+    served by the ``audit_feed`` partial index."""
+    entries = AuditEntry._meta.db_table
+    placeholders = ", ".join(["%s"] * len(FEED_EVENTS))
+    digests = ", ".join(
+        f"(SELECT string_agg(id || ':' || xmin || ':' || ctid, ',' ORDER BY id) "
+        f"FROM {model._meta.db_table})"
+        for model in (JobQueue, Team, Share)
+    )
+    sql = f"""
+        SELECT md5(concat_ws('|',
+          (SELECT string_agg(id::text, ',') FROM (
+             SELECT id FROM {entries} WHERE event_type IN ({placeholders})
+             ORDER BY created_at DESC, id DESC LIMIT %s) newest),
+          {digests}))
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*(str(e) for e in FEED_EVENTS), FEED_LENGTH])
+        row = cursor.fetchone()
+    return f"{connection.settings_dict['NAME']}:{row[0] if row else ''}"
 
 
 def feed(queue_id: int | None = None, limit: int = FEED_LENGTH) -> list[FeedItem]:

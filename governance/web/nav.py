@@ -1,11 +1,19 @@
-"""The navigation each role sees: only what that person may use."""
+"""The navigation each role sees: only what that person may use.
+
+The context processor runs for every template rendered with a request, including the
+live partials polled every 2 s, which never show the navigation. So it hands the
+template lazy values: the role queries (groups, led teams) run only when a template
+actually reads ``nav_items`` or ``nav_roles``, and once per request (``request_roles``).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
+from django.utils.functional import SimpleLazyObject
 
 from governance import roles
 
@@ -21,17 +29,36 @@ NAV: list[tuple[str, str, str]] = [
 ]
 
 
-def nav(request: HttpRequest) -> dict[str, Any]:
-    user = request.user
-    if not user.is_authenticated:
-        return {}
-    admin = roles.is_admin(user)
-    review = admin or roles.is_reviewer(user)
+@dataclass(frozen=True)
+class RequestRoles:
+    admin: bool
+    reviewer: bool
+    lead_team_ids: frozenset[int]
+
+
+def request_roles(request: HttpRequest) -> RequestRoles:
+    """The signed-in user's site roles and led teams, read once per request (the nav and
+    a view asking the same question share the answer; a new request reads afresh)."""
+    found: RequestRoles | None = getattr(request, "_web_roles", None)
+    if found is None:
+        user = request.user
+        found = RequestRoles(
+            admin=roles.is_admin(user),
+            reviewer=roles.is_reviewer(user),
+            lead_team_ids=frozenset(roles.lead_team_ids(user)),
+        )
+        setattr(request, "_web_roles", found)  # noqa: B010
+    return found
+
+
+def _items(request: HttpRequest) -> list[dict[str, Any]]:
+    held = request_roles(request)
+    review = held.admin or held.reviewer
     items = []
     for name, label, who in NAV:
         if who == "review" and not review:
             continue
-        if who == "admin" and not admin:
+        if who == "admin" and not held.admin:
             continue
         try:
             url = reverse(name)
@@ -39,7 +66,22 @@ def nav(request: HttpRequest) -> dict[str, Any]:
             continue
         active = request.path == url if url == "/" else request.path.startswith(url)
         items.append({"url": url, "label": label, "active": active})
-    role_names = [r for r, on in (("admin", admin), ("reviewer", roles.is_reviewer(user))) if on]
-    if roles.lead_team_ids(user):
-        role_names.append("team lead")
-    return {"nav_items": items, "nav_roles": role_names}
+    return items
+
+
+def _role_names(request: HttpRequest) -> list[str]:
+    held = request_roles(request)
+    names = [r for r, on in (("admin", held.admin), ("reviewer", held.reviewer)) if on]
+    if held.lead_team_ids:
+        names.append("team lead")
+    return names
+
+
+def nav(request: HttpRequest) -> dict[str, Any]:
+    user = request.user
+    if not user.is_authenticated:
+        return {}
+    return {
+        "nav_items": SimpleLazyObject(lambda: _items(request)),
+        "nav_roles": SimpleLazyObject(lambda: _role_names(request)),
+    }

@@ -8,13 +8,33 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString, mark_safe
 
 from governance.models import JobQueue, JobState
 from governance.selectors import jobs as job_selectors
 from governance.selectors import shares as share_selectors
-from governance.selectors import web_jobs, web_overview
+from governance.selectors import web_jobs, web_overview, web_state
+from governance.templatetags import web_time
+from governance.web.links import url_pattern
 
 PAGE_SIZE = 50
+QUEUE_ROW_COLUMNS = (
+    "id",
+    "share_id",
+    "name",
+    "kind",
+    "state",
+    "priority",
+    "preferences",
+    "borrowed",
+    "submitted_at",
+    "started_at",
+    "preemptions",
+    "share__name",
+    "share__team__name",
+    "instance_type__name",
+)
 
 
 def _page(request: HttpRequest, qs: Any, param: str) -> Page:
@@ -23,8 +43,11 @@ def _page(request: HttpRequest, qs: Any, param: str) -> Page:
 
 @login_required
 def queue_list(request: HttpRequest) -> HttpResponse:
-    queues = web_overview.overview_queues()
-    blocks = web_overview.usage_blocks(queues)
+    # Every queue's figures, cached under their state (web_state), as the overview does.
+    blocks = web_state.cached(
+        f"usage-blocks:{web_state.queue_state_fingerprint()}",
+        lambda: web_overview.usage_blocks(web_overview.overview_queues()),
+    )
     return render(request, "queues/list.html", {"queues": blocks})
 
 
@@ -38,9 +61,66 @@ def _queue_or_404(queue_id: int) -> JobQueue:
 @login_required
 def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
     queue = _queue_or_404(queue_id)
-    block = web_overview.usage_blocks([queue])[0]
     shares = list(share_selectors.shares().filter(queue=queue).order_by("name"))
-    queue_jobs = job_selectors.jobs().filter(queue=queue)
+    # One read of the queue's state, first (what is cached under it is then never older
+    # than it), for the live region, the reasons and the job tables (all cached under it).
+    fingerprint = web_state.queue_state_fingerprint(queue.pk)
+    jobs_html, jobs_context = _jobs_html(request, queue, fingerprint)
+    context = {
+        **jobs_context,  # the tables' figures when rendered now (none when cached)
+        "queue": queue,
+        "queue_live_html": queue_live_html(queue, fingerprint),
+        "shares": [{"share": s, "limits": share_selectors.limits_of(s)} for s in shares],
+        "jobs_html": jobs_html,
+    }
+    return render(request, "queues/detail.html", context)
+
+
+# The running and pending tables show only the queue's active jobs, their shares, teams
+# and instance types (all in the fingerprint) and the engine's reasons (cached under the
+# fingerprint with a generation token that changes whenever they are asked again). So
+# their HTML is cached under both and the requested page numbers: a page view with
+# nothing changed skips the two counts, the two job queries and building 100 rows. The
+# relative times are left as slots and written at each request (web_time.fill_slots).
+JOBS_HTML_VERSION = 1
+
+
+def _jobs_html(
+    request: HttpRequest, queue: JobQueue, fingerprint: str
+) -> tuple[SafeString, dict[str, Any]]:
+    """The tables' HTML, and the context they were rendered from (empty when cached)."""
+    pages = "|".join(request.GET.get(p, "")[:12] for p in ("running_page", "pending_page"))
+    generation = web_jobs.explain_generation(queue.pk, fingerprint)
+    if generation is not None:
+        key = f"queue-jobs:{JOBS_HTML_VERSION}:{fingerprint}:{generation}:{pages}"
+        found = web_state.cache_get_many([key]).get(key)
+        if found is not None:
+            html, times = found
+            return web_time.fill_slots(html, times), {}
+    served: list[str] = []  # the generation of the reasons shown, if cached
+    context = _jobs_context(request, queue, fingerprint, served)
+    html = render_to_string("queues/detail.html#jobs", context, request=request)
+    times = context["when_slots"]
+    if served:
+        generation = served[0]
+        key = f"queue-jobs:{JOBS_HTML_VERSION}:{fingerprint}:{generation}:{pages}"
+        web_state.cache_set_many({key: (html, times)}, web_jobs.EXPLAIN_MAX_AGE)
+    del context["when_slots"]
+    return web_time.fill_slots(html, times), context
+
+
+def _jobs_context(
+    request: HttpRequest, queue: JobQueue, fingerprint: str, generation: list[str]
+) -> dict[str, Any]:
+    # Only what the rows show (templates/queues/detail.html): 100 rows of six joined
+    # models each cost more to build than to fetch.
+    queue_jobs = (
+        job_selectors.jobs()
+        .select_related(None)
+        .select_related("share__team", "instance_type")
+        .only(*QUEUE_ROW_COLUMNS)
+        .filter(queue=queue)
+    )
     running = _page(
         request,
         queue_jobs.filter(state=JobState.RUNNING).order_by("-priority", "started_at", "id"),
@@ -51,7 +131,17 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
         queue_jobs.filter(state=JobState.PENDING).order_by("-priority", "submitted_at", "id"),
         "pending_page",
     )
-    reasons = web_jobs.explain_queue(queue.pk)
+    # Only this page's pending jobs: reasons are cached per job (explain_jobs).
+    reasons = web_jobs.explain_jobs(
+        queue.pk,
+        [job.pk for job in pending.object_list],
+        fingerprint=fingerprint,
+        generation=generation,
+    )
+    job_url, share_url = url_pattern("web:job"), url_pattern("web:share")
+    for job in [*running.object_list, *pending.object_list]:
+        job.page_url = job_url.format(job.pk)
+        job.share_url = share_url.format(job.share_id)
     pending_rows = [
         {
             "job": job,
@@ -59,20 +149,29 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
         }
         for job in pending.object_list
     ]
-    context = {
+    return {
         "queue": queue,
-        "q": block,
-        "shares": [{"share": s, "limits": share_selectors.limits_of(s)} for s in shares],
         "running": running,
         "pending": pending,
         "pending_rows": pending_rows,
         "reasons_available": reasons is not None,
+        "when_slots": [],
     }
-    return render(request, "queues/detail.html", context)
+
+
+def queue_live_html(queue: JobQueue, fingerprint: str | None = None) -> SafeString:
+    """The queue page's live usage region, cached under the queue's state (``web_state``):
+    the page embeds it and its poll endpoint serves it, one query when nothing changed."""
+
+    def _render() -> str:
+        block = web_overview.usage_blocks([queue])[0]
+        return render_to_string("queues/detail.html#queue_live", {"queue": queue, "q": block})
+
+    key = f"queue-usage-html:{fingerprint or web_state.queue_state_fingerprint(queue.pk)}"
+    return mark_safe(web_state.cached(key, _render))
 
 
 @login_required
 def queue_usage_partial(request: HttpRequest, queue_id: int) -> HttpResponse:
-    queue = _queue_or_404(queue_id)
-    block = web_overview.usage_blocks([queue])[0]
-    return render(request, "queues/detail.html#queue_live", {"queue": queue, "q": block})
+    """Polled every 2 s (see ``queue_live_html``)."""
+    return HttpResponse(queue_live_html(_queue_or_404(queue_id)))

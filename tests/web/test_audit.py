@@ -160,3 +160,50 @@ def test_query_count_is_constant(world: Any) -> None:
     add_entries(world, 200, start=timezone.now() - timedelta(days=2))
     large = count(), count(share=world.red_share.pk)
     assert small == large
+
+
+def test_cached_entry_cells_render_as_uncached(world: Any) -> None:
+    """Each entry's cells are cached by entry (entries never change): a page served from
+    the cache is the page rendered afresh, for a change, a creation and a deletion."""
+    from django.core.cache import caches
+
+    add_entries(world, 3)
+    audit.record(
+        event_type=AuditEvent.SHARE_CREATED,
+        actor=world.admin,
+        subject=world.red_share,
+        before=None,
+        after={"name": "red", "limits": {"ml.g5.xlarge": 2}},
+        share_id=world.red_share.pk,
+    )
+    audit.record(
+        event_type=AuditEvent.SHARE_DELETED,
+        actor=None,
+        subject=world.red_share,
+        before={"name": "red", "enabled": True},
+        after=None,
+        reason="<b>gone</b>",
+    )
+    c = client_for(world.admin)
+
+    def results() -> str:  # the page after its per-request CSRF token
+        return c.get(reverse("web:audit")).content.decode().partition('id="audit-results"')[2]
+
+    fresh = results()
+    assert fresh.count("<tr>") == 6
+    assert results() == fresh
+    assert "created with 2 fields" in fresh and "removed with 2 fields" in fresh
+    assert "&lt;b&gt;gone&lt;/b&gt;" in fresh and "<b>gone</b>" not in fresh
+    assert "<!--when-->" not in fresh and "<!--who-->" not in fresh
+    caches["shared"].clear()
+    assert results() == fresh
+
+
+def test_cached_entries_show_the_actors_current_name(world: Any) -> None:
+    add_entries(world, 2)
+    c = client_for(world.admin)
+    assert world.reviewer.username in c.get(reverse("web:audit")).content.decode()
+    old = world.reviewer.username
+    type(world.reviewer).objects.filter(pk=world.reviewer.pk).update(username="renamed-reviewer")
+    page = c.get(reverse("web:audit")).content.decode()
+    assert "renamed-reviewer" in page and f">{old}<" not in page

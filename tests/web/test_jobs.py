@@ -179,3 +179,17 @@ def test_job_pages_run_constant_queries(world):
     response = client.get("/jobs/")
     assert len(response.context["page"].object_list) == 50
     assert "page=2" in response.content.decode()
+
+
+def test_job_list_count_is_capped(world, monkeypatch):
+    """The list counts at most COUNT_CAP + 1 jobs (no COUNT(*) over the whole table)."""
+    from governance.web import jobs as job_pages
+
+    for i in range(4):
+        submit(world.lead_vision, world.background, f"cap-{i}", 1)
+    monkeypatch.setattr(job_pages, "COUNT_CAP", 2)
+    body = client_for(world.admin).get("/jobs/").content.decode()
+    assert "of more than 2" in body
+    monkeypatch.setattr(job_pages, "COUNT_CAP", 1000)
+    body = client_for(world.admin).get("/jobs/").content.decode()
+    assert "of more than" not in body

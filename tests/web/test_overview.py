@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from django.db import connection
@@ -11,9 +13,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from governance.models import AuditEntry, AuditEvent
+from governance.models import AuditEntry, AuditEvent, JobQueue
+from governance.selectors import web_overview
 from governance.selectors.web_overview import describe
 from governance.services import jobs as job_services
+from governance.templatetags.web_time import relative_time
 from scheduler import bridge
 from tests.factories import (
     TeamFactory,
@@ -121,7 +125,8 @@ def test_usage_splits_own_borrowed_lent_and_idle(world):
     submit(world.lead_vision, world.background, "bg-med", 2)
     bridge.run_cycle(world.queue.pk)
     response = client_for(world.reviewer).get("/")
-    (queue,) = response.context["queues"]
+    # The page embeds the cached rendering of the usage region: read the figures it shows.
+    (queue,) = web_overview.usage_blocks(web_overview.overview_queues())
     (g5,) = queue.types
     bars = {bar.name: bar for bar in g5.shares}
     assert (bars["aws-background"].own, bars["aws-background"].borrowed) == (1, 1)
@@ -257,3 +262,50 @@ def test_query_count_does_not_grow_with_data(world):
     big = [count_queries(client, url) for url in ("/", "/partials/usage/", "/partials/feed/")]
     assert small == big
     assert max(big) <= 12
+
+
+def test_cached_feed_shows_a_new_decision_on_the_next_poll(world):
+    """The feed's HTML is cached under the entries it lists (web_overview.feed_state):
+    a poll with nothing new reuses it, a new decision shows on the very next poll, and
+    the full page embeds the same rendering."""
+    client = client_for(world.reviewer)
+    submit(world.lead_vision, world.background, "bg-high", 3)
+    bridge.run_cycle(world.queue.pk)
+    first = count_queries(client, "/partials/feed/")
+    assert count_queries(client, "/partials/feed/") < first  # cached: nothing new
+    assert "bg-high started" in client.get("/partials/feed/").content.decode()
+    assert "bg-med" not in client.get("/").content.decode()
+    submit(world.lead_vision, world.background, "bg-med", 2)
+    bridge.run_cycle(world.queue.pk)
+    assert "vision&#x27;s bg-med started" in client.get("/partials/feed/").content.decode()
+    assert "vision&#x27;s bg-med started" in client.get("/").content.decode()
+    # A renamed queue shows in the feed's sentences at once (its name is in the key).
+    JobQueue.objects.filter(pk=world.queue.pk).update(name="aws-renamed")
+    assert "aws-renamed" in client.get("/partials/feed/").content.decode()
+
+
+def test_cached_feed_keeps_relative_times_true(world):
+    """A cached feed is re-rendered when any of its relative times would read differently."""
+    client = client_for(world.reviewer)
+    submit(world.lead_vision, world.background, "bg-high", 3)
+    bridge.run_cycle(world.queue.pk)
+    assert ">just now</time>" in client.get("/partials/feed/").content.decode()
+
+    def later(d: Any, now: Any = None) -> str:  # the clock five minutes on
+        return relative_time(d, timezone.now() + timedelta(minutes=5))
+
+    with patch("governance.templatetags.web_time.relative_time", later):
+        body = client.get("/partials/feed/").content.decode()
+    assert ">just now</time>" not in body and "5\xa0minutes ago</time>" in body
+
+
+def test_partials_do_not_read_the_navigation_roles(world):
+    """Live partials never show the nav: its role queries (groups, led teams) are lazy."""
+    client = client_for(world.lead_vision)
+    client.get("/partials/usage/")
+    with CaptureQueriesContext(connection) as ctx:
+        client.get("/partials/usage/")
+    sql = " ".join(q["sql"] for q in ctx.captured_queries)
+    assert "auth_group" not in sql and "governance_membership" not in sql
+    body = client.get("/").content.decode()
+    assert "team lead" in body and 'href="/audit/"' not in body

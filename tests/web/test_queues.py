@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from django.core.cache import caches
 
+from governance.services import jobs as job_services
 from scheduler import bridge
 from tests.web.test_overview import aws_world, client_for, count_queries, submit
 
@@ -60,6 +62,8 @@ def test_pending_jobs_are_paginated_and_queries_constant(world):
     for name in ("first", "second", "third"):  # two run, one waits
         submit(world.lead_vision, world.background, name, 1)
     bridge.run_cycle(world.queue.pk)
+    # Counted without cached answers (the worst case; web_state caches reasons per state).
+    caches["shared"].clear()
     small = count_queries(client, url)
     small_list = count_queries(client, "/queues/")
     for i in range(60):
@@ -69,5 +73,85 @@ def test_pending_jobs_are_paginated_and_queries_constant(world):
     assert response.context["pending"].paginator.num_pages == 2
     assert len(response.context["pending_rows"]) == 50
     assert "pending_page=2" in response.content.decode()
+    caches["shared"].clear()
     assert count_queries(client, url) == small
     assert count_queries(client, "/queues/") == small_list
+
+
+def test_cached_live_regions_show_a_change_on_the_next_poll(world):
+    """The usage partials and the reasons are cached under a fingerprint of the stored
+    state: a second poll with nothing changed is served from the cache with fewer
+    queries, and any change (a submission, a cycle) shows on the very next poll."""
+    client = client_for(world.reviewer)
+    usage_url = f"/queues/{world.queue.pk}/partials/usage/"
+    first = count_queries(client, usage_url)
+    assert count_queries(client, usage_url) < first  # cached: nothing changed
+    for name in ("first", "second", "third", "fourth"):
+        submit(world.lead_vision, world.background, name, 1)
+    body = client.get(usage_url).content.decode()
+    assert "4 jobs pending" in body  # not the cached "0 jobs pending"
+    bridge.run_cycle(world.queue.pk)
+    body = client.get(usage_url).content.decode()
+    assert "2 instances in use · 2 jobs pending" in body
+    overview = client.get("/partials/usage/").content.decode()
+    assert "2 instances in use · 2 jobs pending" in overview
+
+    page = client.get(f"/queues/{world.queue.pk}/").content.decode()
+    reasons = bridge.explain_queue(world.queue.pk)
+    assert reasons
+    for waiting in reasons:
+        (reason,) = reasons[waiting]
+        assert reason["message"].replace("'", "&#x27;") in page
+        job_services.job_cancel(actor=world.admin, job=waiting, reason="not needed")
+    page = client.get(f"/queues/{world.queue.pk}/").content.decode()
+    assert not bridge.explain_queue(world.queue.pk)
+    for waiting, (reason,) in reasons.items():
+        assert f'href="/jobs/{waiting}/"' not in page  # no longer listed as pending
+        assert reason["message"].replace("'", "&#x27;") not in page  # nor its stale reason
+
+
+def test_responses_carry_server_timing(world):
+    response = client_for(world.reviewer).get("/queues/")
+    assert response["Server-Timing"].startswith("app;dur=")
+    assert float(response["Server-Timing"].removeprefix("app;dur=")) >= 0
+
+
+def test_cached_job_tables_match_uncached_with_current_times(world):
+    """The running and pending tables are cached under the queue's state and the
+    reasons' generation: served from the cache they read as rendered afresh, with fewer
+    queries, and their relative times are those of the moment of serving."""
+    from datetime import timedelta
+    from typing import Any
+    from unittest.mock import patch
+
+    from django.utils import timezone
+
+    from governance.templatetags.web_time import relative_time
+
+    client = client_for(world.reviewer)
+    url = f"/queues/{world.queue.pk}/"
+    for name in ("first", "second", "third", "fourth"):
+        submit(world.lead_vision, world.background, name, 1)
+    bridge.run_cycle(world.queue.pk)
+
+    def tables() -> str:
+        body = client.get(url).content.decode()
+        return body[body.index("<h2>Running jobs") :]
+
+    caches["shared"].clear()
+    fresh = tables()
+    assert "Running jobs" in fresh and ("ago</time>" in fresh or "just now</time>" in fresh)
+    assert "<!--when-->" not in fresh
+    assert tables() == fresh
+    cold = count_queries(client, url)
+    caches["shared"].clear()
+    assert count_queries(client, url) > cold  # the second one read the tables' cache
+
+    def later(t: Any, now: Any = None) -> str:  # the clock an hour on
+        return relative_time(t, timezone.now() + timedelta(hours=1))
+
+    with patch("governance.templatetags.web_time.relative_time", later):
+        assert count_queries(client, url) == cold  # served from the cache
+        shifted = tables()
+    assert shifted != fresh and "1\xa0hour ago</time>" in shifted
+    assert shifted.count("<time ") == fresh.count("<time ")

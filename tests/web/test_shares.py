@@ -182,3 +182,27 @@ def test_share_page_query_count_is_constant(world):
         reason="x",
     )
     assert count_queries(client, url) == small
+
+
+def test_cached_jobs_table_shows_a_change_on_the_next_view(world):
+    """The share's jobs table is cached under its queue's state: served from the cache
+    it reads as rendered afresh (fewer queries), and a new job shows on the next view."""
+    from django.core.cache import caches
+
+    client = client_for(world.reviewer)
+    url = f"/shares/{world.background.pk}/"
+    submit(world.lead_vision, world.background, "first", 1)
+
+    def table() -> str:
+        body = client.get(url).content.decode()
+        return body[body.index("<h2>Running and pending jobs") : body.index("Recent changes")]
+
+    fresh = table()
+    assert "first" in fresh and "(1)" in fresh and "<!--when-->" not in fresh
+    warm = count_queries(client, url)
+    assert table() == fresh
+    caches["shared"].clear()
+    assert count_queries(client, url) > warm
+    submit(world.lead_vision, world.background, "second", 1)
+    after = table()
+    assert "second" in after and "(2)" in after

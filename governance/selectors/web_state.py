@@ -1,0 +1,86 @@
+"""A fingerprint of a queue's scheduling state, and a cache of answers derived from it.
+
+The live regions (usage bars) and the reasons jobs wait are pure functions of stored
+rows: the queues, their active (PENDING/RUNNING) jobs, shares, limits, capacity, instance
+types and teams. One query digests those rows' ids and ``xmin`` (PostgreSQL gives every
+new row version a new ``xmin``, so any insert, update or delete changes the digest, and
+the digest is read in the same snapshot as a page's other reads). An answer cached under
+the digest is therefore never the answer for another state: a change shows on the next
+poll, with no invalidation to forget in any service. The cache is Django's ``shared``
+alias (Redis, one for all web workers); when it is unavailable the answer is computed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.core.cache import caches
+from django.db import connection
+
+from governance.models import InstanceType, Job, JobQueue, QueueCapacity, Share, Team
+from governance.models.shares import ShareLimit
+
+CACHE_ALIAS = "shared"
+T = TypeVar("T")
+
+_FINGERPRINT_SQL = """
+SELECT md5(concat_ws('|',
+  (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {queue} WHERE {queue_filter}),
+  (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {job}
+    WHERE {queue_id_filter} AND state IN ('PENDING', 'RUNNING')),
+  (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {share} WHERE {queue_id_filter}),
+  (SELECT string_agg(l.id || ':' || l.xmin, ',' ORDER BY l.id) FROM {limit} l
+    JOIN {share} s ON s.id = l.share_id WHERE {share_queue_filter}),
+  (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {capacity}
+    WHERE {queue_id_filter}),
+  (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {itype}),
+  (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {team})
+))
+"""
+
+
+def queue_state_fingerprint(queue_id: int | None = None) -> str:
+    """A digest that changes whenever anything stored that the usage figures or the
+    engine read for this queue (None: every queue) changes. One query."""
+    sql = _FINGERPRINT_SQL.format(
+        queue=JobQueue._meta.db_table,
+        job=Job._meta.db_table,
+        share=Share._meta.db_table,
+        limit=ShareLimit._meta.db_table,
+        capacity=QueueCapacity._meta.db_table,
+        itype=InstanceType._meta.db_table,
+        team=Team._meta.db_table,
+        queue_filter="id = %(q)s" if queue_id is not None else "TRUE",
+        queue_id_filter="queue_id = %(q)s" if queue_id is not None else "TRUE",
+        share_queue_filter="s.queue_id = %(q)s" if queue_id is not None else "TRUE",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"q": queue_id})
+        row = cursor.fetchone()
+    return f"{connection.settings_dict['NAME']}:{queue_id}:{row[0] if row else ''}"
+
+
+def cache_get_many(keys: list[str]) -> dict[str, Any]:
+    try:
+        found: dict[str, Any] = caches[CACHE_ALIAS].get_many(keys)
+    except Exception:  # an optimisation only: without the cache, compute
+        return {}
+    return found
+
+
+def cache_set_many(values: dict[str, Any], timeout: float) -> None:
+    with contextlib.suppress(Exception):  # not cached this time
+        caches[CACHE_ALIAS].set_many(values, timeout)
+
+
+def cached(key: str, compute: Callable[[], T], timeout: float = 60.0) -> T:
+    """``compute()`` cached under ``key`` (which must name the state it depends on)."""
+    found = cache_get_many([key])
+    if key in found:
+        value: T = found[key]
+        return value
+    value = compute()
+    cache_set_many({key: value}, timeout)
+    return value
