@@ -335,7 +335,7 @@ def _jobs_and_exceptions(
             max_pending=86400,
         )
     soon = timezone.now() + timedelta(days=7)
-    pending = exceptions.exception_file(
+    exceptions.exception_file(  # stays pending
         actor=leads["language"],
         team=fleet["language"].team,
         job=submitted["llm-13b-pretrain"],
@@ -387,4 +387,3 @@ def _jobs_and_exceptions(
     )
     exceptions.exception_approve(actor=admin, exception=expiring, note="Incident INC-2041.")
     exceptions.exception_expire_due(now=timezone.now() + timedelta(minutes=2))
-    del pending

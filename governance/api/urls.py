@@ -5,16 +5,18 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
+from governance.api.agreements import AgreementViewSet
+from governance.api.audit import AuditEntryViewSet
+from governance.api.capacity import InstanceTypeViewSet, QueueViewSet
+from governance.api.exceptions import PriorityExceptionViewSet
+from governance.api.jobs import JobViewSet
+from governance.api.priorities import PriorityDefinitionViewSet
+from governance.api.shares import ShareViewSet
+from governance.api.teams import TeamViewSet
+from scheduler.executors import agent_api
+
 router = DefaultRouter()
 
-from governance.api.agreements import AgreementViewSet  # noqa: E402
-from governance.api.audit import AuditEntryViewSet  # noqa: E402
-from governance.api.capacity import InstanceTypeViewSet, QueueViewSet  # noqa: E402
-from governance.api.exceptions import PriorityExceptionViewSet  # noqa: E402
-from governance.api.jobs import JobViewSet  # noqa: E402
-from governance.api.priorities import PriorityDefinitionViewSet  # noqa: E402
-from governance.api.shares import ShareViewSet  # noqa: E402
-from governance.api.teams import TeamViewSet  # noqa: E402
 
 router.register("teams", TeamViewSet, basename="team")
 router.register("instance-types", InstanceTypeViewSet, basename="instance-type")
@@ -26,7 +28,6 @@ router.register("exceptions", PriorityExceptionViewSet, basename="exception")
 router.register("agreements", AgreementViewSet, basename="agreement")
 router.register("audit", AuditEntryViewSet, basename="audit")
 
-from scheduler.executors import agent_api  # noqa: E402
 
 agent_urls = [
     path("agents/queues/<int:queue_id>/claim/", agent_api.ClaimView.as_view(), name="agent-claim"),

@@ -6,7 +6,6 @@ the API, the pages and the simulator); the pages never compute reasons themselve
 
 from __future__ import annotations
 
-import importlib
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -15,11 +14,12 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
-from governance.models import Job, JobEvent, JobKind, JobState, Share
+from governance.models import Job, JobEvent, JobKind, JobState
 from governance.models.jobs import ACTIVE_STATES
 from governance.selectors import jobs as job_selectors
 from governance.selectors import web_state
 from governance.selectors.web_overview import RULE_WORDS
+from scheduler import bridge
 
 REASON_WORDS = {
     "no_limit_for_type": "no limit for this type",
@@ -29,14 +29,6 @@ REASON_WORDS = {
     "borrow_limit_reached": "its borrow limit is reached",
     "no_lendable_capacity": "nothing idle to borrow",
 }
-
-
-def _bridge() -> Any | None:
-    """``scheduler.bridge`` when it is installed; None before live scheduling exists."""
-    try:
-        return importlib.import_module("scheduler.bridge")
-    except ImportError:
-        return None
 
 
 # Why jobs wait, cached. Asking the engine means loading the queue's every active job
@@ -56,16 +48,13 @@ def explain_jobs(
     job_ids: Iterable[int],
     fingerprint: str | None = None,
     generation: list[str] | None = None,
-) -> dict[int, list[dict[str, Any]]] | None:
+) -> dict[int, list[dict[str, Any]]]:
     """Pending job id -> reasons per preference for ``job_ids`` of the queue (jobs the
-    next cycle would start, or not pending, are absent); None when the engine cannot be
-    asked. One query and one cache read when cached (see above); no query when the
+    next cycle would start, or not pending, are absent). One query and one cache read
+    when cached (see above); no query when the
     caller passes the queue's ``web_state.queue_state_fingerprint`` it already read.
     ``generation``, when given, receives the cached answer's token (explain_generation)
     if the answer served is a cached one."""
-    bridge = _bridge()
-    if bridge is None or not hasattr(bridge, "explain_queue_valid_for"):
-        return None
     wanted = list(job_ids)
     base = f"explain:{fingerprint or web_state.queue_state_fingerprint(queue_id)}"
     keys = {f"{base}:{pk}": pk for pk in wanted}
@@ -96,27 +85,11 @@ def explain_generation(queue_id: int, fingerprint: str) -> str | None:
     return token if isinstance(token, str) else None
 
 
-def explain_job(job: Job) -> list[dict[str, Any]] | None:
-    """Why one pending job waits (empty when it does not); None when unavailable."""
+def explain_job(job: Job) -> list[dict[str, Any]]:
+    """Why one pending job waits (empty when it does not)."""
     if job.state != JobState.PENDING:
         return []
-    reasons = explain_jobs(job.queue_id, [job.pk])
-    return None if reasons is None else reasons.get(job.pk, [])
-
-
-def preview_share_change(share: Share, proposed: dict[str, Any]) -> dict[str, Any] | None:
-    """What a proposed share change would do (engine what-if); None when unavailable.
-
-    A ServiceError from the bridge (invalid proposed values) propagates to the view.
-    """
-    bridge = _bridge()
-    if bridge is None or not hasattr(bridge, "preview_share_change"):
-        return None
-    try:
-        result: dict[str, Any] = bridge.preview_share_change(share, proposed)
-    except ImportError:  # the bridge's helpers are not all there yet
-        return None
-    return result
+    return explain_jobs(job.queue_id, [job.pk]).get(job.pk, [])
 
 
 def with_reason_words(reasons: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

@@ -110,7 +110,6 @@ def _status_context(job: Job) -> dict[str, Any]:
         "job": job,
         "timeline": web_jobs.timeline(job),
         "reasons": web_jobs.with_reason_words(reasons),
-        "reasons_available": reasons is not None,
         "active": job.state in ACTIVE_STATES,
     }
 

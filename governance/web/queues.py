@@ -145,7 +145,7 @@ def _jobs_context(
     pending_rows = [
         {
             "job": job,
-            "reasons": web_jobs.with_reason_words((reasons or {}).get(job.pk)),
+            "reasons": web_jobs.with_reason_words(reasons.get(job.pk)),
         }
         for job in pending.object_list
     ]
@@ -154,7 +154,6 @@ def _jobs_context(
         "running": running,
         "pending": pending,
         "pending_rows": pending_rows,
-        "reasons_available": reasons is not None,
         "when_slots": [],
     }
 

@@ -25,13 +25,14 @@ from governance.models import AuditEntry, AuditEvent, JobState, QueueCapacity, S
 from governance.models.shares import Policy
 from governance.selectors import jobs as job_selectors
 from governance.selectors import shares as share_selectors
-from governance.selectors import web_jobs, web_overview, web_state
+from governance.selectors import web_overview, web_state
 from governance.selectors.web_overview import RULE_WORDS
 from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
 from governance.templatetags import web_time
 from governance.web.forms_shares import ShareEditForm, apply_service_errors
 from governance.web.links import url_pattern
+from scheduler import bridge
 
 COMPARED_FIELDS = (
     ("limits", "Limits"),
@@ -260,12 +261,11 @@ def share_preview(request: HttpRequest, share_id: int) -> HttpResponse:
         current = share_services.share_snapshot(share)
         context["diff"] = [r for r in _comparison(current, proposed) if r["differs"]]
         try:
-            preview = web_jobs.preview_share_change(share, proposed)
-            for rows in (preview or {}).values():
+            preview = bridge.preview_share_change(share, proposed)
+            for rows in preview.values():
                 for row in rows:
                     row["rule_words"] = RULE_WORDS.get(row.get("rule", ""), row.get("rule", ""))
             context["preview"] = preview
-            context["preview_unavailable"] = preview is None
         except ServiceError as exc:
             apply_service_errors(form, exc)
     return render(request, "shares/edit.html#preview", context)

@@ -7,7 +7,11 @@ Page modules register their routes here (namespace ``web``); the navigation in
 
 from django.urls import path
 
+from governance.web import agreements as agreement_pages
+from governance.web import audit as audit_pages
+from governance.web import exceptions as exception_pages
 from governance.web import jobs, overview, queues, shares
+from governance.web import priorities as priority_pages
 
 app_name = "web"
 
@@ -36,11 +40,7 @@ urlpatterns: list = [
     path("jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job-cancel"),
 ]
 
-# Governance pages (exceptions, priorities, agreements, audit trail): kept in this block.
-from governance.web import agreements as agreement_pages  # noqa: E402
-from governance.web import audit as audit_pages  # noqa: E402
-from governance.web import exceptions as exception_pages  # noqa: E402
-from governance.web import priorities as priority_pages  # noqa: E402
+# Governance pages (exceptions, priorities, agreements, audit trail).
 
 urlpatterns += [
     path("exceptions/", exception_pages.exception_list, name="exceptions"),
