@@ -48,6 +48,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from scheduler.engine import accounting
 from scheduler.engine.model import (
     FINAL_STATES,
     Decision,
@@ -229,24 +230,31 @@ class Engine:
     def accounting(self, instance_type: str) -> list[ShareUsage]:
         """Per-share limit/usage/own/borrowed/idle/free on a type (DESIGN section 2)."""
         ts = self._types[instance_type]
-        cache = self._type_cache(ts)
-        rows = []
-        for name, cfg in self._shares.items():
-            lim = cfg.limits.get(instance_type, 0)
-            used = ts.usage.get(name, 0)
-            rows.append(
-                ShareUsage(
-                    share=name,
-                    instance_type=instance_type,
-                    limit=lim,
-                    usage=used,
-                    own=min(used, lim),
-                    borrowed=max(0, used - lim),
-                    idle=max(0, lim - used),
-                    free=self._free(ts, cache, name),
+        account = accounting.account_type(
+            ts.capacity,
+            [
+                accounting.ShareOnType(
+                    key=name,
+                    policy=cfg.policy.value,
+                    limit=cfg.limits.get(instance_type),
+                    usage=ts.usage.get(name, 0),
                 )
+                for name, cfg in self._shares.items()
+            ],
+        )
+        return [
+            ShareUsage(
+                share=row.key,
+                instance_type=instance_type,
+                limit=row.limit,
+                usage=row.usage,
+                own=row.own,
+                borrowed=row.borrowed,
+                idle=row.idle,
+                free=row.free,
             )
-        return rows
+            for row in account.shares
+        ]
 
     def work_at(self, job: Job, now: int) -> Work:
         """Work the job has done by ``now`` (extrapolated at its type's speed)."""

@@ -1,0 +1,123 @@
+"""Entitlement accounting of DESIGN section 2, written once.
+
+The engine decides with these figures, and the pages and the API show them: both call
+:func:`account_type`, so "who has the right" and "who uses it now" cannot drift apart
+between what the scheduler does and what people are shown. Plain Python, no Django.
+
+Per share ``S`` and type ``T``: ``own = min(usage, limit)``, ``borrowed = max(0, usage -
+limit)``, ``idle = max(0, limit - usage)``; a type the share has no limit for counts as
+limit 0. ``free(S,T)`` is what S may physically take: capacity minus total usage minus the
+idle entitlement of RESERVE shares other than S. ``lent(S,T)`` is display only: the total
+borrowed on T is set first against capacity no share owns, then laid on the idle
+entitlement of lending shares (LEND, LEND_AND_BORROW) in the order given, each up to its
+idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+RESERVE = "RESERVE"
+LENDING_POLICIES = frozenset({"LEND", "LEND_AND_BORROW"})
+
+
+def own(limit: int, usage: int) -> int:
+    return min(usage, limit)
+
+
+def borrowed(limit: int, usage: int) -> int:
+    return max(0, usage - limit)
+
+
+def idle(limit: int, usage: int) -> int:
+    return max(0, limit - usage)
+
+
+def reserved_idle(policy: str, limit: int, usage: int) -> int:
+    """Idle entitlement that nobody else may use: only a RESERVE share keeps its idle."""
+    return idle(limit, usage) if policy == RESERVE else 0
+
+
+def free(capacity: int, total_usage: int, reserved_by_others: int) -> int:
+    """``free(S,T)`` given the RESERVE idle of the shares other than S."""
+    return max(0, capacity - total_usage - reserved_by_others)
+
+
+@dataclass(frozen=True, slots=True)
+class ShareOnType(Generic[K]):
+    """What the accounting needs of one share on one type. ``limit`` None: no limit."""
+
+    key: K
+    policy: str
+    limit: int | None
+    usage: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShareAccount(Generic[K]):
+    key: K
+    has_limit: bool
+    limit: int
+    usage: int
+    own: int
+    borrowed: int
+    idle: int
+    lent: int
+    free: int
+
+
+@dataclass(frozen=True, slots=True)
+class TypeAccount(Generic[K]):
+    """One type of one queue: every share's figures and the queue's totals."""
+
+    capacity: int
+    limits: int
+    usage: int
+    borrowed: int
+    unowned: int
+    oversubscribed: bool
+    shares: tuple[ShareAccount[K], ...]
+
+
+def account_type(capacity: int, shares: Sequence[ShareOnType[K]]) -> TypeAccount[K]:
+    """Accounting of one type; ``shares`` in the order lent capacity is attributed."""
+    total_usage = sum(s.usage for s in shares)
+    total_limits = sum(s.limit or 0 for s in shares if s.limit is not None)
+    reserve_idle = sum(reserved_idle(s.policy, s.limit or 0, s.usage) for s in shares)
+    total_borrowed = sum(borrowed(s.limit or 0, s.usage) for s in shares)
+    # Borrowing first occupies capacity no share owns, then lenders' idle entitlement.
+    unattributed = max(0, total_borrowed - max(0, capacity - total_limits))
+    rows: list[ShareAccount[K]] = []
+    for s in shares:
+        limit = s.limit or 0
+        lent = 0
+        if s.policy in LENDING_POLICIES and s.limit is not None:
+            lent = min(idle(limit, s.usage), unattributed)
+            unattributed -= lent
+        own_reserved = reserved_idle(s.policy, limit, s.usage)
+        rows.append(
+            ShareAccount(
+                key=s.key,
+                has_limit=s.limit is not None,
+                limit=limit,
+                usage=s.usage,
+                own=own(limit, s.usage),
+                borrowed=borrowed(limit, s.usage),
+                idle=idle(limit, s.usage),
+                lent=lent,
+                free=free(capacity, total_usage, reserve_idle - own_reserved),
+            )
+        )
+    return TypeAccount(
+        capacity=capacity,
+        limits=total_limits,
+        usage=total_usage,
+        borrowed=total_borrowed,
+        unowned=max(0, capacity - total_limits),
+        oversubscribed=total_limits > capacity or total_usage > capacity,
+        shares=tuple(rows),
+    )
