@@ -18,10 +18,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from governance.models import JobQueue, Share
-from governance.roles import ADMIN_GROUP, REVIEWER_GROUP
+from governance.roles import ADMIN_GROUP, AGENT_GROUP, REVIEWER_GROUP
 from governance.services import agreements, capacity, exceptions, jobs, priorities, shares, teams
 
-AGENT_GROUP = "agent"
 MARKER_QUEUE = "aws-worked-example"
 
 INSTANCE_TYPES: list[dict[str, Any]] = [

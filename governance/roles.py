@@ -10,6 +10,7 @@ from governance.models import Membership, MembershipRole, Team
 
 ADMIN_GROUP = "admin"
 REVIEWER_GROUP = "reviewer"
+AGENT_GROUP = "agent"
 
 AnyUser = AbstractBaseUser | AnonymousUser
 
@@ -35,6 +36,16 @@ def is_admin(user: AnyUser) -> bool:
 
 def is_reviewer(user: AnyUser) -> bool:
     return REVIEWER_GROUP in _groups(user)
+
+
+def is_agent(user: AnyUser) -> bool:
+    """Agents run admitted jobs on external clusters (docs/agents.md)."""
+    return AGENT_GROUP in _groups(user)
+
+
+def may_change_shares(user: AnyUser) -> bool:
+    """Shares (and so their preview) are changed by admins only."""
+    return is_admin(user)
 
 
 def can_decide_exceptions(user: AnyUser) -> bool:

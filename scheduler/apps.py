@@ -3,3 +3,10 @@ from django.apps import AppConfig
 
 class SchedulerConfig(AppConfig):
     name = "scheduler"
+
+    def ready(self) -> None:
+        """Listen to the services' change announcements (``governance.services.hooks``)."""
+        from governance.services import hooks
+        from scheduler import tasks, triggers
+
+        hooks.register(request_cycle=triggers.request_cycle, run_cycle=tasks.cycle_now)

@@ -16,29 +16,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from governance.models import InstanceType, Job, JobQueue, JobState, QueueCapacity, Share
-from governance.models.capacity import Executor
 from governance.services import hooks, runs
 from scheduler import engine as eng
+from scheduler.executors import simulated
 
 MS = 1000
-DISABLED_REASON = "share_disabled"
 
 
 def to_ms(moment: datetime) -> int:
     return int(moment.timestamp() * MS)
-
-
-def time_factor(queue: JobQueue) -> float:
-    """Simulated seconds per real second: the demo fleet runs faster than the clock."""
-    return float(settings.DEMO_TIME_FACTOR) if queue.executor == Executor.SIMULATED else 1.0
 
 
 # Job columns the engine needs: reading these as rows, not model instances with their
@@ -63,6 +56,7 @@ JOB_FIELDS = (
     "instance_type_id",
     "preference",
     "run_started_at",
+    "progress_at",
     "run",
 )
 
@@ -123,7 +117,7 @@ def _share_config(share: Share) -> eng.ShareConfig:
     )
 
 
-def _row_job(row: dict[str, Any]) -> Job:
+def row_job(row: dict[str, Any]) -> Job:
     """An unsaved Job carrying the row's fields (for the progress arithmetic of runs)."""
     return Job(**{name: value for name, value in row.items() if name != "type_name"})
 
@@ -135,7 +129,7 @@ def _engine_job(
     factor: float,
     speeds: dict[str, float],
     *,
-    simulated: bool,
+    simulated_fleet: bool,
 ) -> eng.Job:
     preferences = tuple(
         eng.Preference(instance_type=p["instance_type"], count=int(p["count"]))
@@ -155,7 +149,7 @@ def _engine_job(
         max_pending=max_pending * MS if max_pending is not None else None,
         # The engine's own checkpoint arithmetic serves the simulated fleet; agents report
         # their checkpoints, so the last reported one is all that is saved.
-        checkpoint_interval=interval * MS if interval and simulated else None,
+        checkpoint_interval=interval * MS if interval and simulated_fleet else None,
         restart_overhead=0,
         duration=duration * MS if duration is not None else None,
         preemptions=row["preemptions"],
@@ -166,17 +160,21 @@ def _engine_job(
         work_done=eng.exact(round(row["work_done"] * MS)),
     )
     if row["state"] == JobState.RUNNING and row["instance_type_id"] is not None:
-        type_name = row["type_name"]
-        work = runs.current_work(
-            _row_job(row), now, speed=speeds.get(type_name, 1.0), time_factor=factor
-        )
         ej.state = eng.JobState.RUNNING
-        ej.instance_type = type_name
+        ej.instance_type = row["type_name"]
         ej.preference = row["preference"]
         ej.count = int(row["preferences"][row["preference"] or 0]["count"])
         ej.run_started_at = to_ms(row["run_started_at"] or now)
-        ej.work_done = eng.exact(round(work * MS))
-        ej.progress_at = to_ms(now)
+        if simulated_fleet:
+            # The fleet runs faster than the clock the engine counts in: give the engine
+            # the work done by now, from which it extrapolates at its own pace.
+            speed = speeds.get(row["type_name"], 1.0)
+            work = simulated.work(row_job(row), now, speed, factor)
+            ej.work_done = eng.exact(round(work * MS))
+            ej.progress_at = to_ms(now)
+        elif row["progress_at"] is not None:
+            # An executor's latest report (DESIGN 2, "Work and lost work").
+            ej.progress_at = to_ms(row["progress_at"])
     return ej
 
 
@@ -198,24 +196,22 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
     if lock:
         jobs_qs = jobs_qs.select_for_update(of=("self",))
     rows = list(jobs_qs.values(*JOB_FIELDS))
-    factor = time_factor(queue)
+    factor = simulated.time_factor(queue)
     # The simulated fleet completes runs and checkpoints by itself, whatever its speed
-    # (DEMO_TIME_FACTOR may be 1); agents report both.
-    simulated = queue.executor == Executor.SIMULATED
-    speeds = {name: float(itype.speed) for name, (_, itype) in capacity.items()}
-    type_ids = {name: itype.pk for name, (_, itype) in capacity.items()}
+    # (DEMO_TIME_FACTOR may be 1); other executors report both.
+    simulated_fleet = simulated.runs_itself(queue)
+    itypes: dict[str, InstanceType] = {name: itype for name, (_, itype) in capacity.items()}
     for share in shares:
         for limit in share.limits.all():
-            type_ids.setdefault(limit.instance_type.name, limit.instance_type_id)
-            speeds.setdefault(limit.instance_type.name, float(limit.instance_type.speed))
-    type_names = {pk: name for name, pk in type_ids.items()}
+            itypes.setdefault(limit.instance_type.name, limit.instance_type)
     # Running jobs may sit on a type the queue no longer lists: it has capacity 0 now.
-    unknown = {r["instance_type_id"] for r in rows if r["instance_type_id"] is not None}
-    unknown -= set(type_names)
+    known = {itype.pk for itype in itypes.values()}
+    unknown = {r["instance_type_id"] for r in rows if r["instance_type_id"] is not None} - known
     for itype in InstanceType.objects.filter(pk__in=unknown):
-        type_ids[itype.name] = itype.pk
-        type_names[itype.pk] = itype.name
-        speeds[itype.name] = float(itype.speed)
+        itypes[itype.name] = itype
+    type_ids = {name: itype.pk for name, itype in itypes.items()}
+    type_names = {pk: name for name, pk in type_ids.items()}
+    speeds = {name: float(itype.speed) for name, itype in itypes.items()}
 
     usage: dict[str, int] = {}
     share_by_id = {s.pk: s for s in shares}
@@ -234,9 +230,9 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
     for row in rows:
         if row["state"] == JobState.RUNNING and row["instance_type_id"] is not None:
             name = row["type_name"] = type_names[row["instance_type_id"]]
-            if simulated and row["duration"] is not None:
-                job = _row_job(row)
-                done_at = _simulated_finish(job, speeds.get(name, 1.0), factor)
+            if simulated_fleet:
+                job = row_job(row)
+                done_at = simulated.finish(job, speeds[name], factor)
                 if done_at is not None and done_at <= now:
                     loaded.completions.append((job, done_at))
                     continue
@@ -248,7 +244,12 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
         active_rows[str(row["id"])] = row
         engine_jobs.append(
             _engine_job(
-                row, share_by_id[row["share_id"]].name, now, factor, speeds, simulated=simulated
+                row,
+                share_by_id[row["share_id"]].name,
+                now,
+                factor,
+                speeds,
+                simulated_fleet=simulated_fleet,
             )
         )
     if disabled:
@@ -256,15 +257,18 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
             Job.objects.filter(pk__in=disabled).select_related("share").order_by("id")
         )
 
-    # Build with room for what runs now, then shrink: a drop below usage is the engine's
-    # capacity_lost rule, never a second implementation here.
+    # Build with room for what runs now, then shrink (``play_instant``): a drop below usage
+    # is the engine's capacity_lost rule, never a second implementation here.
     types = [
         eng.InstanceType(
             name=name,
             capacity=max(loaded.capacity.get(name, 0), usage.get(name, 0)),
-            speed=eng.exact(speeds.get(name, 1.0)),
+            speed=eng.exact(speeds[name]),
+            # The stored flag decides (DESIGN 2, "Max pending time"), never the name.
+            accelerated=itypes[name].accelerated,
+            hourly_price=float(itypes[name].hourly_price),
         )
-        for name in sorted(type_ids)
+        for name in sorted(itypes)
     ]
     engine = eng.Engine(types, [_share_config(s) for s in shares])
     engine.restore(engine_jobs)
@@ -272,13 +276,20 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
     return loaded
 
 
-def _simulated_finish(job: Job, speed: float, factor: float) -> datetime | None:
-    """When a simulated run finishes its remaining work (None without a duration)."""
-    if job.duration is None or job.run_started_at is None:
-        return None
-    overhead = job.restart_overhead if job.run > 1 and job.preemptions else 0
-    seconds = (overhead + max(0.0, job.duration - job.work_done) / speed) / factor
-    return job.run_started_at + timedelta(seconds=seconds)
+def play_instant(loaded: Loaded, engine: eng.Engine | None = None) -> list[eng.Decision]:
+    """The scheduling of the loaded instant on ``engine`` (the loaded one by default):
+    the stored capacity (drops stop jobs as capacity_lost), then the cycles to a fixpoint.
+
+    Completions were applied by ``load``; timeouts are the caller's (a cycle applies them,
+    a reading of the end of the instant does not need them).
+    """
+    engine = engine if engine is not None else loaded.engine
+    ms = to_ms(loaded.now)
+    decisions: list[eng.Decision] = []
+    for name in sorted(loaded.type_ids):
+        decisions += engine.set_capacity(name, loaded.capacity.get(name, 0), ms)
+    decisions += engine.schedule(ms)
+    return decisions
 
 
 def _versions(loaded: Loaded, *share_keys: str | None) -> dict[str, int]:
@@ -404,13 +415,8 @@ def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
         for job, done_at in sorted(loaded.completions, key=lambda item: (item[1], item[0].pk)):
             runs.run_complete(actor=None, job_id=job.pk, run=job.run, now=done_at)
             result.completed += 1
-        engine = loaded.engine
-        ms = to_ms(now)
-        decisions: list[eng.Decision] = []
-        for name in sorted(loaded.type_ids):
-            decisions += engine.set_capacity(name, loaded.capacity.get(name, 0), ms)
-        decisions += engine.schedule(ms)
-        decisions += engine.timeouts(ms)
+        decisions = play_instant(loaded)
+        decisions += loaded.engine.timeouts(to_ms(now))
         apply(loaded, decisions)
         result.admitted = sum(1 for d in decisions if d.kind == "admitted")
         result.preempted = sum(1 for d in decisions if d.kind == "preempted")
@@ -425,8 +431,8 @@ def _next_event_in(loaded: Loaded, decisions: list[eng.Decision], now: datetime)
     deadline = loaded.engine.next_deadline()
     if deadline is not None:
         moments.append(deadline / MS - now.timestamp())
-    factor = time_factor(loaded.queue)
-    if loaded.queue.executor == Executor.SIMULATED:
+    factor = simulated.time_factor(loaded.queue)
+    if simulated.runs_itself(loaded.queue):
         for ej in loaded.engine.jobs():
             if ej.state is eng.JobState.RUNNING:
                 finish = loaded.engine.finish_time(ej)
@@ -439,206 +445,13 @@ def _next_event_in(loaded: Loaded, decisions: list[eng.Decision], now: datetime)
     return max(0.0, min(moments))
 
 
-# ---------------------------------------------------------------------- reading
-
-
-def _reason_json(reasons: Iterable[eng.Reason]) -> list[dict[str, Any]]:
-    return [r.to_json() for r in reasons]
-
-
-def _disabled_reasons(job: Job) -> list[dict[str, Any]]:
-    return [
-        {
-            "preference": index,
-            "reason": DISABLED_REASON,
-            "message": (
-                f"Share {job.share.name} is disabled, so none of its jobs start; an admin "
-                "can enable it again."
-            ),
-        }
-        for index in range(len(job.preferences))
-    ]
-
-
-def explain_queue(queue_id: int) -> dict[int, list[dict[str, Any]]]:
-    """Why each pending job of the queue waits, per preference (DESIGN section 4)."""
-    return explain_queue_valid_for(queue_id)[0]
-
-
-def explain_queue_valid_for(queue_id: int) -> tuple[dict[int, list[dict[str, Any]]], float | None]:
-    """``explain_queue`` and for how many seconds its answer holds if nothing stored
-    changes (None: until something stored changes), for callers that cache it.
-
-    Only time changes the answer without a stored change: a simulated run that finishes
-    (``load`` completes it in memory once due) frees its instances; the earliest such
-    finish bounds the answer. Agents' runs end by a report, which is a stored change.
-    """
-    queue = JobQueue.objects.get(pk=queue_id)
-    loaded = load(queue, timezone.now(), lock=False)
-    engine = loaded.engine
-    valid_for: float | None = None
-    if queue.executor == Executor.SIMULATED:
-        factor = time_factor(queue)
-        types = engine.instance_types
-        for row in loaded.jobs.rows.values():
-            if row["state"] == JobState.RUNNING and row.get("type_name") in types:
-                speed = float(types[row["type_name"]].speed)
-                done_at = _simulated_finish(_row_job(row), speed, factor)
-                if done_at is not None:
-                    left = max(0.0, (done_at - loaded.now).total_seconds())
-                    valid_for = left if valid_for is None else min(valid_for, left)
-    # Reasons describe the state at the end of the instant: play the cycle that is due
-    # now (simulated completions, capacity drops, admissions) in memory, applying nothing.
-    # A job that cycle would start gets no reason: it is about to run.
-    ms = to_ms(loaded.now)
-    for name in sorted(loaded.type_ids):
-        engine.set_capacity(name, loaded.capacity.get(name, 0), ms)
-    engine.schedule(ms)
-    out: dict[int, list[dict[str, Any]]] = {}
-    for key, row in loaded.jobs.rows.items():
-        if row["state"] == JobState.PENDING and engine.job(key).state is eng.JobState.PENDING:
-            out[row["id"]] = _reason_json(engine.explain(key))
-    for job in loaded.disabled_pending:
-        out[job.pk] = _disabled_reasons(job)
-    return out, valid_for
-
-
-def explain_job(job: Job) -> list[dict[str, Any]]:
-    """Why one pending job waits, per preference; empty when it is not pending."""
-    if job.state != JobState.PENDING:
-        return []
-    return explain_queue(job.queue_id).get(job.pk, [])
-
-
-def usage(queue_id: int) -> list[dict[str, Any]]:
-    """Per share and type accounting as the engine computes it (for the usage API)."""
-    queue = JobQueue.objects.get(pk=queue_id)
-    loaded = load(queue, timezone.now(), lock=False)
-    rows = []
-    for name in sorted(loaded.type_ids):
-        for row in loaded.engine.accounting(name):
-            share = loaded.shares[row.share]
-            rows.append(
-                {
-                    "share": share.pk,
-                    "share_name": share.name,
-                    "instance_type": name,
-                    "limit": row.limit,
-                    "usage": row.usage,
-                    "own": row.own,
-                    "borrowed": row.borrowed,
-                    "idle": row.idle,
-                    "free": row.free,
-                }
-            )
-    return rows
-
-
-# ---------------------------------------------------------------------- preview
-
-
-def _job_row(loaded: Loaded, job_key: str, rule: str, instance_type: str | None) -> dict[str, Any]:
-    job = loaded.jobs[job_key]
-    share = job.share
-    return {
-        "job": job.pk,
-        "name": job.name,
-        "share": share.name,
-        "team": share.team.name,
-        "rule": rule,
-        "instance_type": instance_type,
-    }
-
-
-def preview_share_change(share: Share, proposed: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """What the next cycle would do if ``share`` took the ``proposed`` fields.
-
-    Compares the engine's next schedule on the live state with and without the change,
-    so only what the change itself causes is listed: ``preempted`` (jobs the next cycle
-    would stop, with the rule), ``started`` (pending jobs that would start) and
-    ``reclaimable`` (running jobs of the share that would sit beyond its new limit, open
-    to reclaim). ``proposed`` holds share fields as the share service takes them
-    (``limits`` as ``{type: count}``); invalid values raise ``ValidationFailed``.
-    """
-    from governance.services.shares import validate_share_fields
-
-    fields = validate_share_fields(share, proposed)
-    queue = share.queue
-    now = timezone.now()
-    loaded = load(queue, now, lock=False)
-    key = share.name
-    ms = to_ms(now)
-    baseline_engine = loaded.engine.copy()
-    changed_engine = loaded.engine.copy()
-    engine_fields: dict[str, Any] = {}
-    for name in ("policy", "limits", "in_share_preemption", "preemption_retries"):
-        if name in fields:
-            engine_fields[name] = fields[name]
-    if "policy" in engine_fields:
-        engine_fields["policy"] = eng.Policy(engine_fields["policy"])
-    if "borrow_limit" in fields or "policy" in fields:
-        borrow = fields.get("borrow_limit", share.borrow_limit)
-        engine_fields["borrow_limit"] = borrow if borrow is not None else eng.UNLIMITED
-    if engine_fields:
-        changed_engine.set_share(key, **engine_fields)
-
-    def outcome(engine: eng.Engine) -> tuple[dict[str, eng.Decision], dict[str, eng.Decision]]:
-        decisions = []
-        for name in sorted(loaded.type_ids):
-            decisions += engine.set_capacity(name, loaded.capacity.get(name, 0), ms)
-        if fields.get("enabled") is False:
-            for job in list(engine.pending_jobs()):
-                if job.share == key:
-                    engine.cancel(job.id, ms)
-        decisions += engine.schedule(ms)
-        started = {d.job: d for d in decisions if d.kind == "admitted"}
-        stopped = {d.job: d for d in decisions if d.kind == "preempted"}
-        return started, stopped
-
-    base_started, base_stopped = outcome(baseline_engine)
-    new_started, new_stopped = outcome(changed_engine)
-    preempted = [
-        _job_row(loaded, k, d.rule or "", d.instance_type)
-        for k, d in new_stopped.items()
-        if k not in base_stopped
-    ]
-    started = [
-        _job_row(loaded, k, "borrow" if d.borrowed else "own", d.instance_type)
-        for k, d in new_started.items()
-        if k not in base_started
-    ]
-    reclaimable = []
-    new_limits = fields.get("limits")
-    if new_limits is not None or "policy" in fields:
-        limits = new_limits if new_limits is not None else loaded.engine.shares[key].limits
-        old_limits = loaded.engine.shares[key].limits
-        usage_by_type: dict[str, int] = {}
-        for ej in loaded.engine.jobs():
-            if ej.share == key and ej.state is eng.JobState.RUNNING and ej.instance_type:
-                usage_by_type[ej.instance_type] = usage_by_type.get(ej.instance_type, 0) + ej.count
-        for type_name, used in sorted(usage_by_type.items()):
-            before = max(0, used - old_limits.get(type_name, 0))
-            after = max(0, used - limits.get(type_name, 0))
-            if after > before:
-                for ej in loaded.engine.jobs():
-                    if (
-                        ej.share == key
-                        and ej.state is eng.JobState.RUNNING
-                        and ej.instance_type == type_name
-                    ):
-                        row = _job_row(loaded, ej.id, "reclaim", type_name)
-                        row["borrowed_after"] = after
-                        reclaimable.append(row)
-    return {"preempted": preempted, "reclaimable": reclaimable, "started": started}
-
-
 __all__ = [
     "CycleResult",
-    "explain_job",
-    "explain_queue",
-    "explain_queue_valid_for",
+    "Loaded",
+    "apply",
     "load",
-    "preview_share_change",
+    "play_instant",
+    "row_job",
     "run_cycle",
-    "usage",
+    "to_ms",
 ]

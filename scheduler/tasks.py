@@ -4,14 +4,13 @@ transactions and locks in ``scheduler.bridge``."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from governance.models import Job, JobQueue, JobState
-from governance.models.capacity import Executor
+from governance.models import JobQueue
+from governance.selectors.capacity import queue_ids
 from governance.services import runs
 from governance.services.exceptions import exception_expire_due
 from scheduler import bridge, triggers
@@ -57,40 +56,22 @@ def safety_net() -> None:
     """Beat's periodic pass: expire exceptions, declare lost runs, schedule every queue."""
     exception_expire_due()
     declare_lost_runs()
-    for queue_id in JobQueue.objects.values_list("id", flat=True):
+    for queue_id in queue_ids():
         schedule_queue.apply_async((queue_id,), retry=False)
 
 
 def declare_lost_runs() -> int:
     """Requeue agent runs whose heartbeats stopped (1.5 intervals without a report)."""
-    interval = settings.AGENT_HEARTBEAT_SECONDS
-    now = timezone.now()
-    cutoff = now - timedelta(seconds=1.5 * interval)
-    lost = list(
-        Job.objects.filter(
-            queue__executor=Executor.AGENT,
-            state=JobState.RUNNING,
-            last_heartbeat_at__lt=cutoff,
+    return len(
+        runs.runs_declare_silent_lost(
+            now=timezone.now(), heartbeat_seconds=settings.AGENT_HEARTBEAT_SECONDS
         )
-        .exclude(agent="")
-        .values_list("id", "agent", "last_heartbeat_at")
     )
-    for job_id, agent, last in lost:
-        silent = (now - last).total_seconds() if last is not None else 0.0
-        runs.run_declare_lost(
-            job_id=job_id,
-            now=now,
-            explanation=(
-                f"Agent {agent} sent no report for {silent:.0f} s (heartbeat interval "
-                f"{interval:g} s): the run is declared lost and the job requeued."
-            ),
-        )
-    return len(lost)
 
 
 @shared_task(ignore_result=True)
 def demo_activity() -> None:
     """Beat's demo tick (only scheduled when DEMO_ACTIVITY_SECONDS > 0)."""
-    from scheduler.executors import simulated
+    from governance import demo_activity
 
-    simulated.tick()
+    demo_activity.tick()

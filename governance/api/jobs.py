@@ -14,9 +14,9 @@ from rest_framework.response import Response
 
 from governance.models import Job, JobEvent, JobKind, JobState
 from governance.selectors import jobs as job_selectors
+from governance.selectors import scheduling
 from governance.services import jobs as job_services
 from governance.services.errors import NotFound, ValidationFailed
-from scheduler import bridge
 
 
 class PreferenceSerializer(serializers.Serializer):
@@ -235,4 +235,4 @@ class JobViewSet(
     @action(detail=True, methods=["get"])
     def explain(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
-        return Response(bridge.explain_job(job))
+        return Response(scheduling.explain_job(job))

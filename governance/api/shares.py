@@ -17,7 +17,6 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance import roles
 from governance.api.common import (
     CONFLICT_RESPONSE,
     ERROR_RESPONSES,
@@ -25,10 +24,9 @@ from governance.api.common import (
     ServiceViewSet,
 )
 from governance.models import JobQueue, Policy, Share, Team
+from governance.selectors import scheduling
 from governance.selectors import shares as share_selectors
 from governance.services import shares as share_services
-from governance.services.errors import PermissionDenied
-from scheduler import bridge
 
 
 class ShareSerializer(serializers.ModelSerializer):
@@ -166,9 +164,9 @@ class ShareViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
     )
     @action(detail=True, methods=["post"])
     def preview(self, request: Request, pk: str | None = None) -> Response:
-        if not roles.is_admin(request.user):
-            raise PermissionDenied({"detail": ["Only admins edit shares, so only they preview."]})
         share = self.get_object()
         changes = self.parse(ShareWriteSerializer, partial=True)
         changes.pop("reason", None)
-        return Response(bridge.preview_share_change(share, changes))
+        return Response(
+            scheduling.preview_share_change(actor=request.user, share=share, proposed=changes)
+        )

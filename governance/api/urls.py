@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
+from governance.api import agents as agent_api
 from governance.api.agreements import AgreementViewSet
 from governance.api.audit import AuditEntryViewSet
 from governance.api.capacity import InstanceTypeViewSet, QueueViewSet
@@ -13,7 +14,6 @@ from governance.api.jobs import JobViewSet
 from governance.api.priorities import PriorityDefinitionViewSet
 from governance.api.shares import ShareViewSet
 from governance.api.teams import TeamViewSet
-from scheduler.executors import agent_api
 
 router = DefaultRouter()
 

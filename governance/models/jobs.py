@@ -58,10 +58,13 @@ class Job(models.Model):
     submitted_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Progress, in work units (seconds at speed 1.0): what the current run started from,
-    # and what the last checkpoint saved. Lost work at preemption is measured from these.
+    # Progress, in work units (seconds at speed 1.0): ``work_done`` is the latest progress
+    # known (what the run started from, or an executor's last report, made at
+    # ``progress_at``), ``checkpoint_work`` what the last checkpoint saved. Work at a later
+    # time and lost work at a preemption follow from these (DESIGN 2, "Work and lost work").
     run_started_at = models.DateTimeField(null=True, blank=True)
     work_done = models.FloatField(default=0)
+    progress_at = models.DateTimeField(null=True, blank=True)
     checkpoint_work = models.FloatField(default=0)
     recomputed = models.FloatField(default=0)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)

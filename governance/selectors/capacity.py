@@ -73,6 +73,10 @@ def instance_types() -> QuerySet[InstanceType]:
     return InstanceType.objects.order_by("name")
 
 
+def queue_ids() -> list[int]:
+    return list(JobQueue.objects.order_by("id").values_list("id", flat=True))
+
+
 def queues() -> QuerySet[JobQueue]:
     return JobQueue.objects.prefetch_related(
         Prefetch(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.db.models import Prefetch, QuerySet
 
-from governance.models import Job, JobEvent
+from governance.models import Job, JobEvent, JobQueue
+from governance.models.capacity import Executor
+from governance.services.errors import NotFound, ValidationFailed
 
 
 def jobs() -> QuerySet[Job]:
@@ -20,3 +22,27 @@ def job_with_events(job_id: int) -> Job | None:
         .filter(pk=job_id)
         .first()
     )
+
+
+def agent_queue(queue_id: int) -> JobQueue:
+    """The queue an agent serves; it must be run by agents."""
+    queue = JobQueue.objects.filter(pk=queue_id).first()
+    if queue is None:
+        raise NotFound({"detail": [f"no queue {queue_id}"]})
+    if queue.executor != Executor.AGENT:
+        raise ValidationFailed(
+            {
+                "queue": [
+                    f"queue {queue.name} is run by the {queue.executor} executor, not by agents"
+                ]
+            }
+        )
+    return queue
+
+
+def stop_orders(queue: JobQueue, *, agent: str | None = None) -> QuerySet[Job]:
+    """Runs of ``queue`` the scheduler preempted that their agent must still stop."""
+    jobs = Job.objects.filter(queue=queue, stop_requested_run__isnull=False)
+    if agent:
+        jobs = jobs.filter(agent=agent)
+    return jobs.order_by("id")

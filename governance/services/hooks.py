@@ -1,16 +1,41 @@
-"""What services call after a change that can alter a scheduling decision.
+"""How services tell the scheduler that something changed, without importing it.
 
-The live scheduler (scheduler.tasks) asks for a cycle of the queue once the transaction
-commits, so a rolled-back change never triggers one and the cycle sees the committed state.
+Services call :func:`queue_changed` after a change that can alter a scheduling decision;
+the scheduler app registers what that means at start-up (``scheduler.apps``), so the
+services never import the scheduler and a governance-only process (a migration, a shell)
+simply has no scheduler listening. A cycle is requested once the transaction commits, so a
+rolled-back change never triggers one and the cycle sees the committed state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Listener:
+    request_cycle: Callable[[int], object] | None = None
+    """Ask for a cycle of a queue soon (the scheduler's coalesced trigger)."""
+    run_cycle: Callable[[int], object] | None = None
+    """Run a cycle of a queue in this process, now."""
+
+
+_listener = _Listener()
+
+
+def register(*, request_cycle: Callable[[int], object], run_cycle: Callable[[int], object]) -> None:
+    """The scheduler's start-up hook: how to ask for a cycle, and how to run one now."""
+    _listener.request_cycle = request_cycle
+    _listener.run_cycle = run_cycle
+
 
 # Queues whose scheduling cycle is running in this thread: a change the cycle makes itself
 # (a simulated completion) is decided on by that same cycle, so asking for another one
@@ -52,10 +77,19 @@ def queue_changed(queue_id: int) -> None:
     if collecting is not None:
         collecting.add(queue_id)
         return
+    request = _listener.request_cycle
+    if request is not None:
+        transaction.on_commit(lambda: request(queue_id))
 
-    def _request() -> None:
-        from scheduler import triggers
 
-        triggers.request_cycle(queue_id)
-
-    transaction.on_commit(_request)
+def run_cycles_now(queue_ids: Iterable[int]) -> None:
+    """Run the cycles of ``queue_ids`` in this process (after the caller's commit), so the
+    caller sees their decisions in its answer; a failure falls back to a request."""
+    for queue_id in sorted(queue_ids):
+        try:
+            if _listener.run_cycle is not None:
+                _listener.run_cycle(queue_id)
+        except Exception:  # the change stands; the worker decides instead
+            log.exception("in-request cycle of queue %s failed; asking the worker", queue_id)
+            if _listener.request_cycle is not None:
+                _listener.request_cycle(queue_id)

@@ -9,17 +9,18 @@ is refused, so it can never complete or checkpoint the next run.
 
 from __future__ import annotations
 
-import math
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 
 from governance.models import AuditEvent, Job, JobEvent, JobState
+from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.services import audit
 from governance.services.errors import Conflict, ValidationFailed
 from governance.services.hooks import queue_changed
+from scheduler.engine import work
 
 RUNNING_REPORTS = ("started", "heartbeat", "checkpoint")
 
@@ -50,29 +51,30 @@ def _event(job: Job, at: datetime, type_: str, message: str, **data: Any) -> Non
     JobEvent.objects.create(job=job, at=at, type=type_, message=message, data=data)
 
 
-def current_work(job: Job, now: datetime, *, speed: float, time_factor: float) -> float:
-    """Work units done by ``job`` at ``now`` in its current run (capped at its duration).
+def current_work(job: Job, now: datetime, *, speed: float, time_factor: float = 1.0) -> float:
+    """Work units done by ``job`` at ``now`` in its current run (DESIGN 2, "Work and lost
+    work"): its latest progress plus the time since then at the type's speed.
 
-    A run spends ``restart_overhead`` seconds preparing after a preemption before it does
-    work; ``time_factor`` is how many simulated seconds pass per real second.
+    Before any report the latest progress is what the run started from, at its start; a
+    run spends ``restart_overhead`` seconds preparing after a preemption before it does
+    work. ``time_factor`` is how many simulated seconds pass per real second.
     """
     if job.state != JobState.RUNNING or job.run_started_at is None:
         return job.work_done
-    elapsed = max(0.0, (now - job.run_started_at).total_seconds() * time_factor)
+    since = job.run_started_at.timestamp()
     if job.preemptions and job.run > 1:
-        elapsed = max(0.0, elapsed - job.restart_overhead)
-    work = job.work_done + elapsed * speed
-    if job.duration is not None:
-        work = min(work, float(job.duration))
-    return work
-
-
-def checkpoint_of(job: Job, work: float) -> float:
-    """The last checkpoint at or below ``work`` for a job checkpointing every interval."""
-    if not job.checkpoint_interval:
-        return job.checkpoint_work
-    saved = math.floor(work / job.checkpoint_interval) * job.checkpoint_interval
-    return max(job.checkpoint_work, float(saved))
+        since += job.restart_overhead / time_factor
+    if job.progress_at is not None:
+        since = max(since, job.progress_at.timestamp())
+    return float(
+        work.work_done(
+            progress=job.work_done,
+            since=since,
+            now=now.timestamp(),
+            rate=speed * time_factor,
+            duration=job.duration,
+        )
+    )
 
 
 # Scheduler decisions run inside the cycle's transaction, which an error rolls back whole:
@@ -99,6 +101,7 @@ def run_admit(
     job.borrowed = borrowed
     job.run += 1
     job.run_started_at = now
+    job.progress_at = None
     job.started_at = job.started_at or now
     job.agent = ""
     job.claimed_at = None
@@ -111,6 +114,7 @@ def run_admit(
             "borrowed",
             "run",
             "run_started_at",
+            "progress_at",
             "started_at",
             "agent",
             "claimed_at",
@@ -175,6 +179,7 @@ def run_preempt(
     if fail:
         job.finished_at = now
     job.run_started_at = None
+    job.progress_at = None
     job.borrowed = 0
     job.save(
         update_fields=[
@@ -187,6 +192,7 @@ def run_preempt(
             "state",
             "finished_at",
             "run_started_at",
+            "progress_at",
             "borrowed",
         ]
     )
@@ -339,20 +345,32 @@ def run_report(
 ) -> Job:
     """A running job's ``started``, ``heartbeat`` or ``checkpoint`` report.
 
-    Heartbeats only prove the run is alive, so they update ``last_heartbeat_at`` and are
-    not audited (one a few seconds per job would drown the trail); starts and checkpoints
-    change what a preemption would cost, so they are.
+    ``work`` (the agent's ``progress``) is the run's progress in work units: it becomes the
+    latest progress known, from which work and lost work are extrapolated. A ``started``
+    report without it means the run starts from its resume point now. Heartbeats prove the
+    run is alive, so they update ``last_heartbeat_at``; they are not audited (one every few
+    seconds per job would drown the trail). Starts and checkpoints change what a
+    preemption would cost, so they are.
     """
     if kind not in RUNNING_REPORTS:
         raise ValidationFailed({"kind": [f"must be one of {', '.join(RUNNING_REPORTS)}"]})
+    if kind == "checkpoint" and work is None:
+        raise ValidationFailed({"progress": ["a checkpoint must report progress >= 0"]})
     job = _locked_running(job_id, run)
-    job.last_heartbeat_at = now
-    fields = ["last_heartbeat_at"]
-    if kind == "checkpoint":
-        if work is None or work < 0:
-            raise ValidationFailed({"progress": ["a checkpoint must report progress >= 0"]})
+    if work is not None:
+        if work < 0:
+            raise ValidationFailed({"progress": ["must be >= 0"]})
         if job.duration is not None and work > job.duration:
             raise ValidationFailed({"progress": [f"must be at most the duration {job.duration}"]})
+    job.last_heartbeat_at = now
+    fields = ["last_heartbeat_at"]
+    if work is not None or kind == "started":
+        # The latest progress known, and when: work later on is extrapolated from here.
+        job.work_done = float(work) if work is not None else job.work_done
+        job.progress_at = now
+        fields += ["work_done", "progress_at"]
+    if kind == "checkpoint":
+        assert work is not None
         before = _snapshot(job)
         job.checkpoint_work = max(job.checkpoint_work, float(work))
         fields.append("checkpoint_work")
@@ -444,15 +462,26 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
         return None
     before = _snapshot(job)
     speed = job.instance_type.speed if job.instance_type_id and job.instance_type else 1.0
-    lost = max(0.0, current_work(job, now, speed=speed, time_factor=1.0) - job.checkpoint_work)
+    lost = float(
+        work.lost_work(work=current_work(job, now, speed=speed), checkpoint=job.checkpoint_work)
+    )
     job.recomputed += lost
     job.work_done = job.checkpoint_work
     job.state = JobState.PENDING
     job.run_started_at = None
+    job.progress_at = None
     job.agent = ""
     job.borrowed = 0
     job.save(
-        update_fields=["recomputed", "work_done", "state", "run_started_at", "agent", "borrowed"]
+        update_fields=[
+            "recomputed",
+            "work_done",
+            "state",
+            "run_started_at",
+            "progress_at",
+            "agent",
+            "borrowed",
+        ]
     )
     _event(job, now, "lost", explanation, lost_work=round(lost, 3))
     audit.record_job(
@@ -466,3 +495,32 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
     )
     queue_changed(job.queue_id)
     return job
+
+
+def runs_declare_silent_lost(*, now: datetime, heartbeat_seconds: float) -> list[Job]:
+    """Declare lost every agent run silent for 1.5 heartbeat intervals (one transaction
+    per run, so one failure does not keep the others running)."""
+    cutoff = now - timedelta(seconds=1.5 * heartbeat_seconds)
+    silent = list(
+        Job.objects.filter(
+            queue__executor=Executor.AGENT,
+            state=JobState.RUNNING,
+            last_heartbeat_at__lt=cutoff,
+        )
+        .exclude(agent="")
+        .values_list("id", "agent", "last_heartbeat_at")
+    )
+    lost = []
+    for job_id, agent, last in silent:
+        quiet = (now - last).total_seconds() if last is not None else 0.0
+        job = run_declare_lost(
+            job_id=job_id,
+            now=now,
+            explanation=(
+                f"Agent {agent} sent no report for {quiet:.0f} s (heartbeat interval "
+                f"{heartbeat_seconds:g} s): the run is declared lost and the job requeued."
+            ),
+        )
+        if job is not None:
+            lost.append(job)
+    return lost

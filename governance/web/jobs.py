@@ -19,7 +19,7 @@ from governance.models import InstanceType, Job, JobQueue, JobState, Share, Team
 from governance.models.jobs import ACTIVE_STATES
 from governance.selectors import jobs as job_selectors
 from governance.selectors import priorities as priority_selectors
-from governance.selectors import web_jobs
+from governance.selectors import scheduling, web_jobs
 from governance.services import jobs as job_services
 from governance.services.errors import ServiceError
 from governance.web.forms_jobs import CancelForm, JobFilterForm, JobSubmitForm, ReprioritiseForm
@@ -105,7 +105,7 @@ def _may_manage(request: HttpRequest, job: Job) -> bool:
 
 
 def _status_context(job: Job) -> dict[str, Any]:
-    reasons = web_jobs.explain_job(job) if job.state == JobState.PENDING else []
+    reasons = scheduling.explain_job(job) if job.state == JobState.PENDING else []
     return {
         "job": job,
         "timeline": web_jobs.timeline(job),

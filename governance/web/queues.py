@@ -13,8 +13,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 from governance.models import JobQueue, JobState
 from governance.selectors import jobs as job_selectors
+from governance.selectors import scheduling, web_jobs, web_overview, web_state
 from governance.selectors import shares as share_selectors
-from governance.selectors import web_jobs, web_overview, web_state
 from governance.templatetags import web_time
 from governance.web.links import url_pattern
 
@@ -90,7 +90,7 @@ def _jobs_html(
 ) -> tuple[SafeString, dict[str, Any]]:
     """The tables' HTML, and the context they were rendered from (empty when cached)."""
     pages = "|".join(request.GET.get(p, "")[:12] for p in ("running_page", "pending_page"))
-    generation = web_jobs.explain_generation(queue.pk, fingerprint)
+    generation = scheduling.explain_generation(queue.pk, fingerprint)
     if generation is not None:
         key = f"queue-jobs:{JOBS_HTML_VERSION}:{fingerprint}:{generation}:{pages}"
         found = web_state.cache_get_many([key]).get(key)
@@ -104,7 +104,7 @@ def _jobs_html(
     if served:
         generation = served[0]
         key = f"queue-jobs:{JOBS_HTML_VERSION}:{fingerprint}:{generation}:{pages}"
-        web_state.cache_set_many({key: (html, times)}, web_jobs.EXPLAIN_MAX_AGE)
+        web_state.cache_set_many({key: (html, times)}, scheduling.EXPLAIN_MAX_AGE)
     del context["when_slots"]
     return web_time.fill_slots(html, times), context
 
@@ -132,7 +132,7 @@ def _jobs_context(
         "pending_page",
     )
     # Only this page's pending jobs: reasons are cached per job (explain_jobs).
-    reasons = web_jobs.explain_jobs(
+    reasons = scheduling.explain_jobs(
         queue.pk,
         [job.pk for job in pending.object_list],
         fingerprint=fingerprint,

@@ -24,15 +24,14 @@ from governance import roles
 from governance.models import AuditEntry, AuditEvent, JobState, QueueCapacity, Share
 from governance.models.shares import Policy
 from governance.selectors import jobs as job_selectors
+from governance.selectors import scheduling, web_overview, web_state
 from governance.selectors import shares as share_selectors
-from governance.selectors import web_overview, web_state
 from governance.selectors.web_overview import RULE_WORDS
 from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
 from governance.templatetags import web_time
 from governance.web.forms_shares import ShareEditForm, apply_service_errors
 from governance.web.links import url_pattern
-from scheduler import bridge
 
 COMPARED_FIELDS = (
     ("limits", "Limits"),
@@ -261,7 +260,9 @@ def share_preview(request: HttpRequest, share_id: int) -> HttpResponse:
         current = share_services.share_snapshot(share)
         context["diff"] = [r for r in _comparison(current, proposed) if r["differs"]]
         try:
-            preview = bridge.preview_share_change(share, proposed)
+            preview = scheduling.preview_share_change(
+                actor=request.user, share=share, proposed=proposed
+            )
             for rows in preview.values():
                 for row in rows:
                     row["rule_words"] = RULE_WORDS.get(row.get("rule", ""), row.get("rule", ""))

@@ -13,8 +13,8 @@ from rest_framework.test import APIClient
 
 from governance.models import AuditEntry, AuditEvent, Job, JobEvent, JobState
 from governance.models.capacity import Executor
+from governance.roles import AGENT_GROUP
 from scheduler import bridge
-from scheduler.executors.agent_api import AGENT_GROUP
 from tests.factories import TeamFactory, UserFactory, make_job, make_queue, make_share
 
 pytestmark = pytest.mark.django_db

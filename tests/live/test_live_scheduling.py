@@ -17,8 +17,8 @@ from rest_framework.test import APIClient
 
 from governance.models import AuditEntry, AuditEvent, Job, JobState
 from governance.models.capacity import Executor
+from governance.roles import AGENT_GROUP
 from scheduler import tasks
-from scheduler.executors.agent_api import AGENT_GROUP
 from tests.factories import TeamFactory, UserFactory, make_lead, make_queue, make_share
 from tests.live.conftest import wait_for
 

@@ -16,7 +16,7 @@ from governance.models import AuditEntry, AuditEvent, Job, JobEvent, JobState
 from governance.services import capacity as capacity_svc
 from governance.services import jobs as jobs_svc
 from governance.services import shares as shares_svc
-from scheduler import bridge
+from scheduler import bridge, readings
 from tests.factories import TeamFactory, make_admin, make_job, make_lead, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -411,7 +411,7 @@ def test_lowering_a_limit_stops_nothing_but_opens_the_usage_to_reclaim() -> None
     result = bridge.run_cycle(queue.pk, now=at(10))
     assert (result.admitted, result.preempted) == (0, 0)
     assert Job.objects.filter(state=JobState.RUNNING).count() == 2
-    row = next(r for r in bridge.usage(queue.pk) if r["share_name"] == "user")
+    row = next(r for r in readings.usage(queue.pk) if r["share_name"] == "user")
     assert (row["limit"], row["usage"], row["borrowed"]) == (1, 2, 1)
 
     claim = make_job(owner, owner_lead, name="claim", priority=0, submitted_at=at(20))

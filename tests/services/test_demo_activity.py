@@ -6,8 +6,8 @@ import pytest
 from django.db import transaction
 
 from governance import demo
+from governance import demo_activity as simulated
 from governance.models import AuditEntry, Job, JobQueue, QueueCapacity
-from scheduler.executors import simulated
 
 
 def _fleet_capacity() -> dict[str, int]:

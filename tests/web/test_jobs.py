@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from governance.models import AuditEntry, AuditEvent, Job, JobState
-from scheduler import bridge
+from scheduler import bridge, readings
 from tests.factories import TeamFactory, make_lead
 from tests.web.test_overview import (
     aws_world,
@@ -77,7 +77,7 @@ def test_job_page_shows_timeline_and_preemptor(world):
     for text in ("Submitted", "Admitted", "Preempted", "reclaim", "llm-pretrain"):
         assert text in body
     assert "Why it waits" in body  # requeued: pending again, with the engine's reasons
-    (reason,) = bridge.explain_job(victim)
+    (reason,) = readings.explain_queue(victim.queue_id)[0][victim.pk]
     assert reason["reason"] in body
 
 

@@ -6,7 +6,7 @@ import pytest
 from django.core.cache import caches
 
 from governance.services import jobs as job_services
-from scheduler import bridge
+from scheduler import bridge, readings
 from tests.web.test_overview import aws_world, client_for, count_queries, submit
 
 pytestmark = pytest.mark.django_db
@@ -41,7 +41,7 @@ def test_pending_jobs_show_the_engines_reasons(world):
     submit(world.lead_vision, world.background, "bg-low", 1)
     bridge.run_cycle(world.queue.pk)
     body = client_for(world.member_vision).get(f"/queues/{world.queue.pk}/").content.decode()
-    reasons = bridge.explain_queue(world.queue.pk)
+    reasons = readings.explain_queue(world.queue.pk)[0]
     assert len(reasons) == 1
     (reason,) = next(iter(reasons.values()))
     assert reason["reason"] in body
@@ -97,14 +97,14 @@ def test_cached_live_regions_show_a_change_on_the_next_poll(world):
     assert "2 instances in use · 2 jobs pending" in overview
 
     page = client.get(f"/queues/{world.queue.pk}/").content.decode()
-    reasons = bridge.explain_queue(world.queue.pk)
+    reasons = readings.explain_queue(world.queue.pk)[0]
     assert reasons
     for waiting in reasons:
         (reason,) = reasons[waiting]
         assert reason["message"].replace("'", "&#x27;") in page
         job_services.job_cancel(actor=world.admin, job=waiting, reason="not needed")
     page = client.get(f"/queues/{world.queue.pk}/").content.decode()
-    assert not bridge.explain_queue(world.queue.pk)
+    assert not readings.explain_queue(world.queue.pk)[0]
     for waiting, (reason,) in reasons.items():
         assert f'href="/jobs/{waiting}/"' not in page  # no longer listed as pending
         assert reason["message"].replace("'", "&#x27;") not in page  # nor its stale reason

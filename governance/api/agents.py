@@ -1,16 +1,15 @@
 """The external agent protocol (docs/agents.md): claim, report, complete, stop orders.
 
 An agent signs in with a token of a user in the ``agent`` group and serves one queue
-whose executor is ``agent``. Views are thin: they parse, check the role, call a service.
+whose executor is ``agent``. Views are thin: they parse, check the role, call a service
+or a selector.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
-from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -19,25 +18,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from governance.models import Job, JobQueue
-from governance.models.capacity import Executor
+from governance import roles
+from governance.models import Job
+from governance.selectors import jobs as job_selectors
 from governance.services import hooks, runs
 from governance.services.errors import ValidationFailed
-from scheduler import tasks, triggers
-
-log = logging.getLogger(__name__)
-
-AGENT_GROUP = "agent"
 
 
 class IsAgent(BasePermission):
     message = "only users in the 'agent' group may use the agent protocol"
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        user: Any = request.user
-        return bool(
-            user and user.is_authenticated and user.groups.filter(name=AGENT_GROUP).exists()
-        )
+        return roles.is_agent(request.user)
 
 
 class ClaimIn(serializers.Serializer[Any]):
@@ -108,26 +100,13 @@ class StopOrder(serializers.Serializer[Any]):
     run = serializers.IntegerField(source="stop_requested_run")
 
 
-def _agent_queue(queue_id: int) -> JobQueue:
-    queue = get_object_or_404(JobQueue, pk=queue_id)
-    if queue.executor != Executor.AGENT:
-        raise ValidationFailed(
-            {
-                "queue": [
-                    f"queue {queue.name} is run by the {queue.executor} executor, not by agents"
-                ]
-            }
-        )
-    return queue
-
-
 class ClaimView(APIView):
     permission_classes = [IsAuthenticated, IsAgent]
 
     @extend_schema(request=ClaimIn, responses=ClaimedRun(many=True), tags=["agents"])
     def post(self, request: Request, queue_id: int) -> Response:
         """Take up to ``limit`` admitted runs of the queue that no agent holds yet."""
-        queue = _agent_queue(queue_id)
+        queue = job_selectors.agent_queue(queue_id)
         data = ClaimIn(data=request.data)
         data.is_valid(raise_exception=True)
         jobs = runs.run_claim(
@@ -147,12 +126,9 @@ class StopsView(APIView):
     @extend_schema(responses=StopOrder(many=True), tags=["agents"])
     def get(self, request: Request, queue_id: int) -> Response:
         """Runs of this queue the scheduler preempted and the agent must stop."""
-        queue = _agent_queue(queue_id)
-        jobs = Job.objects.filter(queue=queue, stop_requested_run__isnull=False)
-        agent = request.query_params.get("agent")
-        if agent:
-            jobs = jobs.filter(agent=agent)
-        return Response(StopOrder(jobs.order_by("id"), many=True).data)
+        queue = job_selectors.agent_queue(queue_id)
+        jobs = job_selectors.stop_orders(queue, agent=request.query_params.get("agent") or None)
+        return Response(StopOrder(jobs, many=True).data)
 
 
 class ReportView(APIView):
@@ -182,7 +158,7 @@ def _finish(request: Request, job_id: int, finish: Callable[[dict[str, Any]], Jo
     """Complete or fail a run; with ``claim_next``, reassign its instances and claim.
 
     With ``claim_next`` the change asks the worker for no cycle: this request runs the
-    queue's cycle itself once the completion committed (the same ``bridge.run_cycle``,
+    queue's cycle itself once the completion committed (the same cycle as the worker's,
     waiting for the queue's lock like any cycle), then claims admitted runs for the
     agent, so a slot is refilled in one round trip instead of complete, wait for the
     worker, poll, claim.
@@ -198,12 +174,7 @@ def _finish(request: Request, job_id: int, finish: Callable[[dict[str, Any]], Jo
         return Response({"job": job.pk, "state": job.state})
     with hooks.collect_changes() as changed:
         job = finish(fields)
-    for queue_id in sorted(changed):
-        try:
-            tasks.cycle_now(queue_id)
-        except Exception:  # the completion stands; the worker decides instead
-            log.exception("in-request cycle of queue %s failed; asking the worker", queue_id)
-            triggers.request_cycle(queue_id)
+    hooks.run_cycles_now(changed)
     claimed = runs.run_claim(
         actor=request.user,
         queue_id=job.queue_id,

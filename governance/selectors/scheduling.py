@@ -1,0 +1,111 @@
+"""The one door from governance to the scheduler: reads that need the engine.
+
+Everything in governance that asks the scheduler something comes through here: why jobs
+wait (cached, for pages and API alike), what a share change would do (with its permission
+check), usage as the engine counts it, and the shared accounting arithmetic. Changes go
+the other way through ``services.hooks``, which the scheduler listens to; nothing else in
+governance imports the scheduler (``tests/test_architecture.py`` holds this).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from governance import roles
+from governance.models import Job, JobState, Share
+from governance.roles import AnyUser
+from governance.selectors import web_state
+from governance.services.errors import PermissionDenied
+from governance.services.shares import validate_share_fields
+from scheduler import readings
+from scheduler.engine.accounting import ShareOnType, TypeAccount, account_type
+
+__all__ = [
+    "ShareOnType",
+    "TypeAccount",
+    "account_type",
+    "engine_usage",
+    "explain_generation",
+    "explain_job",
+    "explain_jobs",
+    "preview_share_change",
+]
+
+
+# Why jobs wait, cached. Asking the engine means loading the queue's every active job
+# into it and playing the cycle due now: ~100 ms on a queue of a few thousand pending
+# jobs, far too slow for a page polled by many people. The answer depends only on what
+# ``scheduler.bridge.load`` reads (the queue's active jobs, shares, limits, capacity and types) and,
+# on a simulated queue, on the next run that finishes by itself. So it is cached under a
+# fingerprint of those rows (``web_state.queue_state_fingerprint``), for as long as
+# ``scheduler.readings.explain_queue`` says it holds, at most EXPLAIN_MAX_AGE. A page
+# therefore never shows reasons for a state other than the stored one. Entries are per
+# job, so a page reads only its own 50.
+EXPLAIN_MAX_AGE = 30.0
+
+
+def explain_jobs(
+    queue_id: int,
+    job_ids: Iterable[int],
+    fingerprint: str | None = None,
+    generation: list[str] | None = None,
+) -> dict[int, list[dict[str, Any]]]:
+    """Pending job id -> reasons per preference for ``job_ids`` of the queue (jobs the
+    next cycle would start, or not pending, are absent). One query and one cache read
+    when cached (see above); no query when the
+    caller passes the queue's ``web_state.queue_state_fingerprint`` it already read.
+    ``generation``, when given, receives the cached answer's token (explain_generation)
+    if the answer served is a cached one."""
+    wanted = list(job_ids)
+    base = f"explain:{fingerprint or web_state.queue_state_fingerprint(queue_id)}"
+    keys = {f"{base}:{pk}": pk for pk in wanted}
+    found = web_state.cache_get_many([f"{base}:ok", *keys])
+    if f"{base}:ok" in found:
+        if generation is not None and isinstance(found[f"{base}:ok"], str):
+            generation.append(found[f"{base}:ok"])
+        return {keys[key]: value for key, value in found.items() if key in keys}
+    reasons, valid_for = readings.explain_queue(queue_id)
+    ttl = min(EXPLAIN_MAX_AGE, valid_for if valid_for is not None else EXPLAIN_MAX_AGE)
+    if ttl >= 1:
+        web_state.cache_set_many({f"{base}:{pk}": value for pk, value in reasons.items()}, ttl)
+        # Last: never half an answer. Its value names this answer (explain_generation).
+        token = uuid.uuid4().hex
+        web_state.cache_set_many({f"{base}:ok": token}, ttl)
+        if generation is not None:
+            generation.append(token)
+    wanted_set = set(wanted)
+    return {pk: value for pk, value in reasons.items() if pk in wanted_set}
+
+
+def explain_generation(queue_id: int, fingerprint: str) -> str | None:
+    """A token naming the reasons ``explain_jobs`` serves for the queue in the state
+    ``fingerprint`` now (a new one each time the engine is asked again); None when none
+    are cached. What is rendered from the reasons may be cached under it."""
+    key = f"explain:{fingerprint}:ok"
+    token = web_state.cache_get_many([key]).get(key)
+    return token if isinstance(token, str) else None
+
+
+def explain_job(job: Job) -> list[dict[str, Any]]:
+    """Why one pending job waits (empty when it does not)."""
+    if job.state != JobState.PENDING:
+        return []
+    return explain_jobs(job.queue_id, [job.pk]).get(job.pk, [])
+
+
+def preview_share_change(
+    *, actor: AnyUser, share: Share, proposed: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """What the next cycle would do if ``share`` took the ``proposed`` fields (as the share
+    service takes them); invalid values raise ``ValidationFailed``. Only admins change
+    shares, so only they preview."""
+    if not roles.may_change_shares(actor):
+        raise PermissionDenied({"detail": ["Only admins edit shares, so only they preview."]})
+    return readings.preview_share_change(share, validate_share_fields(share, proposed))
+
+
+def engine_usage(queue_id: int) -> list[dict[str, Any]]:
+    """Per share and type accounting as the engine itself holds it."""
+    return readings.usage(queue_id)

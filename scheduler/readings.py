@@ -1,0 +1,205 @@
+"""Reads that need the engine: why jobs wait, usage as the engine counts it, and what a
+share change would do. Each loads the queue into a fresh engine without locks, plays the
+current instant in memory (``bridge.play_instant``) and applies nothing.
+
+Governance reaches these through one module, ``governance.selectors.scheduling``, which
+adds caching and permission checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.utils import timezone
+
+from governance.models import Job, JobQueue, JobState, Share
+from scheduler import engine as eng
+from scheduler.bridge import Loaded, load, play_instant, row_job, to_ms
+from scheduler.engine import accounting
+from scheduler.executors import simulated
+
+DISABLED_REASON = "share_disabled"
+
+
+def _reason_json(reasons: Iterable[eng.Reason]) -> list[dict[str, Any]]:
+    return [r.to_json() for r in reasons]
+
+
+def _disabled_reasons(job: Job) -> list[dict[str, Any]]:
+    return [
+        {
+            "preference": index,
+            "reason": DISABLED_REASON,
+            "message": (
+                f"Share {job.share.name} is disabled, so none of its jobs start; an admin "
+                "can enable it again."
+            ),
+        }
+        for index in range(len(job.preferences))
+    ]
+
+
+def _valid_for(loaded: Loaded) -> float | None:
+    """For how many seconds a reading of ``loaded`` holds if nothing stored changes.
+
+    Only time changes the answer without a stored change: a simulated run that finishes
+    (``load`` completes it in memory once due) frees its instances; the earliest such
+    finish bounds the answer. Other executors' runs end by a report, a stored change.
+    """
+    if not simulated.runs_itself(loaded.queue):
+        return None
+    factor = simulated.time_factor(loaded.queue)
+    valid_for: float | None = None
+    for row in loaded.jobs.rows.values():
+        if row["state"] == JobState.RUNNING and row.get("type_name") in loaded.type_ids:
+            speed = float(loaded.engine.instance_types[row["type_name"]].speed)
+            done_at = simulated.finish(row_job(row), speed, factor)
+            if done_at is not None:
+                left = max(0.0, (done_at - loaded.now).total_seconds())
+                valid_for = left if valid_for is None else min(valid_for, left)
+    return valid_for
+
+
+def explain_queue(queue_id: int) -> tuple[dict[int, list[dict[str, Any]]], float | None]:
+    """Why each pending job of the queue waits, per preference (DESIGN section 4), and
+    for how many seconds that answer holds if nothing stored changes (None: until
+    something stored changes), for callers that cache it.
+
+    Reasons describe the state at the end of the instant: the cycle that is due now is
+    played in memory first, and a job it would start gets no reason: it is about to run.
+    """
+    queue = JobQueue.objects.get(pk=queue_id)
+    loaded = load(queue, timezone.now(), lock=False)
+    valid_for = _valid_for(loaded)
+    play_instant(loaded)
+    engine = loaded.engine
+    out: dict[int, list[dict[str, Any]]] = {}
+    for key, row in loaded.jobs.rows.items():
+        if row["state"] == JobState.PENDING and engine.job(key).state is eng.JobState.PENDING:
+            out[row["id"]] = _reason_json(engine.explain(key))
+    for job in loaded.disabled_pending:
+        out[job.pk] = _disabled_reasons(job)
+    return out, valid_for
+
+
+def usage(queue_id: int) -> list[dict[str, Any]]:
+    """Per share and type accounting as the engine computes it."""
+    queue = JobQueue.objects.get(pk=queue_id)
+    loaded = load(queue, timezone.now(), lock=False)
+    rows = []
+    for name in sorted(loaded.type_ids):
+        for row in loaded.engine.accounting(name):
+            share = loaded.shares[row.share]
+            rows.append(
+                {
+                    "share": share.pk,
+                    "share_name": share.name,
+                    "instance_type": name,
+                    "limit": row.limit,
+                    "usage": row.usage,
+                    "own": row.own,
+                    "borrowed": row.borrowed,
+                    "idle": row.idle,
+                    "free": row.free,
+                }
+            )
+    return rows
+
+
+def _job_row(loaded: Loaded, job_key: str, rule: str, instance_type: str | None) -> dict[str, Any]:
+    job = loaded.jobs[job_key]
+    share = job.share
+    return {
+        "job": job.pk,
+        "name": job.name,
+        "share": share.name,
+        "team": share.team.name,
+        "rule": rule,
+        "instance_type": instance_type,
+    }
+
+
+def preview_share_change(share: Share, fields: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """What the next cycle would do if ``share`` took the validated ``fields``.
+
+    Compares the engine's next schedule on the live state with and without the change,
+    so only what the change itself causes is listed: ``preempted`` (jobs the next cycle
+    would stop, with the rule), ``started`` (pending jobs that would start) and
+    ``reclaimable`` (running jobs of the share that would sit beyond its new limit, open
+    to reclaim). ``fields`` are share fields as the share service validated them
+    (``limits`` as ``{type: count}``).
+    """
+    loaded = load(share.queue, timezone.now(), lock=False)
+    key = share.name
+    ms = to_ms(loaded.now)
+    baseline_engine = loaded.engine.copy()
+    changed_engine = loaded.engine.copy()
+    engine_fields: dict[str, Any] = {}
+    for name in ("policy", "limits", "in_share_preemption", "preemption_retries"):
+        if name in fields:
+            engine_fields[name] = fields[name]
+    if "policy" in engine_fields:
+        engine_fields["policy"] = eng.Policy(engine_fields["policy"])
+    if "borrow_limit" in fields or "policy" in fields:
+        borrow = fields.get("borrow_limit", share.borrow_limit)
+        engine_fields["borrow_limit"] = borrow if borrow is not None else eng.UNLIMITED
+    if engine_fields:
+        changed_engine.set_share(key, **engine_fields)
+
+    def outcome(engine: eng.Engine) -> tuple[dict[str, eng.Decision], dict[str, eng.Decision]]:
+        if fields.get("enabled") is False:
+            for job in list(engine.pending_jobs()):
+                if job.share == key:
+                    engine.cancel(job.id, ms)
+        decisions = play_instant(loaded, engine)
+        started = {d.job: d for d in decisions if d.kind == "admitted"}
+        stopped = {d.job: d for d in decisions if d.kind == "preempted"}
+        return started, stopped
+
+    base_started, base_stopped = outcome(baseline_engine)
+    new_started, new_stopped = outcome(changed_engine)
+    preempted = [
+        _job_row(loaded, k, d.rule or "", d.instance_type)
+        for k, d in new_stopped.items()
+        if k not in base_stopped
+    ]
+    started = [
+        _job_row(loaded, k, "borrow" if d.borrowed else "own", d.instance_type)
+        for k, d in new_started.items()
+        if k not in base_started
+    ]
+    return {
+        "preempted": preempted,
+        "reclaimable": _reclaimable(loaded, key, fields),
+        "started": started,
+    }
+
+
+def _reclaimable(loaded: Loaded, key: str, fields: dict[str, Any]) -> list[dict[str, Any]]:
+    """Running jobs of the share on types where the change makes it borrow more."""
+    new_limits = fields.get("limits")
+    if new_limits is None and "policy" not in fields:
+        return []
+    old_limits = loaded.engine.shares[key].limits
+    limits = new_limits if new_limits is not None else old_limits
+    running = [
+        ej
+        for ej in loaded.engine.jobs()
+        if ej.share == key and ej.state is eng.JobState.RUNNING and ej.instance_type
+    ]
+    usage_by_type: dict[str, int] = {}
+    for ej in running:
+        assert ej.instance_type is not None
+        usage_by_type[ej.instance_type] = usage_by_type.get(ej.instance_type, 0) + ej.count
+    reclaimable = []
+    for type_name, used in sorted(usage_by_type.items()):
+        before = accounting.borrowed(old_limits.get(type_name, 0), used)
+        after = accounting.borrowed(limits.get(type_name, 0), used)
+        if after > before:
+            for ej in running:
+                if ej.instance_type == type_name:
+                    row = _job_row(loaded, ej.id, "reclaim", type_name)
+                    row["borrowed_after"] = after
+                    reclaimable.append(row)
+    return reclaimable
