@@ -16,7 +16,6 @@ from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import render
-from django.template.loader import get_template
 from django.utils.dateparse import parse_datetime
 from django.utils.safestring import SafeString, mark_safe
 
@@ -24,8 +23,7 @@ from governance.api.audit import AuditFilter
 from governance.models import AuditEntry, AuditEvent
 from governance.selectors import audit as audit_selectors
 from governance.selectors import web_governance as sel
-from governance.selectors import web_state
-from governance.selectors.web_governance import relative
+from governance.web import regions
 from governance.web.forms_governance import htmx_target
 
 PAGE_SIZE = 50
@@ -78,15 +76,15 @@ def changes(before: Any, after: Any) -> list[Change]:
 
 # An entry's time, event, subject, change and reason cells depend on its own stored fields
 # only, and audit entries are never changed or deleted once written (AuditEntry): so
-# they are rendered once and cached per entry in the ``shared`` cache (one get_many and
-# at most one set_many per page). Building the change lists and rendering them was most
-# of this page's time. The actor's name (a user may be renamed) and the relative time
-# are rendered on every request. The key names the database, the entry's id and its
-# creation time, so an id reused by another database or a re-created one never matches;
-# CELLS_VERSION changes with the markup of ``audit/list.html#entry_cells``.
-CELLS_VERSION = 2
+# they are rendered once and cached per entry (``web.regions``, one cache read and at
+# most one write per page), their relative time filled at each serving. Building the
+# change lists and rendering them was most of this page's time. The actor's name (a user
+# may be renamed) goes where the marker is, on every request. The key names the
+# database, the entry's id and its creation time, so an id reused by another database or
+# a re-created one never matches; CELLS_VERSION changes with the markup of
+# ``audit/list.html#entry_cells``.
+CELLS_VERSION = 3
 CELLS_TTL = 7 * 24 * 3600.0
-_WHEN = "<!--when-->"
 _WHO = "<!--who-->"
 
 
@@ -96,40 +94,26 @@ def _cells_key(entry: AuditEntry) -> str:
     return f"audit-cells:{CELLS_VERSION}:{db}:{entry.pk}:{stamp}"
 
 
-Cells = tuple[SafeString, SafeString, SafeString]
-
-
-def render_entry_cells(entry: AuditEntry) -> Cells:
-    """The entry's row without the relative time and the actor's cell: the markup before
-    the relative time, between it and the actor's cell, and after that (uncached)."""
-    html = get_template("audit/list.html#entry_cells").render(
+def _render_cells(entry: AuditEntry) -> regions.Rendered:
+    return regions.render_with_slots(
+        "audit/list.html#entry_cells",
         {
             "e": entry,
             "changes": changes(entry.before, entry.after),
             # A creation or a deletion lists every field: folded by default.
             "whole": (entry.before is None) != (entry.after is None),
-        }
+        },
     )
-    head, _, rest = html.partition(_WHEN)
-    middle, _, tail = rest.partition(_WHO)
-    return mark_safe(head), mark_safe(middle), mark_safe(tail)
 
 
-def entry_cells(entries: list[AuditEntry]) -> dict[int, Cells]:
-    """Entry id -> its cached cells (``render_entry_cells``), rendering only the misses."""
+def entry_cells(entries: list[AuditEntry]) -> dict[int, tuple[SafeString, SafeString]]:
+    """Entry id -> its row's cells before and after the actor's cell."""
     keys = {_cells_key(e): e for e in entries}
-    found = web_state.cache_get_many(list(keys))
-    cells: dict[int, Cells] = {}
-    missing: dict[str, tuple[str, ...]] = {}
+    html = regions.regions(keys, _render_cells, CELLS_TTL)
+    cells = {}
     for key, entry in keys.items():
-        if key in found:
-            head, middle, tail = found[key]
-            cells[entry.pk] = (mark_safe(head), mark_safe(middle), mark_safe(tail))
-        else:
-            cells[entry.pk] = render_entry_cells(entry)
-            missing[key] = tuple(str(part) for part in cells[entry.pk])
-    if missing:
-        web_state.cache_set_many(missing, CELLS_TTL)
+        head, _, tail = html[key].partition(_WHO)
+        cells[entry.pk] = (mark_safe(head), mark_safe(tail))
     return cells
 
 
@@ -170,7 +154,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         size=PAGE_SIZE,
     )
     fixed = entry_cells(entries)
-    rows = [{"entry": e, "fixed": fixed[e.pk], "when": relative(e.created_at)} for e in entries]
+    rows = [{"entry": e, "fixed": fixed[e.pk]} for e in entries]
     query = "&".join(f"{k}={v}" for k, v in _encoded(filters))
     context = {
         "filters": filters,

@@ -8,14 +8,13 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.template.loader import render_to_string
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
 
 from governance.models import JobQueue, JobState
 from governance.selectors import jobs as job_selectors
 from governance.selectors import scheduling, web_jobs, web_overview, web_state
 from governance.selectors import shares as share_selectors
-from governance.templatetags import web_time
+from governance.web import regions
 from governance.web.links import url_pattern
 
 PAGE_SIZE = 50
@@ -90,23 +89,19 @@ def _jobs_html(
 ) -> tuple[SafeString, dict[str, Any]]:
     """The tables' HTML, and the context they were rendered from (empty when cached)."""
     pages = "|".join(request.GET.get(p, "")[:12] for p in ("running_page", "pending_page"))
+
+    def key(generation: str) -> str:
+        return f"queue-jobs:{JOBS_HTML_VERSION}:{fingerprint}:{generation}:{pages}"
+
     generation = scheduling.explain_generation(queue.pk, fingerprint)
-    if generation is not None:
-        key = f"queue-jobs:{JOBS_HTML_VERSION}:{fingerprint}:{generation}:{pages}"
-        found = web_state.cache_get_many([key]).get(key)
-        if found is not None:
-            html, times = found
-            return web_time.fill_slots(html, times), {}
+    if generation is not None and (html := regions.lookup(key(generation))) is not None:
+        return html, {}
     served: list[str] = []  # the generation of the reasons shown, if cached
     context = _jobs_context(request, queue, fingerprint, served)
-    html = render_to_string("queues/detail.html#jobs", context, request=request)
-    times = context["when_slots"]
+    rendered = regions.render_with_slots("queues/detail.html#jobs", context, request)
     if served:
-        generation = served[0]
-        key = f"queue-jobs:{JOBS_HTML_VERSION}:{fingerprint}:{generation}:{pages}"
-        web_state.cache_set_many({key: (html, times)}, scheduling.EXPLAIN_MAX_AGE)
-    del context["when_slots"]
-    return web_time.fill_slots(html, times), context
+        regions.store(key(served[0]), rendered, scheduling.EXPLAIN_MAX_AGE)
+    return regions.fill(rendered), context
 
 
 def _jobs_context(
@@ -154,20 +149,17 @@ def _jobs_context(
         "running": running,
         "pending": pending,
         "pending_rows": pending_rows,
-        "when_slots": [],
     }
 
 
 def queue_live_html(queue: JobQueue, fingerprint: str | None = None) -> SafeString:
     """The queue page's live usage region, cached under the queue's state (``web_state``):
     the page embeds it and its poll endpoint serves it, one query when nothing changed."""
-
-    def _render() -> str:
-        block = web_overview.usage_blocks([queue])[0]
-        return render_to_string("queues/detail.html#queue_live", {"queue": queue, "q": block})
-
-    key = f"queue-usage-html:{fingerprint or web_state.queue_state_fingerprint(queue.pk)}"
-    return mark_safe(web_state.cached(key, _render))
+    return regions.template_region(
+        f"queue-usage-html:{fingerprint or web_state.queue_state_fingerprint(queue.pk)}",
+        "queues/detail.html#queue_live",
+        lambda: {"queue": queue, "q": web_overview.usage_blocks([queue])[0]},
+    )
 
 
 @login_required

@@ -8,7 +8,6 @@ admin edits, the form is posted to the preview endpoint, which asks the engine (
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -16,7 +15,6 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
@@ -29,7 +27,7 @@ from governance.selectors import shares as share_selectors
 from governance.selectors.web_overview import RULE_WORDS
 from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
-from governance.templatetags import web_time
+from governance.web import regions
 from governance.web.forms_shares import ShareEditForm, apply_service_errors
 from governance.web.links import url_pattern
 
@@ -116,9 +114,7 @@ JOBS_HTML_VERSION = 1
 
 
 def _jobs_html(share: Share, fingerprint: str) -> SafeString:
-    key = f"share-jobs:{JOBS_HTML_VERSION}:{fingerprint}:{share.pk}"
-    found = web_state.cache_get_many([key]).get(key)
-    if found is None:
+    def context() -> dict[str, Any]:
         active = job_selectors.jobs().filter(
             share=share, state__in=(JobState.RUNNING, JobState.PENDING)
         )
@@ -133,12 +129,13 @@ def _jobs_html(share: Share, fingerprint: str) -> SafeString:
         job_url = url_pattern("web:job")
         for job in jobs:
             job.page_url = job_url.format(job.pk)  # type: ignore[attr-defined]
-        times: list[datetime] = []
-        context = {"share": share, "jobs": jobs, "jobs_total": active.count(), "when_slots": times}
-        found = (render_to_string("shares/detail.html#jobs", context), times)
-        web_state.cache_set_many({key: found}, 60.0)
-    html, times = found
-    return web_time.fill_slots(html, times)
+        return {"share": share, "jobs": jobs, "jobs_total": active.count()}
+
+    return regions.template_region(
+        f"share-jobs:{JOBS_HTML_VERSION}:{fingerprint}:{share.pk}",
+        "shares/detail.html#jobs",
+        context,
+    )
 
 
 @login_required
