@@ -1,7 +1,8 @@
 """Reads of instance types and queues, and the per-queue usage accounting.
 
-``queue_usage`` is the one place the entitlement/usage arithmetic of DESIGN section 2 is
-done for display, so the API and the pages show the same figures:
+``queue_usage`` gives the figures the API and the pages show, from the engine's own
+accounting function (``scheduler.engine.accounting``, through ``selectors.scheduling``),
+so what people see is what the scheduler decides with:
 
 - ``usage(S,T)``: instances held by S's RUNNING jobs on T (the count of the preference
   each job runs on); ``own = min(usage, limit)``, ``borrowed = max(0, usage - limit)``,
@@ -26,9 +27,8 @@ from django.db.models import Count, Prefetch, QuerySet
 from django.db.models.fields.json import KT
 
 from governance.models import InstanceType, Job, JobQueue, JobState, QueueCapacity, Share
-from governance.models.shares import Policy, ShareLimit
-
-LENDING_POLICIES = (Policy.LEND, Policy.LEND_AND_BORROW)
+from governance.models.shares import ShareLimit
+from governance.selectors.scheduling import ShareOnType, account_type
 
 
 class UsageRow(TypedDict):
@@ -102,20 +102,6 @@ def job_instances(job: Job | Mapping[str, Any]) -> int:
         return int(preferences[index]["count"])
     except (TypeError, IndexError, KeyError, ValueError):
         return int(fallback or 1)
-
-
-def distribute_lent(
-    *, capacity: int, limits: dict[int, int], borrowed: int, lenders: list[tuple[int, int]]
-) -> dict[int, int]:
-    """Lay ``borrowed`` on unowned capacity first, then on ``lenders`` (share id, idle) in
-    the given order; returns how much each lender has lent."""
-    remaining = max(0, borrowed - max(0, capacity - sum(limits.values())))
-    lent: dict[int, int] = {}
-    for share_id, idle in lenders:
-        take = min(idle, remaining)
-        lent[share_id] = take
-        remaining -= take
-    return lent
 
 
 def queue_usage(queue: JobQueue) -> QueueUsage:
@@ -194,53 +180,48 @@ def _usage_of(
     rows: dict[int, dict[str, UsageRow]] = {s.pk: {} for s in share_list}
     totals: list[TypeTotals] = []
     for type_name in sorted(type_names):
-        type_limits: dict[int, int] = {}
-        for share in share_list:
-            limit = limits[share.pk].get(type_name, 0)
-            used = usage[share.pk].get(type_name, 0)
-            waiting = pending[share.pk].get(type_name, 0)
-            if type_name in limits[share.pk]:
-                type_limits[share.pk] = limit
-            elif not used and not waiting:
-                continue  # no entitlement and no activity: not part of this share's picture
-            rows[share.pk][type_name] = UsageRow(
-                instance_type=type_name,
-                limit=limit,
-                usage=used,
-                own=min(used, limit),
-                borrowed=max(0, used - limit),
-                lent=0,
-                idle=max(0, limit - used),
-                pending=waiting,
-            )
-        type_rows = [
-            (share, rows[share.pk][type_name])
+        # Shares with an entitlement on the type, or activity on it without one (a type
+        # removed from its limits, a preference it cannot use), in name order: the order
+        # in which lent capacity is attributed to lenders.
+        present = [
+            share
             for share in share_list
-            if type_name in rows[share.pk]
+            if type_name in limits[share.pk]
+            or usage[share.pk].get(type_name)
+            or pending[share.pk].get(type_name)
         ]
-        total_borrowed = sum(row["borrowed"] for _, row in type_rows)
-        lenders = [
-            (share.pk, row["idle"])
-            for share, row in type_rows
-            if share.policy in LENDING_POLICIES and row["idle"] > 0
-        ]
-        cap = capacity.get(type_name, 0)
-        lent = distribute_lent(
-            capacity=cap, limits=type_limits, borrowed=total_borrowed, lenders=lenders
+        account = account_type(
+            capacity.get(type_name, 0),
+            [
+                ShareOnType(
+                    key=share.pk,
+                    policy=share.policy,
+                    limit=limits[share.pk].get(type_name),
+                    usage=usage[share.pk].get(type_name, 0),
+                )
+                for share in present
+            ],
         )
-        for share_id, amount in lent.items():
-            rows[share_id][type_name]["lent"] = amount
-        total_limits = sum(type_limits.values())
-        total_usage = sum(row["usage"] for _, row in type_rows)
+        for figures in account.shares:
+            rows[figures.key][type_name] = UsageRow(
+                instance_type=type_name,
+                limit=figures.limit,
+                usage=figures.usage,
+                own=figures.own,
+                borrowed=figures.borrowed,
+                lent=figures.lent,
+                idle=figures.idle,
+                pending=pending[figures.key].get(type_name, 0),
+            )
         totals.append(
             TypeTotals(
                 instance_type=type_name,
-                capacity=cap,
-                limits=total_limits,
-                usage=total_usage,
-                borrowed=total_borrowed,
-                unowned=max(0, cap - total_limits),
-                oversubscribed=total_limits > cap or total_usage > cap,
+                capacity=account.capacity,
+                limits=account.limits,
+                usage=account.usage,
+                borrowed=account.borrowed,
+                unowned=account.unowned,
+                oversubscribed=account.oversubscribed,
             )
         )
 

@@ -20,12 +20,14 @@ from governance.selectors import web_state
 from governance.services.errors import PermissionDenied
 from governance.services.shares import validate_share_fields
 from scheduler import readings
+from scheduler.engine import accounting
 from scheduler.engine.accounting import ShareOnType, TypeAccount, account_type
 
 __all__ = [
     "ShareOnType",
     "TypeAccount",
     "account_type",
+    "accounting",
     "engine_usage",
     "explain_generation",
     "explain_job",

@@ -31,6 +31,7 @@ from governance.models.shares import ShareLimit
 from governance.roles import AnyUser
 from governance.selectors.capacity import job_instances
 from governance.selectors.exceptions import exceptions as all_exceptions
+from governance.selectors.scheduling import accounting
 from governance.templatetags.web_time import span_words
 
 RECLAIM_WINDOW_DAYS = 30
@@ -138,9 +139,8 @@ class LinkedShare:
 
 
 def linked_share_usage(share_ids: list[int], *, now: datetime | None = None) -> list[LinkedShare]:
-    """Each share's limits and current usage per type (the arithmetic of
-    ``selectors.capacity``: own = min(usage, limit), borrowed = max(0, usage - limit),
-    idle = max(0, limit - usage)) and its reclaim counts over the last 30 days.
+    """Each share's limits and current usage per type (the engine's accounting: own,
+    borrowed, idle) and its reclaim counts over the last 30 days.
 
     Four queries whatever the number of shares, jobs or audit entries.
     """
@@ -208,9 +208,9 @@ def linked_share_usage(share_ids: list[int], *, now: datetime | None = None) -> 
                     instance_type=name,
                     limit=limit,
                     usage=used,
-                    own=min(used, limit),
-                    borrowed=max(0, used - limit),
-                    idle=max(0, limit - used),
+                    own=accounting.own(limit, used),
+                    borrowed=accounting.borrowed(limit, used),
+                    idle=accounting.idle(limit, used),
                 )
             )
         result.append(

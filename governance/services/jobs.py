@@ -352,7 +352,7 @@ def _lock_job(job: Job | int) -> Job:
     return found
 
 
-def _may_manage(actor: AnyUser, job: Job) -> bool:
+def may_manage(actor: AnyUser, job: Job) -> bool:
     """The submitter, the leads of the job's team and admins may cancel or reprioritise."""
     if roles.is_admin(actor):
         return True
@@ -365,7 +365,7 @@ def job_cancel(*, actor: AnyUser, job: Job | int, reason: str = "") -> Job:
     """Cancel a pending or running job (its submitter, its team's leads, admins)."""
     with transaction.atomic():
         locked = _lock_job(job)
-        if not _may_manage(actor, locked):
+        if not may_manage(actor, locked):
             raise PermissionDenied(
                 {"detail": ["Only the submitter, the team's leads and admins may cancel a job."]}
             )
@@ -446,7 +446,7 @@ def job_reprioritise(*, actor: AnyUser, job: Job | int, priority: int, reason: s
     """
     with transaction.atomic():
         locked = _lock_job(job)
-        if not _may_manage(actor, locked):
+        if not may_manage(actor, locked):
             raise PermissionDenied(
                 {
                     "detail": [

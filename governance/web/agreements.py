@@ -24,7 +24,8 @@ from governance.selectors import agreements as agreement_selectors
 from governance.selectors import web_governance as sel
 from governance.services import agreements as agreement_services
 from governance.services.errors import ServiceError
-from governance.web.forms_governance import AgreementForm, add_service_errors, htmx_target
+from governance.web.errors import apply_service_errors
+from governance.web.forms_governance import AgreementForm, htmx_target
 
 PAGE_SIZE = 50
 TEXT_FIELDS = (
@@ -158,13 +159,6 @@ def _agreement(pk: int) -> Agreement:
     return agreement
 
 
-def _may_change(user: Any, agreement: Agreement) -> bool:
-    """The service's rule (owner, editors, admins) on the prefetched editors."""
-    if roles.is_admin(user):
-        return True
-    return agreement.owner_id == user.pk or any(e.pk == user.pk for e in agreement.editors.all())
-
-
 @login_required
 def agreement_detail(request: HttpRequest, pk: int) -> HttpResponse:
     agreement = _agreement(pk)
@@ -191,7 +185,7 @@ def agreement_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "linked": linked,
         "history": history,
         "editors": [e.username for e in agreement.editors.all()],
-        "may_change": _may_change(request.user, agreement),
+        "may_change": agreement_services.may_change(request.user, agreement),
         "window": sel.RECLAIM_WINDOW_DAYS,
     }
     return render(request, "agreements/detail.html", context)
@@ -235,7 +229,7 @@ def agreement_new(request: HttpRequest) -> HttpResponse:
                     **_service_values(form, people=True),
                 )
             except ServiceError as error:
-                add_service_errors(form, error)
+                apply_service_errors(form, error)
                 status = error.status
             else:
                 messages.success(request, f"Agreement “{agreement.title}” recorded.")
@@ -248,7 +242,7 @@ def agreement_edit(request: HttpRequest, pk: int) -> HttpResponse:
     """Edit naming the version read; a stale version is a 409 with a clear message and
     the form keeps what the user typed."""
     agreement = _agreement(pk)
-    if not _may_change(request.user, agreement):
+    if not agreement_services.may_change(request.user, agreement):
         return HttpResponseForbidden(
             "Only the owner, the editors and admins change this agreement."
         )
@@ -290,7 +284,7 @@ def agreement_edit(request: HttpRequest, pk: int) -> HttpResponse:
                 )
             except ServiceError as error:
                 conflict = error.status == 409
-                add_service_errors(form, error)
+                apply_service_errors(form, error)
                 status = error.status
             else:
                 messages.success(request, "Agreement saved.")

@@ -18,11 +18,11 @@ from governance.models import ExceptionState, PriorityException
 from governance.selectors import web_governance as sel
 from governance.services import exceptions as exception_services
 from governance.services.errors import ServiceError
+from governance.web.errors import apply_service_errors
 from governance.web.forms_governance import (
     DecisionForm,
     ExceptionFileForm,
     ExceptionFilterForm,
-    add_service_errors,
     htmx_target,
 )
 
@@ -121,7 +121,7 @@ def exception_new(request: HttpRequest) -> HttpResponse:
                     expires_at=data["expires_at"],
                 )
             except ServiceError as error:
-                add_service_errors(form, error)
+                apply_service_errors(form, error)
                 status = error.status
             else:
                 messages.success(request, f"Exception {exc.pk} filed; a reviewer will decide it.")
@@ -180,7 +180,7 @@ def exception_decide(request: HttpRequest, pk: int, action: str) -> HttpResponse
             raise Http404("No such exception.") from error
         exc = sel.exception_detail(pk)
         assert exc is not None
-        add_service_errors(form, error)
+        apply_service_errors(form, error)
         return _render_detail(request, exc, form, status=error.status)
     messages.success(request, f"Exception {pk} {done}.")
     target = request.POST.get("next")

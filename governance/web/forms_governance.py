@@ -1,7 +1,7 @@
 """Forms of the governance pages. They only parse input; the services decide and write.
 
 Field names equal the service (API) field names so a ServiceError's field-keyed
-messages land beside the right input (``add_service_errors``).
+messages land beside the right input (``apply_service_errors``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from governance.models import Job, Share
 from governance.models.priorities import BandRole
-from governance.services.errors import ServiceError
 
 DATETIME_LOCAL = "%Y-%m-%dT%H:%M"
 
@@ -36,15 +35,6 @@ def _choice_field(form: forms.Form, name: str) -> forms.ChoiceField:
     field = form.fields[name]
     assert isinstance(field, forms.ChoiceField)
     return field
-
-
-def add_service_errors(form: forms.Form, error: ServiceError) -> None:
-    """Put each message of a service error beside its field; unknown keys (``detail``,
-    ``state``...) become non-field errors."""
-    for key, messages in error.errors.items():
-        target = key if key in form.fields else None
-        for message in messages:
-            form.add_error(target, message)
 
 
 def _job_label(job: Job) -> str:

@@ -13,19 +13,8 @@ from django import forms
 
 from governance.models import Share
 from governance.models.shares import MAX_LIMITS_PER_SHARE, Policy
-from governance.services.errors import ServiceError
 
 LIMIT_ROWS = MAX_LIMITS_PER_SHARE
-
-
-def apply_service_errors(form: forms.Form, exc: ServiceError) -> None:
-    """Put each service message beside its field; unknown fields become non-field errors."""
-    for field, messages in exc.errors.items():
-        target = field if field in form.fields else None
-        for message in messages:
-            if target is None and field not in ("non_field_errors", "detail"):
-                message = f"{field}: {message}"
-            form.add_error(target, message)
 
 
 def _optional_int(value: Any) -> int | None:

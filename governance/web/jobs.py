@@ -22,10 +22,9 @@ from governance.selectors import priorities as priority_selectors
 from governance.selectors import scheduling, web_jobs
 from governance.services import jobs as job_services
 from governance.services.errors import ServiceError
+from governance.web.errors import apply_service_errors
 from governance.web.forms_jobs import CancelForm, JobFilterForm, JobSubmitForm, ReprioritiseForm
-from governance.web.forms_shares import apply_service_errors
 from governance.web.links import url_pattern
-from governance.web.nav import request_roles
 
 PAGE_SIZE = 50
 COUNT_CAP = 5_000
@@ -96,14 +95,6 @@ def _job_or_404(job_id: int) -> Job:
     return job
 
 
-def _may_manage(request: HttpRequest, job: Job) -> bool:
-    """Whether to offer the reprioritise and cancel forms (the service decides for real)."""
-    held = request_roles(request)  # shared with the nav: read once per request
-    return (
-        held.admin or job.submitter_id == request.user.pk or job.share.team_id in held.lead_team_ids
-    )
-
-
 def _status_context(job: Job) -> dict[str, Any]:
     reasons = scheduling.explain_job(job) if job.state == JobState.PENDING else []
     return {
@@ -122,7 +113,7 @@ def _detail(
     cancel_form: CancelForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    may_manage = _may_manage(request, job)
+    may_manage = job_services.may_manage(request.user, job)
     context = {
         **_status_context(job),
         "may_manage": may_manage,

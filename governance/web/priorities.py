@@ -19,7 +19,8 @@ from governance.selectors import priorities as priority_selectors
 from governance.selectors import web_governance as sel
 from governance.services import priorities as priority_services
 from governance.services.errors import ServiceError
-from governance.web.forms_governance import PriorityDefinitionForm, add_service_errors
+from governance.web.errors import apply_service_errors
+from governance.web.forms_governance import PriorityDefinitionForm
 
 ROLE_LABELS = dict(BandRole.choices)
 
@@ -84,7 +85,7 @@ def priority_new(request: HttpRequest) -> HttpResponse:
                     actor=request.user, **_form_values(form)
                 )
             except ServiceError as error:
-                add_service_errors(form, error)
+                apply_service_errors(form, error)
                 status = error.status
             else:
                 messages.success(request, f"Band {band.name} created.")
@@ -120,7 +121,7 @@ def priority_edit(request: HttpRequest, pk: int) -> HttpResponse:
                     reason=form.cleaned_data["reason"],
                 )
             except ServiceError as error:
-                add_service_errors(form, error)
+                apply_service_errors(form, error)
                 status = error.status
             else:
                 messages.success(request, f"Band {form.cleaned_data['name']} saved.")

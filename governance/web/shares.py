@@ -28,7 +28,8 @@ from governance.selectors.web_overview import RULE_WORDS
 from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
 from governance.web import regions
-from governance.web.forms_shares import ShareEditForm, apply_service_errors
+from governance.web.errors import apply_service_errors
+from governance.web.forms_shares import ShareEditForm
 from governance.web.links import url_pattern
 
 COMPARED_FIELDS = (

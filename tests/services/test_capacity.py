@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from governance.models import AuditEntry, AuditEvent, InstanceType, JobQueue, JobState
-from governance.selectors.capacity import distribute_lent, queue_usage
+from governance.selectors.capacity import queue_usage
 from governance.services import capacity as svc
 from governance.services.errors import PermissionDenied, ValidationFailed
 from tests.factories import (
@@ -280,11 +280,6 @@ def test_usage_own_borrowed_idle_lent_pending():
             "oversubscribed": False,
         }
     ]
-
-
-def test_unowned_capacity_absorbs_borrowing_first():
-    assert distribute_lent(capacity=10, limits={1: 4, 2: 4}, borrowed=2, lenders=[(1, 4)]) == {1: 0}
-    assert distribute_lent(capacity=9, limits={1: 4, 2: 4}, borrowed=3, lenders=[(1, 4)]) == {1: 2}
 
 
 def test_usage_on_type_without_limit_counts_as_borrowed():
