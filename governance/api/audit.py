@@ -14,7 +14,6 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import django_filters
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -22,9 +21,9 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import mixins, renderers, serializers, viewsets
 from rest_framework.request import Request
 
-from governance.api.jobs import user_filter
-from governance.models import AuditEntry, AuditEvent
+from governance.models import AuditEntry
 from governance.selectors import audit as audit_selectors
+from governance.selectors.filters import AuditFilter
 
 FIELDS = [
     "id",
@@ -57,26 +56,6 @@ class AuditEntrySerializer(serializers.ModelSerializer):
         model = AuditEntry
         fields = FIELDS
         read_only_fields = fields
-
-
-class AuditFilter(django_filters.FilterSet):
-    actor = django_filters.CharFilter(method="filter_actor", label="username or id")
-    event_type = django_filters.ChoiceFilter(choices=AuditEvent.choices)
-    team = django_filters.NumberFilter(field_name="team_id")
-    share = django_filters.NumberFilter(field_name="share_id")
-    job = django_filters.NumberFilter(field_name="job_id")
-    queue = django_filters.NumberFilter(field_name="queue_id")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lte")
-
-    class Meta:
-        model = AuditEntry
-        fields = ["actor", "event_type", "team", "share", "job", "queue", "since", "until"]
-
-    def filter_actor(
-        self, queryset: QuerySet[AuditEntry], name: str, value: str
-    ) -> QuerySet[AuditEntry]:
-        return user_filter(queryset, "actor", value)
 
 
 class AuditCSVRenderer(renderers.BaseRenderer):

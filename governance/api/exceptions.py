@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import django_filters
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
@@ -13,9 +12,9 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance.api.jobs import user_filter
-from governance.models import ExceptionState, PriorityException
+from governance.models import PriorityException
 from governance.selectors import exceptions as exception_selectors
+from governance.selectors.filters import ExceptionFilter
 from governance.services import exceptions as exception_services
 from governance.services.errors import NotFound
 
@@ -62,23 +61,6 @@ class ExceptionFileSerializer(serializers.Serializer):
 
 class NoteSerializer(serializers.Serializer):
     note = serializers.CharField(required=False, allow_blank=True, default="")
-
-
-class ExceptionFilter(django_filters.FilterSet):
-    state = django_filters.ChoiceFilter(choices=ExceptionState.choices)
-    team = django_filters.NumberFilter(field_name="team_id")
-    share = django_filters.NumberFilter(field_name="share_id")
-    job = django_filters.NumberFilter(field_name="job_id")
-    requester = django_filters.CharFilter(method="filter_requester", label="username or id")
-
-    class Meta:
-        model = PriorityException
-        fields = ["state", "team", "share", "job", "requester"]
-
-    def filter_requester(
-        self, queryset: QuerySet[PriorityException], name: str, value: str
-    ) -> QuerySet[PriorityException]:
-        return user_filter(queryset, "requester", value)
 
 
 class PriorityExceptionViewSet(

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance.models import Job, JobEvent, JobKind, JobState
+from governance.models import Job, JobEvent, JobKind
 from governance.selectors import jobs as job_selectors
 from governance.selectors import scheduling
+from governance.selectors.filters import JobFilter
 from governance.services import jobs as job_services
 from governance.services.errors import NotFound, ValidationFailed
 
@@ -110,30 +110,6 @@ class JobPatchSerializer(serializers.Serializer):
 
 class JobCancelSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="")
-
-
-def user_filter(queryset: QuerySet[Any], field: str, value: str) -> QuerySet[Any]:
-    """Match a user given as a username or a numeric id."""
-    condition = Q(**{f"{field}__username": value})
-    if value.isdigit():
-        condition |= Q(**{f"{field}_id": int(value)})
-    return queryset.filter(condition)
-
-
-class JobFilter(django_filters.FilterSet):
-    queue = django_filters.NumberFilter(field_name="queue_id")
-    share = django_filters.NumberFilter(field_name="share_id")
-    team = django_filters.NumberFilter(field_name="share__team_id")
-    state = django_filters.ChoiceFilter(choices=JobState.choices)
-    kind = django_filters.ChoiceFilter(choices=JobKind.choices)
-    submitter = django_filters.CharFilter(method="filter_submitter", label="username or id")
-
-    class Meta:
-        model = Job
-        fields = ["queue", "share", "team", "state", "kind", "submitter"]
-
-    def filter_submitter(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        return user_filter(queryset, "submitter", value)
 
 
 class JobViewSet(

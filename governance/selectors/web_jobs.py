@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from governance.models import Job, JobEvent, JobKind, JobState
-from governance.models.jobs import ACTIVE_STATES
 from governance.selectors import jobs as job_selectors
+from governance.selectors.filters import JobFilter
 from governance.selectors.web_overview import RULE_WORDS
 
 REASON_WORDS = {
@@ -130,23 +130,12 @@ def filtered_jobs(
     kind: str | None = None,
     text: str | None = None,
 ) -> QuerySet[Job]:
-    """Jobs matching the list filters, newest first, with what a row shows joined in."""
-    qs = job_selectors.jobs()
-    if queue:
-        qs = qs.filter(queue_id=queue)
-    if share:
-        qs = qs.filter(share_id=share)
-    if team:
-        qs = qs.filter(share__team_id=team)
-    if state == "active":
-        qs = qs.filter(state__in=ACTIVE_STATES)
-    elif state:
-        qs = qs.filter(state=state)
-    if kind:
-        qs = qs.filter(kind=kind)
-    if text:
-        qs = qs.filter(Q(name__icontains=text.strip()))
-    return qs.order_by("-submitted_at", "-id")
+    """Jobs matching the list filters (the API's ``JobFilter``), newest first, with what
+    a row shows joined in."""
+    data = {"queue": queue, "share": share, "team": team, "state": state, "kind": kind}
+    data["q"] = text
+    given = {key: value for key, value in data.items() if value}
+    return JobFilter(data=given, queryset=job_selectors.jobs()).qs.order_by("-submitted_at", "-id")
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The audit trail page: reviewers and admins only.
 
-Filtering is the API's ``AuditFilter`` (one implementation for the page, the API list
-and its CSV/JSON export, whose links carry the same query string). Pages go by keyset
+Filtering is ``selectors.filters.AuditFilter`` (one implementation for the page, the
+API list and its CSV/JSON export, whose links carry the same query string). Pages go by keyset
 on (created_at, id) — "older"/"newer" with a cursor — so no OFFSET and no COUNT(*) on a
 table of hundreds of thousands of entries.
 """
@@ -19,10 +19,10 @@ from django.shortcuts import render
 from django.utils.dateparse import parse_datetime
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.api.audit import AuditFilter
 from governance.models import AuditEntry, AuditEvent
 from governance.selectors import audit as audit_selectors
 from governance.selectors import web_governance as sel
+from governance.selectors.filters import AuditFilter
 from governance.web import regions
 from governance.web.forms_governance import htmx_target
 

@@ -1,0 +1,95 @@
+"""List filters (django-filter), one per listing, used by the API and the pages alike.
+
+A filter's query parameters are the same wherever it is used, so a page's export link
+and an API call with the page's query string list the same rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import Q, QuerySet
+
+from governance.models import (
+    AuditEntry,
+    AuditEvent,
+    ExceptionState,
+    Job,
+    JobKind,
+    JobState,
+    PriorityException,
+)
+from governance.models.jobs import ACTIVE_STATES
+
+
+def user_filter(queryset: QuerySet[Any], field: str, value: str) -> QuerySet[Any]:
+    """Match a user given as a username or a numeric id."""
+    condition = Q(**{f"{field}__username": value})
+    if value.isdigit():
+        condition |= Q(**{f"{field}_id": int(value)})
+    return queryset.filter(condition)
+
+
+class JobFilter(django_filters.FilterSet):
+    queue = django_filters.NumberFilter(field_name="queue_id")
+    share = django_filters.NumberFilter(field_name="share_id")
+    team = django_filters.NumberFilter(field_name="share__team_id")
+    state = django_filters.ChoiceFilter(
+        choices=[("active", "Pending or running"), *JobState.choices], method="filter_state"
+    )
+    q = django_filters.CharFilter(method="filter_name", label="name contains")
+    kind = django_filters.ChoiceFilter(choices=JobKind.choices)
+    submitter = django_filters.CharFilter(method="filter_submitter", label="username or id")
+
+    class Meta:
+        model = Job
+        fields = ["queue", "share", "team", "state", "kind", "submitter", "q"]
+
+    def filter_state(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        if value == "active":
+            return queryset.filter(state__in=ACTIVE_STATES)
+        return queryset.filter(state=value)
+
+    def filter_name(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        return queryset.filter(name__icontains=value.strip())
+
+    def filter_submitter(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        return user_filter(queryset, "submitter", value)
+
+
+class ExceptionFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=ExceptionState.choices)
+    team = django_filters.NumberFilter(field_name="team_id")
+    share = django_filters.NumberFilter(field_name="share_id")
+    job = django_filters.NumberFilter(field_name="job_id")
+    requester = django_filters.CharFilter(method="filter_requester", label="username or id")
+
+    class Meta:
+        model = PriorityException
+        fields = ["state", "team", "share", "job", "requester"]
+
+    def filter_requester(
+        self, queryset: QuerySet[PriorityException], name: str, value: str
+    ) -> QuerySet[PriorityException]:
+        return user_filter(queryset, "requester", value)
+
+
+class AuditFilter(django_filters.FilterSet):
+    actor = django_filters.CharFilter(method="filter_actor", label="username or id")
+    event_type = django_filters.ChoiceFilter(choices=AuditEvent.choices)
+    team = django_filters.NumberFilter(field_name="team_id")
+    share = django_filters.NumberFilter(field_name="share_id")
+    job = django_filters.NumberFilter(field_name="job_id")
+    queue = django_filters.NumberFilter(field_name="queue_id")
+    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lte")
+
+    class Meta:
+        model = AuditEntry
+        fields = ["actor", "event_type", "team", "share", "job", "queue", "since", "until"]
+
+    def filter_actor(
+        self, queryset: QuerySet[AuditEntry], name: str, value: str
+    ) -> QuerySet[AuditEntry]:
+        return user_filter(queryset, "actor", value)
