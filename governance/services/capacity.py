@@ -14,23 +14,15 @@ from django.db import IntegrityError, transaction
 
 from governance.models import AuditEvent, InstanceType, JobQueue, QueueCapacity, ShareLimit
 from governance.models.capacity import Executor
-from governance.roles import AnyUser, is_admin
+from governance.roles import AnyUser
 from governance.services import audit, hooks
 from governance.services.counts import write_type_counts
-from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
+from governance.services.errors import Errors, NotFound, ValidationFailed
+from governance.services.kit import is_int, require_admin
 
 ACCELERATED_FAMILIES = ("ml.p", "ml.g", "ml.trn")
 INSTANCE_TYPE_FIELDS = ("name", "accelerated", "accelerators", "speed", "hourly_price")
 QUEUE_FIELDS = ("name", "description", "executor", "capacity")
-
-
-def _require_admin(actor: AnyUser, action: str) -> None:
-    if not is_admin(actor):
-        raise PermissionDenied({"detail": [f"Only admins may {action}."]})
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def default_accelerated(name: str) -> bool:
@@ -60,7 +52,7 @@ def _clean_type_fields(values: Mapping[str, Any], errors: Errors) -> dict[str, A
         clean["accelerated"] = values["accelerated"]
     if "accelerators" in values:
         value = values["accelerators"]
-        if not _is_int(value) or value < 0:
+        if not is_int(value) or value < 0:
             errors.add("accelerators", "Must be an integer >= 0.")
         clean["accelerators"] = value
     if "speed" in values:
@@ -92,7 +84,7 @@ def instance_type_create(
     hourly_price: Decimal | float | str = 0,
 ) -> InstanceType:
     """Create an instance type; ``accelerated`` defaults from the family (ml.p/ml.g/ml.trn)."""
-    _require_admin(actor, "create instance types")
+    require_admin(actor, "create instance types")
     errors = Errors()
     clean_name = name.strip() if isinstance(name, str) else ""
     if not clean_name:
@@ -135,7 +127,7 @@ def instance_type_update(
     *, actor: AnyUser, instance_type: InstanceType | int, changes: Mapping[str, Any]
 ) -> InstanceType:
     """Change an instance type's attributes (not its name). Audited as INSTANCE_TYPE_UPDATED."""
-    _require_admin(actor, "change instance types")
+    require_admin(actor, "change instance types")
     unknown = set(changes) - set(INSTANCE_TYPE_FIELDS)
     if unknown:
         raise ValidationFailed({field: ["Unknown field."] for field in sorted(unknown)})
@@ -225,7 +217,7 @@ def _clean_capacity(capacity: Any, errors: Errors) -> dict[InstanceType, int]:
         if type_name not in types:
             errors.add("capacity", f"{type_name}: no such instance type.")
             continue
-        if not _is_int(count) or count < 0:
+        if not is_int(count) or count < 0:
             errors.add("capacity", f"{type_name}: the count must be an integer >= 0.")
             continue
         clean[types[type_name]] = count
@@ -241,7 +233,7 @@ def queue_create(
     capacity: Mapping[str, int] | None = None,
 ) -> JobQueue:
     """Create a queue with its capacity map. Audited as QUEUE_CREATED (capacity included)."""
-    _require_admin(actor, "create queues")
+    require_admin(actor, "create queues")
     errors = Errors()
     with transaction.atomic():
         clean_name = _clean_queue_name(name, errors)
@@ -281,7 +273,7 @@ def queue_update(
     while a share of the queue still has a limit for it: set its count to 0 instead, or
     change those shares first.
     """
-    _require_admin(actor, "change queues")
+    require_admin(actor, "change queues")
     unknown = set(changes) - set(QUEUE_FIELDS)
     if unknown:
         raise ValidationFailed({field: ["Unknown field."] for field in sorted(unknown)})

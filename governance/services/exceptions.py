@@ -26,6 +26,7 @@ from governance.selectors import priorities as priority_selectors
 from governance.services import audit, hooks
 from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
 from governance.services.jobs import apply_priority_change
+from governance.services.kit import is_int, lock_job
 
 
 def exception_snapshot(exc: PriorityException) -> dict[str, Any]:
@@ -66,10 +67,6 @@ def _links(exc: PriorityException) -> dict[str, int | None]:
     }
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def exception_file(
     *,
     actor: AnyUser,
@@ -89,7 +86,7 @@ def exception_file(
     """
     team_id = team.pk if isinstance(team, Team) else team
     with transaction.atomic():
-        team_obj = Team.objects.filter(pk=team_id).first() if _is_int(team_id) else None
+        team_obj = Team.objects.filter(pk=team_id).first() if is_int(team_id) else None
         if team_obj is None:
             raise ValidationFailed({"team": [f"No team with id {team_id}."]})
         if not roles.is_lead_of(actor, team_obj):
@@ -121,7 +118,7 @@ def exception_file(
                 errors.add("share", f"No share with id {share_id}.")
             elif share_obj.team_id != team_obj.pk:
                 errors.add("team", f"Share {share_obj} does not belong to team {team_obj.name}.")
-        if not _is_int(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        if not is_int(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
             errors.add(
                 "priority", f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}."
             )
@@ -184,10 +181,6 @@ def _lock(exception: PriorityException | int) -> PriorityException:
     return found
 
 
-def _lock_job(job_id: int) -> Job:
-    return Job.objects.select_for_update(of=("self",)).select_related("share").get(pk=job_id)
-
-
 def _check_decidable(actor: AnyUser, exc: PriorityException, now: datetime) -> None:
     if not roles.can_decide_exceptions(actor):
         raise PermissionDenied({"detail": ["Only reviewers and admins decide exceptions."]})
@@ -219,7 +212,7 @@ def exception_approve(
         _check_decidable(actor, exc, now)
         job: Job | None = None
         if exc.job_id is not None:
-            job = _lock_job(exc.job_id)
+            job = lock_job(exc.job_id, "share")
             if job.state not in ACTIVE_STATES:
                 raise ValidationFailed(
                     {"job": [f"Job {job.pk} is {job.state}; there is nothing to raise any more."]}
@@ -289,7 +282,7 @@ def _revert_job(
     """Give a job exception's job its previous priority back, if nobody changed it since."""
     if exc.job_id is None or exc.previous_priority is None:
         return
-    job = _lock_job(exc.job_id)
+    job = lock_job(exc.job_id, "share")
     if job.state not in ACTIVE_STATES or job.priority != exc.priority:
         return
     if job.priority == exc.previous_priority:

@@ -22,7 +22,6 @@ from governance.models import (
     AuditEvent,
     ExceptionState,
     Job,
-    JobEvent,
     JobKind,
     JobQueue,
     JobState,
@@ -36,7 +35,8 @@ from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.roles import AnyUser
 from governance.selectors import priorities as priority_selectors
 from governance.services import audit, hooks
-from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
+from governance.services.errors import Errors, PermissionDenied, ValidationFailed
+from governance.services.kit import is_int, job_event, lock_job
 
 NAME_MAX_LENGTH = 200
 
@@ -59,10 +59,6 @@ def job_snapshot(job: Job) -> dict[str, Any]:
         "submitter": job.submitter_id,
         "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
     }
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _bands_configured() -> bool:
@@ -129,7 +125,7 @@ def _resolve_preferences(
     Errors use the key ``preferences`` (messages name the 0-based index, as in
     ``preferences[1].count``) or ``count`` for the job-level count.
     """
-    if count is not None and (not _is_int(count) or count < 1):
+    if count is not None and (not is_int(count) or count < 1):
         errors.add("count", "count must be an integer of at least 1, or null.")
         count_ok = False
     else:
@@ -179,7 +175,7 @@ def _resolve_preferences(
             without_count.append(index)
         else:
             with_count += 1
-            if not _is_int(pref_count) or pref_count < 1:
+            if not is_int(pref_count) or pref_count < 1:
                 errors.add("preferences", f"{key}.count must be an integer of at least 1.")
         resolved.append({"instance_type": type_name, "count": pref_count})
     if count is not None and with_count:
@@ -202,21 +198,17 @@ def _resolve_preferences(
 
 
 def _optional_positive(errors: Errors, field: str, value: Any) -> None:
-    if value is not None and (not _is_int(value) or value < 1):
+    if value is not None and (not is_int(value) or value < 1):
         errors.add(field, f"{field} must be null or an integer of at least 1.")
 
 
 def _check_priority_range(errors: Errors, priority: Any) -> bool:
-    if not _is_int(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+    if not is_int(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         errors.add(
             "priority", f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}."
         )
         return False
     return True
-
-
-def _event(job: Job, type_: str, message: str, at: datetime, **data: Any) -> JobEvent:
-    return JobEvent.objects.create(job=job, at=at, type=type_, message=message, data=data)
 
 
 def _actor_name(actor: AnyUser | None) -> str:
@@ -248,7 +240,7 @@ def job_submit(
     with transaction.atomic():
         share_obj = (
             Share.objects.select_related("queue", "team").filter(pk=share_id).first()
-            if _is_int(share_id)
+            if is_int(share_id)
             else None
         )
         if share_obj is None:
@@ -316,12 +308,12 @@ def job_submit(
             submitted_at=now,
         )
         prefs_text = ", ".join(f"{p['count']} x {p['instance_type']}" for p in resolved)
-        submitted = _event(
+        submitted = job_event(
             job,
+            now,
             "submitted",
             f"Submitted by {_actor_name(actor)} to {share_obj} with priority {priority}; "
             f"preferences: {prefs_text}.",
-            now,
             priority=priority,
         )
         audit.record_job(
@@ -339,19 +331,6 @@ def job_submit(
     return job
 
 
-def _lock_job(job: Job | int) -> Job:
-    job_id = job.pk if isinstance(job, Job) else job
-    found = (
-        Job.objects.select_for_update(of=("self",))
-        .select_related("share", "share__team", "queue")
-        .filter(pk=job_id)
-        .first()
-    )
-    if found is None:
-        raise NotFound({"detail": [f"No job with id {job_id}."]})
-    return found
-
-
 def may_manage(actor: AnyUser, job: Job) -> bool:
     """The submitter, the leads of the job's team and admins may cancel or reprioritise."""
     if roles.is_admin(actor):
@@ -364,7 +343,7 @@ def may_manage(actor: AnyUser, job: Job) -> bool:
 def job_cancel(*, actor: AnyUser, job: Job | int, reason: str = "") -> Job:
     """Cancel a pending or running job (its submitter, its team's leads, admins)."""
     with transaction.atomic():
-        locked = _lock_job(job)
+        locked = lock_job(job, "share", "share__team", "queue")
         if not may_manage(actor, locked):
             raise PermissionDenied(
                 {"detail": ["Only the submitter, the team's leads and admins may cancel a job."]}
@@ -387,12 +366,12 @@ def job_cancel(*, actor: AnyUser, job: Job | int, reason: str = "") -> Job:
             # The agent running it gets a stop order, as after a preemption.
             locked.stop_requested_run = locked.run
         locked.save(update_fields=["state", "finished_at", "stop_requested_run"])
-        _event(
+        job_event(
             locked,
+            now,
             "cancelled",
             f"Cancelled by {_actor_name(actor)} while {was.lower()}"
             + (f": {reason}" if reason else "."),
-            now,
             previous_state=was,
         )
         audit.record_job(
@@ -425,7 +404,7 @@ def apply_priority_change(
     before = job.priority
     job.priority = priority
     job.save(update_fields=["priority"])
-    _event(job, "reprioritised", message, at, before=before, after=priority)
+    job_event(job, at, "reprioritised", message, before=before, after=priority)
     audit.record_job(
         event_type=AuditEvent.JOB_REPRIORITISED,
         actor=actor,
@@ -445,7 +424,7 @@ def job_reprioritise(*, actor: AnyUser, job: Job | int, priority: int, reason: s
     exception for the job or for its share covers a priority above the actor's bands.
     """
     with transaction.atomic():
-        locked = _lock_job(job)
+        locked = lock_job(job, "share", "share__team", "queue")
         if not may_manage(actor, locked):
             raise PermissionDenied(
                 {

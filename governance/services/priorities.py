@@ -15,9 +15,10 @@ from django.db import IntegrityError, connection, transaction
 
 from governance.models import AuditEvent, PriorityDefinition
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY, BandRole
-from governance.roles import AnyUser, is_admin
+from governance.roles import AnyUser
 from governance.services import audit
-from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
+from governance.services.errors import Errors, NotFound, ValidationFailed
+from governance.services.kit import is_int, require_admin
 
 DEFINITION_FIELDS = (
     "name",
@@ -27,15 +28,6 @@ DEFINITION_FIELDS = (
     "usable_by",
     "exception_owner",
 )
-
-
-def _require_admin(actor: AnyUser, action: str) -> None:
-    if not is_admin(actor):
-        raise PermissionDenied({"detail": [f"Only admins may {action}."]})
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _lock_bands() -> None:
@@ -75,7 +67,7 @@ def _validate(values: dict[str, Any], errors: Errors, *, exclude_pk: int | None)
     low, high = values["min_priority"], values["max_priority"]
     bounds_ok = True
     for field, value in (("min_priority", low), ("max_priority", high)):
-        if not _is_int(value) or not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        if not is_int(value) or not MIN_PRIORITY <= value <= MAX_PRIORITY:
             errors.add(field, f"Must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}.")
             bounds_ok = False
     if bounds_ok and low > high:
@@ -134,7 +126,7 @@ def priority_definition_create(
     exception_owner: str | None = None,
 ) -> PriorityDefinition:
     """Create a band; it may not overlap another. Audited as PRIORITY_DEFINITION_CREATED."""
-    _require_admin(actor, "create priority definitions")
+    require_admin(actor, "create priority definitions")
     errors = Errors()
     values: dict[str, Any] = {
         "name": name,
@@ -177,7 +169,7 @@ def priority_definition_update(
     reason: str = "",
 ) -> PriorityDefinition:
     """Change a band; the result may not overlap another. PRIORITY_DEFINITION_UPDATED."""
-    _require_admin(actor, "change priority definitions")
+    require_admin(actor, "change priority definitions")
     unknown = set(changes) - set(DEFINITION_FIELDS)
     if unknown:
         raise ValidationFailed({field: ["Unknown field."] for field in sorted(unknown)})
@@ -228,7 +220,7 @@ def priority_definition_delete(
     *, actor: AnyUser, definition: PriorityDefinition | int, reason: str = ""
 ) -> None:
     """Delete a band. Jobs keep their numeric priority; it just no longer has a band."""
-    _require_admin(actor, "delete priority definitions")
+    require_admin(actor, "delete priority definitions")
     definition_id = definition if isinstance(definition, int) else definition.pk
     with transaction.atomic():
         _lock_bands()

@@ -14,12 +14,13 @@ from typing import Any
 
 from django.db import transaction
 
-from governance.models import AuditEvent, Job, JobEvent, JobState
+from governance.models import AuditEvent, Job, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.services import audit
 from governance.services.errors import Conflict, ValidationFailed
 from governance.services.hooks import queue_changed
+from governance.services.kit import job_event, lock_job
 from scheduler.engine import work
 
 RUNNING_REPORTS = ("started", "heartbeat", "checkpoint")
@@ -45,10 +46,6 @@ def _snapshot(job: Job, type_name: str | None = None) -> dict[str, Any]:
         "work_done": round(job.work_done, 3),
         "checkpoint_work": round(job.checkpoint_work, 3),
     }
-
-
-def _event(job: Job, at: datetime, type_: str, message: str, **data: Any) -> None:
-    JobEvent.objects.create(job=job, at=at, type=type_, message=message, data=data)
 
 
 def current_work(job: Job, now: datetime, *, speed: float, time_factor: float = 1.0) -> float:
@@ -121,7 +118,7 @@ def run_admit(
             "last_heartbeat_at",
         ]
     )
-    _event(
+    job_event(
         job,
         now,
         "admitted",
@@ -199,7 +196,7 @@ def run_preempt(
     by = by_job.name if by_job is not None else None
     by_share = by_job.share.name if by_job is not None else None
     by_team = by_job.share.team.name if by_job is not None else None
-    _event(
+    job_event(
         job,
         now,
         "preempted",
@@ -232,7 +229,7 @@ def run_preempt(
     )
     if fail:
         message = f"Failed: preempted {job.preemptions} times, more than the share's retry limit."
-        _event(job, now, "failed", message, reason="preemption_retries_exhausted")
+        job_event(job, now, "failed", message, reason="preemption_retries_exhausted")
         audit.record_job(
             event_type=AuditEvent.JOB_FAILED,
             actor=None,
@@ -256,7 +253,7 @@ def run_time_out(*, job: Job, now: datetime, explanation: str) -> Job:
     job.state = JobState.TIMED_OUT
     job.finished_at = now
     job.save(update_fields=["state", "finished_at"])
-    _event(job, now, "timed_out", explanation)
+    job_event(job, now, "timed_out", explanation)
     audit.record_job(
         event_type=AuditEvent.JOB_TIMED_OUT,
         actor=None,
@@ -270,11 +267,7 @@ def run_time_out(*, job: Job, now: datetime, explanation: str) -> Job:
 
 
 def _locked_running(job_id: int, run: int) -> Job:
-    job = (
-        Job.objects.select_for_update(of=("self",))
-        .select_related("share__team", "instance_type")
-        .get(pk=job_id)
-    )
+    job = lock_job(job_id, "share__team", "instance_type")
     if job.run != run:
         raise Conflict({"run": [f"run {run} is over; the job is on run {job.run}"]})
     if job.state != JobState.RUNNING:
@@ -297,7 +290,7 @@ def run_complete(
     job.save(
         update_fields=["state", "finished_at", "work_done", "checkpoint_work", "run_started_at"]
     )
-    _event(job, now, "completed", "Completed.", run=run)
+    job_event(job, now, "completed", "Completed.", run=run)
     audit.record_job(
         event_type=AuditEvent.JOB_COMPLETED,
         actor=actor,
@@ -319,7 +312,7 @@ def run_fail(*, actor: AnyUser | None, job_id: int, run: int, now: datetime, mes
     job.finished_at = now
     job.run_started_at = None
     job.save(update_fields=["state", "finished_at", "run_started_at"])
-    _event(job, now, "failed", message or "The job failed.", reason="executor", run=run)
+    job_event(job, now, "failed", message or "The job failed.", reason="executor", run=run)
     audit.record_job(
         event_type=AuditEvent.JOB_FAILED,
         actor=actor,
@@ -375,7 +368,7 @@ def run_report(
         job.checkpoint_work = max(job.checkpoint_work, float(work))
         fields.append("checkpoint_work")
         job.save(update_fields=fields)
-        _event(job, now, "checkpoint", f"Checkpoint saved at {work:g} work units.", work=work)
+        job_event(job, now, "checkpoint", f"Checkpoint saved at {work:g} work units.", work=work)
         audit.record_job(
             event_type=AuditEvent.JOB_CHECKPOINTED,
             actor=actor,
@@ -393,7 +386,9 @@ def run_report(
 
 def _record_started(job: Job, actor: AnyUser | None, now: datetime) -> None:
     """The run's ``started`` timeline event and audit entry."""
-    _event(job, now, "started", f"Started by agent {job.agent or 'simulated fleet'}.", run=job.run)
+    job_event(
+        job, now, "started", f"Started by agent {job.agent or 'simulated fleet'}.", run=job.run
+    )
     audit.record_job(
         event_type=AuditEvent.JOB_STARTED,
         actor=actor,
@@ -428,7 +423,7 @@ def run_claim(
         job.claimed_at = now
         job.last_heartbeat_at = now
         job.save(update_fields=["agent", "claimed_at", "last_heartbeat_at"])
-        _event(job, now, "claimed", f"Claimed by agent {agent}.", run=job.run, agent=agent)
+        job_event(job, now, "claimed", f"Claimed by agent {agent}.", run=job.run, agent=agent)
         if start:
             _record_started(job, actor, now)
     return jobs
@@ -437,12 +432,12 @@ def run_claim(
 @transaction.atomic
 def run_stop_acknowledged(*, actor: AnyUser | None, job_id: int, run: int, now: datetime) -> Job:
     """The agent stopped a preempted run; the stop order is done."""
-    job = Job.objects.select_for_update().get(pk=job_id)
+    job = lock_job(job_id)
     if job.stop_requested_run != run:
         raise Conflict({"run": [f"no stop order is open for run {run}"]})
     job.stop_requested_run = None
     job.save(update_fields=["stop_requested_run"])
-    _event(job, now, "stopped", f"Agent stopped run {run}.", run=run)
+    job_event(job, now, "stopped", f"Agent stopped run {run}.", run=run)
     return job
 
 
@@ -453,11 +448,7 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
     Like a capacity loss, this is not the job yielding to anyone, so it does not count
     against the share's retry limit; work since the last checkpoint is lost.
     """
-    job = (
-        Job.objects.select_for_update(of=("self",))
-        .select_related("share__team", "instance_type")
-        .get(pk=job_id)
-    )
+    job = lock_job(job_id, "share__team", "instance_type")
     if job.state != JobState.RUNNING:
         return None
     before = _snapshot(job)
@@ -483,7 +474,7 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
             "borrowed",
         ]
     )
-    _event(job, now, "lost", explanation, lost_work=round(lost, 3))
+    job_event(job, now, "lost", explanation, lost_work=round(lost, 3))
     audit.record_job(
         event_type=AuditEvent.JOB_LOST,
         actor=None,

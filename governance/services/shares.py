@@ -26,16 +26,16 @@ from governance.models import (
 )
 from governance.models.jobs import ACTIVE_STATES
 from governance.models.shares import MAX_LIMITS_PER_SHARE, MAX_SHARES_PER_QUEUE
-from governance.roles import AnyUser, is_admin
+from governance.roles import AnyUser
 from governance.services import audit, hooks
 from governance.services.counts import write_type_counts
 from governance.services.errors import (
     Conflict,
     Errors,
     NotFound,
-    PermissionDenied,
     ValidationFailed,
 )
+from governance.services.kit import is_int, require_admin
 
 SHARE_FIELDS = (
     "queue",
@@ -48,15 +48,6 @@ SHARE_FIELDS = (
     "preemption_retries",
     "enabled",
 )
-
-
-def _require_admin(actor: AnyUser, action: str) -> None:
-    if not is_admin(actor):
-        raise PermissionDenied({"detail": [f"Only admins may {action}."]})
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def limits_map(share: Share) -> dict[str, int]:
@@ -115,7 +106,7 @@ def _validate(
 
     borrow_limit = values["borrow_limit"]
     if policy == Policy.LEND_AND_BORROW:
-        if not _is_int(borrow_limit) or borrow_limit < -1:
+        if not is_int(borrow_limit) or borrow_limit < -1:
             errors.add(
                 "borrow_limit",
                 "Must be -1 (unlimited) or a percent >= 0 of each limit "
@@ -128,7 +119,7 @@ def _validate(
         )
 
     retries = values["preemption_retries"]
-    if retries is not None and (not _is_int(retries) or retries < 0):
+    if retries is not None and (not is_int(retries) or retries < 0):
         errors.add("preemption_retries", "Must be empty (unlimited) or an integer >= 0.")
 
     for flag in ("in_share_preemption", "enabled"):
@@ -155,7 +146,7 @@ def _validate(
                 f"{type_name}: queue {queue.name!r} has no capacity for this type "
                 f"(it has: {', '.join(sorted(capacity)) or 'none'}).",
             )
-        elif not _is_int(count) or count < 0:
+        elif not is_int(count) or count < 0:
             errors.add("limits", f"{type_name}: the limit must be an integer >= 0.")
         else:
             clean[capacity[type_name]] = count
@@ -177,7 +168,7 @@ def share_create(
     reason: str = "",
 ) -> Share:
     """Create a share (version 1). A LEND_AND_BORROW share without a borrow limit gets -1."""
-    _require_admin(actor, "create shares")
+    require_admin(actor, "create shares")
     errors = Errors()
     with transaction.atomic():
         locked_queue = _lock_queue(queue)
@@ -290,11 +281,11 @@ def share_update(
     moving to it without one gives -1 (unlimited). A share cannot move to another queue.
     A stale ``version`` raises Conflict carrying the stored share.
     """
-    _require_admin(actor, "change shares")
+    require_admin(actor, "change shares")
     unknown = set(changes) - set(SHARE_FIELDS)
     if unknown:
         raise ValidationFailed({field: ["Unknown field."] for field in sorted(unknown)})
-    if not _is_int(version):
+    if not is_int(version):
         raise ValidationFailed(
             {"version": ["Send the version you read, so a concurrent change is not lost."]}
         )
@@ -361,7 +352,7 @@ def share_delete(*, actor: AnyUser, share: Share | int, reason: str = "") -> Non
     and exceptions are part of the review trail, so a share that has any is refused:
     disable it instead (``enabled: false``), which stops new work without losing history.
     """
-    _require_admin(actor, "delete shares")
+    require_admin(actor, "delete shares")
     share_id = share if isinstance(share, int) else share.pk
     with transaction.atomic():
         queue_id = Share.objects.filter(pk=share_id).values_list("queue_id", flat=True).first()

@@ -13,16 +13,12 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 
 from governance.models import AuditEvent, Membership, MembershipRole, Team
-from governance.roles import AnyUser, is_admin
+from governance.roles import AnyUser
 from governance.services import audit
-from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
+from governance.services.errors import Errors, NotFound, ValidationFailed
+from governance.services.kit import require_admin
 
 TEAM_FIELDS = ("name", "description", "leads", "members")
-
-
-def _require_admin(actor: AnyUser, action: str) -> None:
-    if not is_admin(actor):
-        raise PermissionDenied({"detail": [f"Only admins may {action}."]})
 
 
 def membership_snapshot(team: Team) -> dict[str, list[str]]:
@@ -112,7 +108,7 @@ def team_create(
     members: list[str] | None = None,
 ) -> Team:
     """Create a team with its leads and members (usernames). Audited as TEAM_CREATED."""
-    _require_admin(actor, "create teams")
+    require_admin(actor, "create teams")
     errors = Errors()
     with transaction.atomic():
         clean_name = _clean_name(name, errors)
@@ -142,7 +138,7 @@ def team_update(*, actor: AnyUser, team: Team | int, changes: Mapping[str, Any])
     ``changes`` holds only the fields to change; ``leads``/``members`` replace the whole
     list. Each kind of change gets its own audit entry so the trail can be filtered by it.
     """
-    _require_admin(actor, "change teams")
+    require_admin(actor, "change teams")
     unknown = set(changes) - set(TEAM_FIELDS)
     if unknown:
         raise ValidationFailed({field: ["Unknown field."] for field in sorted(unknown)})

@@ -1,0 +1,41 @@
+"""What every service needs and no service should write again: the admin check, integer
+checks, locking a job row, a job's timeline event."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from governance.models import Job, JobEvent
+from governance.roles import AnyUser, is_admin
+from governance.services.errors import NotFound, PermissionDenied
+
+
+def require_admin(actor: AnyUser, action: str) -> None:
+    """Refuse ``action`` ("change capacity") to anyone but an admin."""
+    if not is_admin(actor):
+        raise PermissionDenied({"detail": [f"Only admins may {action}."]})
+
+
+def is_int(value: Any) -> bool:
+    """An integer, and not a bool (``True`` is an int to Python, never to a user)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def lock_job(job: Job | int, *related: str) -> Job:
+    """The job's row, locked for the rest of the transaction (``related`` joined in)."""
+    job_id = job.pk if isinstance(job, Job) else job
+    found = (
+        Job.objects.select_for_update(of=("self",))
+        .select_related(*related)
+        .filter(pk=job_id)
+        .first()
+    )
+    if found is None:
+        raise NotFound({"detail": [f"No job with id {job_id}."]})
+    return found
+
+
+def job_event(job: Job, at: datetime, type_: str, message: str, **data: Any) -> JobEvent:
+    """One entry of the job's timeline (what its page shows; the audit trail is apart)."""
+    return JobEvent.objects.create(job=job, at=at, type=type_, message=message, data=data)
