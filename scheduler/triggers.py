@@ -13,6 +13,7 @@ import time
 from functools import cache
 
 import redis
+from celery import current_app
 from django.conf import settings
 
 log = logging.getLogger(__name__)
@@ -20,6 +21,14 @@ log = logging.getLogger(__name__)
 PENDING_KEY = "scheduler:cycle-requested:{queue_id}"
 TIMER_KEY = "scheduler:cycle-timer:{queue_id}"
 FLAG_TTL_SECONDS = 5  # a lost cycle task delays the next request at most this long
+CYCLE_TASK = "scheduler.tasks.schedule_queue"
+"""The cycle task, by name: the tasks module calls this one, so it is not imported here."""
+
+
+def _send_cycle(queue_id: int, countdown: float | None = None) -> None:
+    current_app.signature(CYCLE_TASK, args=(queue_id,)).apply_async(
+        countdown=countdown, retry=False
+    )
 
 
 @cache
@@ -31,11 +40,9 @@ def client() -> redis.Redis:
 
 def request_cycle(queue_id: int) -> bool:
     """Ask for a cycle of ``queue_id`` soon; False when Redis could not be reached."""
-    from scheduler.tasks import schedule_queue
-
     try:
         if client().set(PENDING_KEY.format(queue_id=queue_id), 1, nx=True, ex=FLAG_TTL_SECONDS):
-            schedule_queue.apply_async((queue_id,), retry=False)
+            _send_cycle(queue_id)
         return True
     except Exception:  # Redis or the broker is down: beat's safety net catches up.
         log.warning("could not request a cycle for queue %s; the safety net will", queue_id)
@@ -55,8 +62,6 @@ def request_cycle_at(queue_id: int, seconds: float) -> None:
 
     One timer per queue: a later request is dropped while an earlier or equal one waits.
     """
-    from scheduler.tasks import schedule_queue
-
     due = time.time() + seconds
     key = TIMER_KEY.format(queue_id=queue_id)
     try:
@@ -64,7 +69,7 @@ def request_cycle_at(queue_id: int, seconds: float) -> None:
         if current is not None and float(current) <= due + 0.05:
             return
         client().set(key, due, ex=max(1, int(seconds) + 5))
-        schedule_queue.apply_async((queue_id,), countdown=max(0.0, seconds), retry=False)
+        _send_cycle(queue_id, countdown=max(0.0, seconds))
     except Exception:
         log.warning("could not set a timer for queue %s", queue_id)
 

@@ -327,9 +327,7 @@ def agreement_update(
         if editor_users is not None:
             locked.editors.set(editor_users)
         after = agreement_snapshot(locked)
-        if {k: v for k, v in after.items() if k != "version"} == {
-            k: v for k, v in before.items() if k != "version"
-        }:
+        if audit.unchanged(before, after):
             return locked
         now = timezone.now()
         locked.version += 1

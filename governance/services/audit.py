@@ -44,6 +44,25 @@ def record(
     )
 
 
+def unchanged(before: Any, after: Any, *, ignore: tuple[str, ...] = ("version",)) -> bool:
+    """Whether two snapshots say the same once ``ignore``d keys (counters such as the
+    version a save bumps) are set aside: a service then writes and audits nothing."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return {k: v for k, v in before.items() if k not in ignore} == {
+            k: v for k, v in after.items() if k not in ignore
+        }
+    return bool(before == after)
+
+
+def record_change(
+    *, before: Any, after: Any, ignore: tuple[str, ...] = ("version",), **entry: Any
+) -> AuditEntry | None:
+    """``record`` the change from ``before`` to ``after``; nothing for a no-op change."""
+    if unchanged(before, after, ignore=ignore):
+        return None
+    return record(before=before, after=after, **entry)
+
+
 def record_job(
     *,
     event_type: AuditEvent,

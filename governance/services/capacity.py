@@ -150,15 +150,13 @@ def instance_type_update(
             setattr(itype, field, value)
         itype.save()
         itype.refresh_from_db()
-        after = instance_type_snapshot(itype)
-        if after != before:
-            audit.record(
-                event_type=AuditEvent.INSTANCE_TYPE_UPDATED,
-                actor=actor,
-                subject=itype,
-                before=before,
-                after=after,
-            )
+        audit.record_change(
+            event_type=AuditEvent.INSTANCE_TYPE_UPDATED,
+            actor=actor,
+            subject=itype,
+            before=before,
+            after=instance_type_snapshot(itype),
+        )
     return itype
 
 

@@ -198,7 +198,7 @@ def priority_definition_update(
         locked.usable_by = values["usable_by"]
         locked.exception_owner = owner
         after = definition_snapshot(locked)
-        if after == before:
+        if audit.unchanged(before, after):
             return locked
         try:
             with transaction.atomic():

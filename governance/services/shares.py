@@ -319,9 +319,7 @@ def share_update(
                 setattr(locked, field, value)
         write_type_counts(ShareLimit, "share", locked, clean_limits)
         after_candidate = {**share_snapshot(locked), "limits": limits_map(locked)}
-        if {k: v for k, v in after_candidate.items() if k != "version"} == {
-            k: v for k, v in before.items() if k != "version"
-        }:
+        if audit.unchanged(before, after_candidate):
             return locked  # nothing changed: no new version, no audit entry
         locked.version += 1
         try:

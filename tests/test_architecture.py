@@ -1,0 +1,131 @@
+"""The shape of the code base, held by a test: no import cycle between files, the engine
+stands alone, and governance reaches the scheduler through one door.
+
+Every import counts, at module level or inside a function (a deferred import is still a
+dependency; it only hides a cycle). Reading the source with ``ast`` needs no database.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("governance", "scheduler")
+DOOR = "governance.selectors.scheduling"
+"""The one governance module that may import the scheduler (beyond its pure engine)."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" not in path.parts:
+                found[_module_name(path)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imported(name: str, path: Path) -> Iterator[str]:
+    """Project modules that the module ``name`` imports (each resolved to a module)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            # ``from pkg import mod`` imports the submodule when there is one.
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                for alias in node.names
+            ]
+        for target in targets:
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                yield target
+
+
+GRAPH = {name: set(_imported(name, path)) for name, path in MODULES.items()}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(GRAPH[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                item = stack.pop()
+                on_stack.discard(item)
+                component.append(item)
+                if item == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(GRAPH):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_graph_is_read() -> None:
+    assert "scheduler.bridge" in GRAPH["scheduler.tasks"]
+    assert "governance.services.hooks" in GRAPH["governance.services.runs"]
+
+
+def test_no_import_cycle_between_files() -> None:
+    assert _cycles() == []
+
+
+def test_the_engine_imports_only_itself() -> None:
+    for name, targets in GRAPH.items():
+        if name.startswith("scheduler.engine"):
+            outside = {t for t in targets if not t.startswith("scheduler.engine")}
+            assert not outside, f"{name} imports {sorted(outside)}"
+            source = MODULES[name].read_text()
+            assert "import django" not in source and "from django" not in source, name
+
+
+def test_governance_reaches_the_scheduler_through_one_door() -> None:
+    """Governance may use the engine's pure arithmetic (accounting, work) anywhere; the
+    scheduler proper (bridge, readings, tasks, executors) only through ``DOOR``."""
+    for name, targets in GRAPH.items():
+        if not name.startswith("governance") or name == DOOR:
+            continue
+        reached = {
+            t for t in targets if t.startswith("scheduler") and not t.startswith("scheduler.engine")
+        }
+        assert not reached, f"{name} imports {sorted(reached)}"
