@@ -27,7 +27,7 @@ CYCLE_TASK = "scheduler.tasks.schedule_queue"
 
 def _send_cycle(queue_id: int, countdown: float | None = None) -> None:
     current_app.signature(CYCLE_TASK, args=(queue_id,)).apply_async(
-        countdown=countdown, retry=False
+        countdown=countdown or 0.0, retry=False
     )
 
 

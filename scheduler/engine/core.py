@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from scheduler.engine import accounting
+from scheduler.engine import work as work_rules
 from scheduler.engine.model import (
     FINAL_STATES,
     Decision,
@@ -261,12 +262,14 @@ class Engine:
         if job.state is not JobState.RUNNING or job.instance_type is None:
             return job.work_done
         begin = max(job.progress_at or 0, (job.run_started_at or 0) + job.run_overhead)
-        work = job.work_done
-        if now > begin:
-            work = work + (now - begin) * self._types[job.instance_type].speed
-        if job.duration is not None and work > job.duration:
-            work = job.duration
-        return _norm(work)
+        done = work_rules.work_done(
+            progress=job.work_done,
+            since=begin,
+            now=now,
+            rate=self._types[job.instance_type].speed,
+            duration=job.duration,
+        )
+        return _norm(done)  # type: ignore[arg-type]
 
     def checkpoint_at(self, job: Job, now: int) -> Work:
         """Work saved by the job's last checkpoint at ``now``."""
@@ -280,8 +283,11 @@ class Engine:
         return _norm(saved)
 
     def lost_work_at(self, job: Job, now: int) -> Work:
-        """Work a preemption at ``now`` would throw away."""
-        return _norm(self.work_at(job, now) - self.checkpoint_at(job, now))
+        """Work a preemption at ``now`` would throw away (never below 0)."""
+        lost = work_rules.lost_work(
+            work=self.work_at(job, now), checkpoint=self.checkpoint_at(job, now)
+        )
+        return _norm(lost)  # type: ignore[arg-type]
 
     def finish_time(self, job: Job) -> int | None:
         """When a running job with a known duration completes if left alone."""
@@ -1197,9 +1203,8 @@ class Engine:
     ) -> None:
         """Stop a running job: it keeps its last checkpoint, loses the rest, and is
         requeued with its original submission time unless its retries are exhausted."""
-        work = self.work_at(victim, now)
         saved = self.checkpoint_at(victim, now)
-        lost = _norm(work - saved)
+        lost = self.lost_work_at(victim, now)
         self._stop_running(victim)
         victim.work_done = saved
         victim.last_checkpoint = saved
