@@ -22,7 +22,15 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from governance.models import InstanceType, Job, JobQueue, JobState, QueueCapacity, Share
+from governance.models import (
+    DecisionRule,
+    InstanceType,
+    Job,
+    JobQueue,
+    JobState,
+    QueueCapacity,
+    Share,
+)
 from governance.services import hooks, runs
 from scheduler import engine as eng
 from scheduler.executors import simulated
@@ -314,14 +322,14 @@ def _admission_text(loaded: Loaded, job: Job, d: eng.Decision) -> str:
 
 
 def _preemption_text(loaded: Loaded, job: Job, d: eng.Decision) -> str:
-    if d.rule == "capacity_lost":
+    if d.rule == DecisionRule.CAPACITY_LOST:
         return (
             f"Stopped: the queue's {d.instance_type} capacity dropped to "
             f"{loaded.capacity.get(d.instance_type or '', 0)}, below what was running."
         )
     by = loaded.jobs.get(d.by or "")
     by_name = by.name if by else d.by
-    if d.rule == "reclaim" and by is not None:
+    if d.rule == DecisionRule.RECLAIM and by is not None:
         owner = by.share
         return (
             f"Stopped: {owner.team.name}'s share {owner.name} took back its {d.instance_type} "
@@ -352,7 +360,7 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
                 count=d.count,
                 preference=d.preference or 0,
                 borrowed=d.borrowed or 0,
-                rule="borrow" if d.borrowed else "own",
+                rule=DecisionRule.BORROW if d.borrowed else DecisionRule.OWN,
                 share_versions=_versions(loaded, job.share.name),
                 now=now,
                 explanation=_admission_text(loaded, job, d),
@@ -368,7 +376,7 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
                 lost_work=lost,
                 saved_work=float(engine_job.last_checkpoint) / MS,
                 fail=d.job in failed,
-                counts_against_retries=d.rule != "capacity_lost",
+                counts_against_retries=d.rule != DecisionRule.CAPACITY_LOST,
                 share_versions=_versions(loaded, job.share.name, by.share.name if by else None),
                 now=now,
                 explanation=_preemption_text(loaded, job, d),

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from governance.models import Job, JobQueue, JobState, Share
+from governance.models import DecisionRule, Job, JobQueue, JobState, Share
 from scheduler import engine as eng
 from scheduler.bridge import Loaded, load, play_instant, row_job, to_ms
 from scheduler.engine import accounting
@@ -165,7 +165,9 @@ def preview_share_change(share: Share, fields: dict[str, Any]) -> dict[str, list
         if k not in base_stopped
     ]
     started = [
-        _job_row(loaded, k, "borrow" if d.borrowed else "own", d.instance_type)
+        _job_row(
+            loaded, k, DecisionRule.BORROW if d.borrowed else DecisionRule.OWN, d.instance_type
+        )
         for k, d in new_started.items()
         if k not in base_started
     ]
@@ -199,7 +201,7 @@ def _reclaimable(loaded: Loaded, key: str, fields: dict[str, Any]) -> list[dict[
         if after > before:
             for ej in running:
                 if ej.instance_type == type_name:
-                    row = _job_row(loaded, ej.id, "reclaim", type_name)
+                    row = _job_row(loaded, ej.id, DecisionRule.RECLAIM, type_name)
                     row["borrowed_after"] = after
                     reclaimable.append(row)
     return reclaimable

@@ -8,6 +8,21 @@ from django.conf import settings
 from django.db import models
 
 
+class DecisionRule(models.TextChoices):
+    """The rule behind a scheduling decision or a run's end, as audit entries and job
+    events name it (``after.rule``); labels are what the pages say."""
+
+    OWN = "own", "within its own limit"
+    BORROW = "borrow", "borrowed capacity, open to reclaim"
+    RECLAIM = "reclaim", "reclaim"
+    PRIORITY = "priority", "higher priority"
+    CAPACITY_LOST = "capacity_lost", "capacity lost"
+    TIMEOUT = "timeout", "max pending time reached"
+    RETRIES_EXHAUSTED = "preemption_retries_exhausted", "preemption retries exhausted"
+    HEARTBEAT_LOST = "heartbeat_lost", "agent stopped reporting"
+    EXECUTOR = "executor", "the job itself failed"
+
+
 class AuditEvent(models.TextChoices):
     TEAM_CREATED = "team.created"
     TEAM_UPDATED = "team.updated"

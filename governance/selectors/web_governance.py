@@ -20,6 +20,7 @@ from governance import roles
 from governance.models import (
     AuditEntry,
     AuditEvent,
+    DecisionRule,
     ExceptionState,
     Job,
     PriorityException,
@@ -172,7 +173,7 @@ def linked_share_usage(share_ids: list[int], *, now: datetime | None = None) -> 
         AuditEntry.objects.filter(
             event_type=AuditEvent.JOB_PREEMPTED,
             created_at__gte=since,
-            after__rule="reclaim",
+            after__rule=DecisionRule.RECLAIM,
         )
         .filter(
             Q(share_id__in=share_ids)

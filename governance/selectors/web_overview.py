@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import QuerySet
 
-from governance.models import AuditEntry, AuditEvent, JobQueue, Share, Team
+from governance.models import AuditEntry, AuditEvent, DecisionRule, JobQueue, Share, Team
 from governance.models.shares import Policy
 from governance.selectors import capacity as capacity_selectors
 
@@ -43,17 +43,7 @@ POLICY_WORDS: dict[str, str] = {
     Policy.LEND_AND_BORROW: "lends and borrows",
 }
 
-RULE_WORDS = {
-    "own": "within its own limit",
-    "borrow": "borrowed capacity, open to reclaim",
-    "reclaim": "reclaim",
-    "priority": "higher priority",
-    "capacity_lost": "capacity lost",
-    "timeout": "max pending time reached",
-    "preemption_retries_exhausted": "preemption retries exhausted",
-    "heartbeat_lost": "agent stopped reporting",
-    "executor": "the job itself failed",
-}
+RULE_WORDS: dict[str, str] = {str(rule): str(rule.label) for rule in DecisionRule}
 
 
 @dataclass

@@ -19,15 +19,10 @@ from governance.services import audit, hooks
 from governance.services.counts import write_type_counts
 from governance.services.errors import Errors, NotFound, ValidationFailed
 from governance.services.kit import is_int, require_admin
+from scheduler.engine.model import default_accelerated
 
-ACCELERATED_FAMILIES = ("ml.p", "ml.g", "ml.trn")
 INSTANCE_TYPE_FIELDS = ("name", "accelerated", "accelerators", "speed", "hourly_price")
 QUEUE_FIELDS = ("name", "description", "executor", "capacity")
-
-
-def default_accelerated(name: str) -> bool:
-    """Whether a type is accelerated when the admin does not say: by family (DESIGN 1)."""
-    return name.startswith(ACCELERATED_FAMILIES)
 
 
 # --- instance types ---------------------------------------------------------------------

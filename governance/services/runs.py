@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
-from governance.models import AuditEvent, Job, JobState
+from governance.models import AuditEvent, DecisionRule, Job, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.services import audit
@@ -229,7 +229,7 @@ def run_preempt(
     )
     if fail:
         message = f"Failed: preempted {job.preemptions} times, more than the share's retry limit."
-        job_event(job, now, "failed", message, reason="preemption_retries_exhausted")
+        job_event(job, now, "failed", message, reason=DecisionRule.RETRIES_EXHAUSTED)
         audit.record_job(
             event_type=AuditEvent.JOB_FAILED,
             actor=None,
@@ -237,7 +237,7 @@ def run_preempt(
             before={"state": JobState.PENDING},
             after={
                 "state": JobState.FAILED,
-                "rule": "preemption_retries_exhausted",
+                "rule": DecisionRule.RETRIES_EXHAUSTED,
                 "preemptions": job.preemptions,
             },
             reason=message,
@@ -259,7 +259,7 @@ def run_time_out(*, job: Job, now: datetime, explanation: str) -> Job:
         actor=None,
         job=job,
         before=before,
-        after={**_snapshot(job), "rule": "timeout", "max_pending": job.max_pending},
+        after={**_snapshot(job), "rule": DecisionRule.TIMEOUT, "max_pending": job.max_pending},
         reason=explanation,
         at=now,
     )
@@ -312,13 +312,15 @@ def run_fail(*, actor: AnyUser | None, job_id: int, run: int, now: datetime, mes
     job.finished_at = now
     job.run_started_at = None
     job.save(update_fields=["state", "finished_at", "run_started_at"])
-    job_event(job, now, "failed", message or "The job failed.", reason="executor", run=run)
+    job_event(
+        job, now, "failed", message or "The job failed.", reason=DecisionRule.EXECUTOR, run=run
+    )
     audit.record_job(
         event_type=AuditEvent.JOB_FAILED,
         actor=actor,
         job=job,
         before=before,
-        after={**_snapshot(job), "rule": "executor"},
+        after={**_snapshot(job), "rule": DecisionRule.EXECUTOR},
         reason=message,
         at=now,
     )
@@ -480,7 +482,7 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
         actor=None,
         job=job,
         before=before,
-        after={**_snapshot(job), "rule": "heartbeat_lost", "lost_work": round(lost, 3)},
+        after={**_snapshot(job), "rule": DecisionRule.HEARTBEAT_LOST, "lost_work": round(lost, 3)},
         reason=explanation,
         at=now,
     )

@@ -19,11 +19,13 @@ Work = int | Fraction
 UNLIMITED = -1
 """A borrow limit of -1 means the share may borrow without bound."""
 
-_ACCELERATED_FAMILY = re.compile(r"^(?:ml\.)?(?:p|g|trn)\d")
+_ACCELERATED_FAMILY = re.compile(r"^(?:ml\.)?(?:p|g|trn)[a-z]*\d")
 
 
 def default_accelerated(name: str) -> bool:
-    """Whether a type carries accelerators, judged from its family (ml.p, ml.g, ml.trn)."""
+    """The default of a type's ``accelerated`` flag, from its family (ml.p, ml.g, ml.trn:
+    ``ml.p4d``, ``ml.g5``, ``ml.gr6``, ``ml.trn1``). Only a default: the stored flag (or
+    a scenario's ``accelerated``) decides, wherever it is given."""
     return bool(_ACCELERATED_FAMILY.match(name))
 
 

@@ -32,6 +32,7 @@ def admin():
     ("name", "accelerated"),
     [
         ("ml.g5.xlarge", True),
+        ("ml.gr6.4xlarge", True),
         ("ml.p4d.24xlarge", True),
         ("ml.trn1.32xlarge", True),
         ("ml.m5.large", False),
