@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from django.db.models import Prefetch, QuerySet
 
-from governance.models import Share, ShareLimit
+from governance.models import (
+    AuditEntry,
+    AuditEvent,
+    JobQueue,
+    QueueCapacity,
+    Share,
+    ShareLimit,
+    Team,
+)
 
 
 def shares() -> QuerySet[Share]:
@@ -21,3 +29,68 @@ def shares() -> QuerySet[Share]:
 def limits_of(share: Share) -> dict[str, int]:
     """``{type name: count}`` from the prefetched limits."""
     return {row.instance_type.name: row.count for row in share.limits.all()}
+
+
+def queue_type_names(queue_id: int) -> list[str]:
+    """The types a queue has capacity for, by name (what a share's limits may name)."""
+    return list(
+        QueueCapacity.objects.filter(queue_id=queue_id)
+        .order_by("instance_type__name")
+        .values_list("instance_type__name", flat=True)
+    )
+
+
+def share_changes(share: Share, limit: int = 10) -> list[AuditEntry]:
+    """The share's creation and edits, newest first."""
+    return list(
+        AuditEntry.objects.filter(
+            share_id=share.pk,
+            event_type__in=(AuditEvent.SHARE_CREATED, AuditEvent.SHARE_UPDATED),
+        )
+        .select_related("actor")
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+def last_change(share: Share) -> AuditEntry | None:
+    """The share's latest edit (who changed it last, for a conflict message)."""
+    return (
+        AuditEntry.objects.filter(share_id=share.pk, event_type=AuditEvent.SHARE_UPDATED)
+        .select_related("actor")
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def submittable_shares(*, every: bool, team_ids: set[int]) -> list[Share]:
+    """Enabled shares one may submit to: ``every`` one (admins), else ``team_ids``'."""
+    qs = Share.objects.filter(enabled=True).select_related("queue", "team")
+    if not every:
+        qs = qs.filter(team_id__in=team_ids)
+    return list(qs.order_by("queue__name", "name"))
+
+
+def limit_types(share_ids: list[int]) -> dict[int, list[str]]:
+    """Share id -> the type names it has limits for, sorted."""
+    out: dict[int, list[str]] = {}
+    for share_id, type_name in (
+        ShareLimit.objects.filter(share_id__in=share_ids)
+        .values_list("share_id", "instance_type__name")
+        .order_by("share_id", "instance_type__name")
+    ):
+        out.setdefault(share_id, []).append(type_name)
+    return out
+
+
+def filter_choices() -> dict[str, list[tuple[int, str]]]:
+    """Queues, shares and teams as (id, label) choices for list filters."""
+    return {
+        "queues": list(JobQueue.objects.order_by("name").values_list("pk", "name")),
+        "shares": [
+            (pk, f"{queue} / {name}")
+            for pk, queue, name in Share.objects.order_by("queue__name", "name").values_list(
+                "pk", "queue__name", "name"
+            )
+        ],
+        "teams": list(Team.objects.order_by("name").values_list("pk", "name")),
+    }

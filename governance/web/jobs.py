@@ -15,11 +15,13 @@ from django.utils.functional import cached_property
 from django.views.decorators.http import require_POST
 
 from governance import roles
-from governance.models import InstanceType, Job, JobQueue, JobState, Share, Team
+from governance.models import Job, JobState
 from governance.models.jobs import ACTIVE_STATES
+from governance.selectors import capacity as capacity_selectors
 from governance.selectors import jobs as job_selectors
 from governance.selectors import priorities as priority_selectors
 from governance.selectors import scheduling, web_jobs
+from governance.selectors import shares as share_selectors
 from governance.services import jobs as job_services
 from governance.services.errors import ServiceError
 from governance.web.errors import apply_service_errors
@@ -48,17 +50,7 @@ class CappedPaginator(Paginator):
 
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    form = JobFilterForm(
-        request.GET or None,
-        queues=list(JobQueue.objects.order_by("name").values_list("pk", "name")),
-        shares=[
-            (pk, f"{queue} / {name}")
-            for pk, queue, name in Share.objects.order_by("queue__name", "name").values_list(
-                "pk", "queue__name", "name"
-            )
-        ],
-        teams=list(Team.objects.order_by("name").values_list("pk", "name")),
-    )
+    form = JobFilterForm(request.GET or None, **share_selectors.filter_choices())
     filters = form.filters() if form.is_bound else {}
     page = CappedPaginator(web_jobs.filtered_jobs(**filters), PAGE_SIZE).get_page(
         request.GET.get("page")
@@ -177,15 +169,10 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
 
 
 def _submittable_shares(request: HttpRequest) -> list[tuple[int, str]]:
-    shares = Share.objects.filter(enabled=True)
-    if not roles.is_admin(request.user):
-        shares = shares.filter(team_id__in=roles.member_team_ids(request.user))
-    return [
-        (pk, f"{queue} / {name} ({team})")
-        for pk, queue, name, team in shares.order_by("queue__name", "name").values_list(
-            "pk", "queue__name", "name", "team__name"
-        )
-    ]
+    shares = share_selectors.submittable_shares(
+        every=roles.is_admin(request.user), team_ids=roles.member_team_ids(request.user)
+    )
+    return [(s.pk, f"{s.queue.name} / {s.name} ({s.team.name})") for s in shares]
 
 
 @login_required
@@ -194,7 +181,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if not _may_submit_any(request):
         raise DjangoPermissionDenied("Only members and leads of a team, and admins, submit jobs.")
     share_choices = _submittable_shares(request)
-    type_names = list(InstanceType.objects.order_by("name").values_list("name", flat=True))
+    type_names = [t.name for t in capacity_selectors.instance_types()]
     status = 200
     if request.method == "POST":
         form = JobSubmitForm(request.POST, shares=share_choices, type_names=type_names)
@@ -214,14 +201,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
         if request.GET.get("share", "").isdigit():
             initial["share"] = int(request.GET["share"])
         form = JobSubmitForm(initial=initial, shares=share_choices, type_names=type_names)
-    share_limits: dict[int, list[str]] = {}
-    for share_id, type_name in (
-        Share.objects.filter(pk__in=[pk for pk, _ in share_choices])
-        .values_list("pk", "limits__instance_type__name")
-        .order_by("pk", "limits__instance_type__name")
-    ):
-        if type_name:
-            share_limits.setdefault(share_id, []).append(type_name)
+    share_limits = share_selectors.limit_types([pk for pk, _ in share_choices])
     context = {
         "form": form,
         "share_types": [

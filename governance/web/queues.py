@@ -11,6 +11,7 @@ from django.shortcuts import render
 from django.utils.safestring import SafeString
 
 from governance.models import JobQueue, JobState
+from governance.selectors import capacity as capacity_selectors
 from governance.selectors import jobs as job_selectors
 from governance.selectors import scheduling, web_jobs, web_overview, web_state
 from governance.selectors import shares as share_selectors
@@ -51,7 +52,7 @@ def queue_list(request: HttpRequest) -> HttpResponse:
 
 
 def _queue_or_404(queue_id: int) -> JobQueue:
-    queue = JobQueue.objects.filter(pk=queue_id).first()
+    queue = capacity_selectors.queues().filter(pk=queue_id).first()
     if queue is None:
         raise Http404("No such queue.")
     return queue

@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
 from governance import roles
-from governance.models import AuditEntry, AuditEvent, JobState, QueueCapacity, Share
+from governance.models import JobState, Share
 from governance.models.shares import Policy
 from governance.selectors import jobs as job_selectors
 from governance.selectors import scheduling, web_overview, web_state
@@ -52,14 +52,6 @@ def _share_or_404(share_id: int) -> Share:
 def _require_admin(request: HttpRequest) -> None:
     if not roles.is_admin(request.user):
         raise DjangoPermissionDenied("Only admins may change shares.")
-
-
-def _type_names(share: Share) -> list[str]:
-    return list(
-        QueueCapacity.objects.filter(queue_id=share.queue_id)
-        .order_by("instance_type__name")
-        .values_list("instance_type__name", flat=True)
-    )
 
 
 def _show(field: str, value: Any) -> str:
@@ -155,14 +147,7 @@ def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
         for bar in t.shares
         if bar.share_id == share.pk
     ]
-    changes = list(
-        AuditEntry.objects.filter(
-            share_id=share.pk,
-            event_type__in=(AuditEvent.SHARE_CREATED, AuditEvent.SHARE_UPDATED),
-        )
-        .select_related("actor")
-        .order_by("-created_at", "-id")[:10]
-    )
+    changes = share_selectors.share_changes(share)
     history = [
         {
             "entry": entry,
@@ -184,20 +169,11 @@ def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
     return render(request, "shares/detail.html", context)
 
 
-def _last_change(share: Share) -> AuditEntry | None:
-    return (
-        AuditEntry.objects.filter(share_id=share.pk, event_type=AuditEvent.SHARE_UPDATED)
-        .select_related("actor")
-        .order_by("-created_at", "-id")
-        .first()
-    )
-
-
 @login_required
 def share_edit(request: HttpRequest, share_id: int) -> HttpResponse:
     _require_admin(request)
     share = _share_or_404(share_id)
-    type_names = _type_names(share)
+    type_names = share_selectors.queue_type_names(share.queue_id)
     context: dict[str, Any] = {"share": share}
     status = 200
     if request.method == "POST":
@@ -220,7 +196,7 @@ def share_edit(request: HttpRequest, share_id: int) -> HttpResponse:
                 form.is_valid()
                 context["conflict"] = {
                     "rows": _comparison(current, changes),
-                    "change": _last_change(share),
+                    "change": share_selectors.last_change(share),
                     "current_version": current.get("version"),
                 }
                 status = 409
@@ -251,7 +227,11 @@ def share_preview(request: HttpRequest, share_id: int) -> HttpResponse:
     """
     _require_admin(request)
     share = _share_or_404(share_id)
-    form = ShareEditForm(request.POST, type_names=_type_names(share), require_reason=False)
+    form = ShareEditForm(
+        request.POST,
+        type_names=share_selectors.queue_type_names(share.queue_id),
+        require_reason=False,
+    )
     context: dict[str, Any] = {"share": share, "form": form}
     if form.is_valid():
         proposed = form.changes()
