@@ -8,4 +8,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governance.settings")
 
 app = Celery("governance")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["scheduler"])
+app.autodiscover_tasks(["scheduler", "governance"])

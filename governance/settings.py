@@ -263,6 +263,7 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "governance.models.jobs.JobState",
         "JobKindEnum": "governance.models.jobs.JobKind",
         "ExceptionStateEnum": "governance.models.exceptions.ExceptionState",
+        "NotificationKindEnum": "governance.models.notifications.NotificationKind",
     },
 }
 
@@ -285,6 +286,8 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduler.tasks.safety_net",
         "schedule": SCHEDULER_SAFETY_NET_SECONDS,
     },
+    # Notifications whose delivery task was lost, and agreements due for review.
+    "notifications-sweep": {"task": "governance.tasks.notifications_sweep", "schedule": 60.0},
 }
 # Simulated fleet: how many simulated seconds pass per real second (60 = an hour a minute).
 DEMO_TIME_FACTOR = env_float("DEMO_TIME_FACTOR", 60.0)
@@ -296,6 +299,14 @@ if DEMO_ACTIVITY_SECONDS > 0:
         "task": "scheduler.tasks.demo_activity",
         "schedule": DEMO_ACTIVITY_SECONDS,
     }
+
+# Where people are sent by notifications (links in emails and webhooks), and how email
+# leaves: printed on the console unless EMAIL_BACKEND names another backend.
+SITE_URL = env_str("SITE_URL", "http://localhost:8000")
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-share@localhost")
 
 LOGGING = {
     "version": 1,

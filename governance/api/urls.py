@@ -11,6 +11,7 @@ from governance.api.audit import AuditEntryViewSet
 from governance.api.capacity import InstanceTypeViewSet, QueueViewSet
 from governance.api.exceptions import PriorityExceptionViewSet
 from governance.api.jobs import JobViewSet
+from governance.api.notifications import NotificationViewSet
 from governance.api.priorities import PriorityDefinitionViewSet
 from governance.api.shares import ShareViewSet
 from governance.api.teams import TeamViewSet
@@ -27,6 +28,7 @@ router.register("jobs", JobViewSet, basename="job")
 router.register("exceptions", PriorityExceptionViewSet, basename="exception")
 router.register("agreements", AgreementViewSet, basename="agreement")
 router.register("audit", AuditEntryViewSet, basename="audit")
+router.register("notifications", NotificationViewSet, basename="notification")
 
 
 agent_urls = [

@@ -5,6 +5,11 @@ from governance.models.audit import AuditEntry, AuditEvent, DecisionRule
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
 from governance.models.exceptions import ExceptionState, PriorityException
 from governance.models.jobs import Job, JobEvent, JobKind, JobState
+from governance.models.notifications import (
+    Notification,
+    NotificationKind,
+    NotificationPreference,
+)
 from governance.models.priorities import PriorityDefinition
 from governance.models.shares import Policy, Share, ShareLimit
 from governance.models.teams import Membership, MembershipRole, Team
@@ -24,6 +29,9 @@ __all__ = [
     "JobState",
     "Membership",
     "MembershipRole",
+    "Notification",
+    "NotificationKind",
+    "NotificationPreference",
     "Policy",
     "PriorityDefinition",
     "PriorityException",

@@ -23,7 +23,7 @@ from governance.models.jobs import ACTIVE_STATES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.roles import AnyUser
 from governance.selectors import priorities as priority_selectors
-from governance.services import audit, hooks
+from governance.services import audit, hooks, notifications
 from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
 from governance.services.jobs import apply_priority_change
 from governance.services.kit import is_int, lock_job
@@ -165,6 +165,7 @@ def exception_file(
             at=now,
             **_links(exc),
         )
+        notifications.exception_filed(exc, actor)
     return exc
 
 
@@ -246,6 +247,7 @@ def exception_approve(
                 f"{exc.pk} approved by {actor.get_username()}.",
                 at=now,
             )
+        notifications.exception_decided(exc, actor)
     return exc
 
 
@@ -273,6 +275,7 @@ def exception_reject(
             at=now,
             **_links(exc),
         )
+        notifications.exception_decided(exc, actor)
     return exc
 
 

@@ -17,7 +17,7 @@ from django.db import transaction
 from governance.models import AuditEvent, DecisionRule, Job, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
-from governance.services import audit
+from governance.services import audit, notifications
 from governance.services.errors import Conflict, ValidationFailed
 from governance.services.hooks import queue_changed
 from governance.services.kit import job_event, lock_job
@@ -243,6 +243,7 @@ def run_preempt(
             reason=message,
             at=now,
         )
+    notifications.job_stopped(job, failed=fail, why=explanation, at=now)
     return job
 
 
@@ -324,6 +325,7 @@ def run_fail(*, actor: AnyUser | None, job_id: int, run: int, now: datetime, mes
         reason=message,
         at=now,
     )
+    notifications.job_stopped(job, failed=True, why=message or "The job failed.", at=now)
     queue_changed(job.queue_id)
     return job
 

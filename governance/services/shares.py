@@ -27,7 +27,7 @@ from governance.models import (
 from governance.models.jobs import ACTIVE_STATES
 from governance.models.shares import MAX_LIMITS_PER_SHARE, MAX_SHARES_PER_QUEUE
 from governance.roles import AnyUser
-from governance.services import audit, hooks
+from governance.services import audit, hooks, notifications
 from governance.services.counts import write_type_counts
 from governance.services.errors import (
     Conflict,
@@ -339,6 +339,7 @@ def share_update(
             share_id=locked.pk,
             queue_id=locked.queue_id,
         )
+        notifications.share_changed(locked, actor, reason)
         hooks.queue_changed(locked.queue_id)
     return locked
 

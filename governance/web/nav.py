@@ -16,6 +16,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.functional import SimpleLazyObject
 
 from governance import roles
+from governance.selectors.notifications import unread_count
 
 # (url name, label, who sees it: "all", "lead", "review" (reviewers and admins), "admin")
 NAV: list[tuple[str, str, str]] = [
@@ -84,4 +85,6 @@ def nav(request: HttpRequest) -> dict[str, Any]:
     return {
         "nav_items": SimpleLazyObject(lambda: _items(request)),
         "nav_roles": SimpleLazyObject(lambda: _role_names(request)),
+        # A lazy int: counted only when a page (not a live partial) shows the navigation.
+        "unread_notifications": SimpleLazyObject(lambda: unread_count(user)),
     }

@@ -1,0 +1,81 @@
+"""What people are told: in-app notifications, and how each person wants them delivered."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class NotificationKind(models.TextChoices):
+    EXCEPTION_NEEDS_REVIEW = "exception_needs_review", "An exception needs review"
+    EXCEPTION_DECIDED = "exception_decided", "An exception was decided"
+    JOB_PREEMPTED = "job_preempted", "A job was preempted"
+    JOB_FAILED = "job_failed", "A job failed"
+    SHARE_CHANGED = "share_changed", "A share of your team changed"
+    AGREEMENT_REVIEW_DUE = "agreement_review_due", "An agreement reached its review date"
+
+
+# By email unless the person says otherwise; job events are frequent, so in the app only.
+EMAIL_BY_DEFAULT = (
+    NotificationKind.EXCEPTION_NEEDS_REVIEW,
+    NotificationKind.EXCEPTION_DECIDED,
+    NotificationKind.SHARE_CHANGED,
+    NotificationKind.AGREEMENT_REVIEW_DUE,
+)
+
+
+class Notification(models.Model):
+    """One event told to one person. ``key`` names the event, so an event is told to a
+    person once however often the code that tells it runs."""
+
+    recipient = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
+    )
+    kind = models.CharField(max_length=32, choices=NotificationKind.choices)
+    key = models.CharField(max_length=120)
+    title = models.CharField(max_length=300)
+    body = models.TextField(blank=True, default="")
+    url = models.CharField(max_length=300, blank=True, default="")
+    created_at = models.DateTimeField()
+    read_at = models.DateTimeField(null=True, blank=True)
+    # Delivery outside the app: when it was done, or null while due (or not wanted).
+    email_due = models.BooleanField(default=False)
+    emailed_at = models.DateTimeField(null=True, blank=True)
+    webhook_due = models.BooleanField(default=False)
+    webhook_sent_at = models.DateTimeField(null=True, blank=True)
+    delivery_error = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["recipient", "key"], name="notification_once_per_recipient"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["recipient", "read_at"], name="notification_unread"),
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(email_due=True, emailed_at__isnull=True)
+                | models.Q(webhook_due=True, webhook_sent_at__isnull=True),
+                name="notification_undelivered",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.recipient_id}: {self.title}"
+
+
+class NotificationPreference(models.Model):
+    """How one person wants to be told, per kind: by email, by webhook (Slack-compatible
+    JSON to ``webhook_url``); in the app always."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_preference"
+    )
+    email_kinds = models.JSONField(default=list, blank=True)
+    webhook_kinds = models.JSONField(default=list, blank=True)
+    webhook_url = models.URLField(max_length=300, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"preferences of {self.user_id}"

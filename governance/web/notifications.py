@@ -1,0 +1,74 @@
+"""A person's notifications, and how they want to be told."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from governance.models import NotificationKind
+from governance.selectors import notifications as selectors
+from governance.services import notifications as services
+from governance.services.errors import ServiceError
+from governance.web.errors import apply_service_errors
+
+KIND_CHOICES = NotificationKind.choices
+
+
+class PreferencesForm(forms.Form):
+    email_kinds = forms.MultipleChoiceField(
+        choices=KIND_CHOICES,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Email me when",
+    )
+    webhook_kinds = forms.MultipleChoiceField(
+        choices=KIND_CHOICES,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Post to my webhook when",
+    )
+    webhook_url = forms.CharField(
+        required=False,
+        max_length=300,
+        label="Webhook URL",
+        help_text="Slack-compatible: a JSON body with a 'text' field is posted to it.",
+    )
+
+
+@login_required
+def notification_list(request: HttpRequest) -> HttpResponse:
+    page = Paginator(selectors.notifications_of(request.user), 50).get_page(request.GET.get("page"))
+    if request.method == "POST":
+        form = PreferencesForm(request.POST)
+        if form.is_valid():
+            try:
+                services.notification_preferences_update(actor=request.user, **form.cleaned_data)
+            except ServiceError as exc:
+                apply_service_errors(form, exc)
+            else:
+                messages.success(request, "Notification preferences saved.")
+                return redirect("web:notifications")
+    else:
+        form = PreferencesForm(
+            initial=services.preference_snapshot(selectors.preference_of(request.user))
+        )
+    status = 400 if form.errors else 200
+    return render(request, "notifications/list.html", {"page": page, "form": form}, status=status)
+
+
+@login_required
+@require_POST
+def notification_read(request: HttpRequest) -> HttpResponse:
+    """Mark one notification (``id``) or all of them read, then go where it points."""
+    raw = request.POST.get("id", "")
+    ids = [int(raw)] if raw.isdigit() and len(raw) < 19 else None
+    services.notifications_mark_read(actor=request.user, ids=ids)
+    target = request.POST.get("next", "")
+    if target.startswith("/") and not target.startswith("//"):
+        return redirect(target)
+    return redirect("web:notifications")

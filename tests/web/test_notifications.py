@@ -1,0 +1,79 @@
+"""The notifications page: unread items in the navigation, reading them, preferences."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from governance.models import Notification, NotificationPreference
+from governance.services import exceptions
+from tests.factories import make_world
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def w() -> Any:
+    world = make_world()
+    exceptions.exception_file(
+        actor=world.red_lead,
+        team=world.red,
+        share=world.red_share,
+        priority=2000,
+        justification="release blocked",
+        expires_at=timezone.now() + timedelta(days=2),
+    )
+    return world
+
+
+def client_for(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_navigation_counts_unread_and_reading_clears_it(w: Any) -> None:
+    client = client_for(w.reviewer)
+    page = client.get("/").content.decode()
+    assert 'aria-label="1 unread"' in page
+    listing = client.get("/notifications/").content.decode()
+    assert "Exception to review: team red asks priority 2000" in listing
+    note = Notification.objects.get(recipient=w.reviewer)
+    response = client.post("/notifications/read/", {"id": note.pk, "next": note.url})
+    assert response.status_code == 302 and response["Location"] == note.url
+    assert 'aria-label="1 unread"' not in client.get("/").content.decode()
+    # Someone else's notification cannot be marked read by id.
+    other = Notification.objects.get(recipient=w.admin)
+    client.post("/notifications/read/", {"id": other.pk})
+    other.refresh_from_db()
+    assert other.read_at is None
+
+
+def test_preferences_are_saved_and_bad_ones_named(w: Any) -> None:
+    client = client_for(w.red_lead)
+    bad = client.post(
+        "/notifications/", {"webhook_kinds": ["job_preempted"], "webhook_url": "not a url"}
+    )
+    assert bad.status_code == 400
+    assert "Must be an http(s) URL" in bad.content.decode()
+    assert not NotificationPreference.objects.exists()
+    good = client.post("/notifications/", {"email_kinds": ["exception_decided"]})
+    assert good.status_code == 302
+    assert NotificationPreference.objects.get(user=w.red_lead).email_kinds == ["exception_decided"]
+
+
+def test_the_api_lists_only_ones_own(w: Any) -> None:
+    api = APIClient()
+    api.force_authenticate(w.admin)
+    body = api.get("/api/notifications/").json()
+    assert [n["kind"] for n in body["results"]] == ["exception_needs_review"]
+    assert api.post("/api/notifications/read/", {}, format="json").json() == {"marked": 1}
+    api.force_authenticate(w.red_member)
+    assert api.get("/api/notifications/").json()["results"] == []
+    bad = api.patch("/api/notifications/preferences/", {"email_kinds": ["x"]}, format="json")
+    assert bad.status_code == 400 and "email_kinds" in bad.json()
