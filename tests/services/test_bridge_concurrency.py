@@ -21,10 +21,11 @@ import pytest
 from django.db import connection
 
 from governance.models import AuditEntry, AuditEvent, Job, JobState, QueueCapacity, Share
+from governance.services import hooks
 from governance.services import jobs as jobs_svc
 from governance.services import shares as shares_svc
 from governance.services.errors import ServiceError
-from scheduler import bridge, triggers
+from scheduler import bridge
 from tests.conftest import database_url
 from tests.factories import TeamFactory, make_admin, make_lead, make_queue, make_share
 
@@ -39,7 +40,8 @@ CYCLERS = 3
 
 @pytest.fixture(autouse=True)
 def _no_triggers(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
-    monkeypatch.setattr(triggers, "request_cycle", lambda queue_id: True)
+    # No cycle requests reach a worker (a test worker may be up): this test runs them.
+    monkeypatch.setattr(hooks._listener, "request_cycle", lambda queue_id: True)
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 

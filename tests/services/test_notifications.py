@@ -69,13 +69,14 @@ def test_a_filed_exception_tells_every_reviewer_once(
     assert Notification.objects.filter(key=key).count() == 2
 
 
-def test_a_rolled_back_change_tells_nobody(
-    w: Any, django_capture_on_commit_callbacks: Any
-) -> None:
-    with django_capture_on_commit_callbacks() as callbacks, pytest.raises(RuntimeError):
-        with transaction.atomic():
-            file_exception(w)
-            raise RuntimeError("the request failed after the filing")
+def test_a_rolled_back_change_tells_nobody(w: Any, django_capture_on_commit_callbacks: Any) -> None:
+    with (
+        django_capture_on_commit_callbacks() as callbacks,
+        pytest.raises(RuntimeError),
+        transaction.atomic(),
+    ):
+        file_exception(w)
+        raise RuntimeError("the request failed after the filing")
     assert not Notification.objects.exists()
     assert callbacks == []
 
@@ -161,7 +162,7 @@ def test_email_leaves_once_after_the_commit(w: Any) -> None:
 class _Hook(BaseHTTPRequestHandler):
     received: list[dict[str, Any]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         length = int(self.headers["Content-Length"])
         _Hook.received.append(json.loads(self.rfile.read(length)))
         self.send_response(200)
