@@ -635,7 +635,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m scheduler.simulate",
         description="Run the scheduling engine over a scenario file and print the result.",
     )
-    parser.add_argument("file", help="scenario JSON file (DESIGN section 3)")
+    parser.add_argument("file", help="scenario JSON file (format: docs/scenarios.md)")
     parser.add_argument(
         "--explain", action="store_true", help="give each pending job's reasons with messages"
     )

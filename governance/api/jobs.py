@@ -28,7 +28,7 @@ class PreferenceSerializer(serializers.Serializer):
 
 class ReasonSerializer(serializers.Serializer):
     preference = serializers.IntegerField(help_text="0-based index in the job's preferences")
-    reason = serializers.CharField(help_text="a reason code of DESIGN section 4")
+    reason = serializers.CharField(help_text="a reason code, as listed in docs/scheduling.md")
     message = serializers.CharField()
 
 
@@ -205,7 +205,8 @@ class JobViewSet(
         responses={200: ReasonSerializer(many=True)},
         description=(
             "Why a pending job waits: one reason per preference, in preference order, as "
-            "the engine gives it (DESIGN section 4). Empty for a job that is not pending."
+            "the engine gives it (codes in docs/scheduling.md). Empty for a job that is not "
+            "pending."
         ),
     )
     @action(detail=True, methods=["get"])

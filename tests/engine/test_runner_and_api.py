@@ -11,7 +11,7 @@ import pytest
 
 from scheduler.engine import Engine, InstanceType, Job, JobState, Preference, ShareConfig
 from scheduler.simulate import validate
-from tests.engine.helpers import SCENARIOS, G, itype, job, scenario, share
+from tests.engine.helpers import EXAMPLES, G, itype, job, scenario, share
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,8 +110,8 @@ def test_check_lists_mismatches(tmp_path: Path) -> None:
     assert lines[0].startswith("expect[0]:")
 
 
-def test_check_passes_on_a_shared_scenario(tmp_path: Path) -> None:
-    path = SCENARIOS / "aws_worked_example.json"
+def test_check_passes_on_an_example_scenario(tmp_path: Path) -> None:
+    path = EXAMPLES / "worked_example.json"
     done = subprocess.run(
         [sys.executable, "-m", "scheduler.simulate", str(path), "--check"],
         capture_output=True,
