@@ -204,6 +204,8 @@ MIDDLEWARE = [
     # First, so its Server-Timing header covers the whole stack (governance/web/timing.py).
     "governance.web.timing.ServerTimingMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files from the web server itself (collected by ./scripts/run), no proxy needed.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -268,7 +270,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# ``./scripts/run`` collects them here (ignored by git); whitenoise serves them, compressed.
 STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
