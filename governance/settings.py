@@ -203,6 +203,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so its Server-Timing header covers the whole stack (governance/web/timing.py).
     "governance.web.timing.ServerTimingMiddleware",
+    # A database outage answers 503 with Retry-After, never a traceback (governance/unavailable.py).
+    "governance.unavailable.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files from the web server itself (collected by ./scripts/run), no proxy needed.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -257,6 +259,11 @@ DATABASES = {"default": parse_database_url(DATABASE_URL)}
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 0)
 # Checked before a kept connection is reused, so a PostgreSQL restart costs no request.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# An unreachable server fails a request in seconds (answered 503), not after TCP's minutes.
+DATABASES["default"]["OPTIONS"] = {
+    "connect_timeout": env_int("DB_CONNECT_TIMEOUT", 5),
+    **DATABASES["default"]["OPTIONS"],  # type: ignore[dict-item]
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
