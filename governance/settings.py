@@ -349,6 +349,11 @@ DEMO_TIME_FACTOR = env_float("DEMO_TIME_FACTOR", 60.0)
 # Demo activity (scheduler.executors.simulated): seconds between ticks; 0 turns it off.
 DEMO_ACTIVITY_SECONDS = env_float("DEMO_ACTIVITY_SECONDS", 0.0)
 DEMO_SEED = env_int("DEMO_SEED", 1)
+# Idempotency keys are honoured for 24 h (governance/services/idempotency.py); older ones go.
+CELERY_BEAT_SCHEDULE["purge-idempotency-keys"] = {
+    "task": "governance.tasks.purge_idempotency_keys",
+    "schedule": 3600.0,
+}
 if DEMO_ACTIVITY_SECONDS > 0:
     CELERY_BEAT_SCHEDULE["demo-activity"] = {
         "task": "scheduler.tasks.demo_activity",

@@ -13,6 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from governance.api.idempotency import idempotent
 from governance.api.jobs import user_filter
 from governance.models import ExceptionState, PriorityException
 from governance.selectors import exceptions as exception_selectors
@@ -105,6 +106,7 @@ class PriorityExceptionViewSet(
         return Response(PriorityExceptionSerializer(exc).data, status=code)
 
     @extend_schema(request=ExceptionFileSerializer, responses={201: PriorityExceptionSerializer})
+    @idempotent
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         parsed = ExceptionFileSerializer(data=request.data)
         parsed.is_valid(raise_exception=True)

@@ -4,6 +4,7 @@ from governance.models.agreements import Agreement, AgreementVersion
 from governance.models.audit import AuditEntry, AuditEvent
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
 from governance.models.exceptions import ExceptionState, PriorityException
+from governance.models.idempotency import IdempotencyKey
 from governance.models.jobs import Job, JobEvent, JobKind, JobState
 from governance.models.priorities import PriorityDefinition
 from governance.models.shares import Policy, Share, ShareLimit
@@ -15,6 +16,7 @@ __all__ = [
     "AuditEntry",
     "AuditEvent",
     "ExceptionState",
+    "IdempotencyKey",
     "InstanceType",
     "Job",
     "JobEvent",
