@@ -5,11 +5,12 @@
 2. ``manage.py migrate``, ``manage.py load_demo`` (which skips data already loaded) and
    ``manage.py collectstatic`` (into ``staticfiles/``, served by whitenoise);
 3. supervisor (``supervisord``, configuration written to ``DATA_DIR/supervisord.conf``)
-   runs the web server (gunicorn on ``$PORT``, default 8000), a Celery worker and Celery
-   beat, and restarts any of them that exits: at once after a crash, then after 1, 2, 3 ...
-   seconds while it keeps failing within 3 s of its start. Each restart is logged;
-4. its log and the three programs' logs (``DATA_DIR/logs/``) are printed with a name prefix;
-5. only Ctrl-C / SIGTERM stops it all: supervisor stops the three (their whole process
+   runs the web server (gunicorn on ``$PORT``, default 8000), ``$WORKERS`` Celery workers
+   (default 2) and Celery beat, and restarts any of them that exits: at once after a
+   crash, then after 1, 2, 3 ... seconds while it keeps failing within 3 s of its start.
+   Each restart is logged;
+4. its log and each program's log (``DATA_DIR/logs/``) are printed with a name prefix;
+5. only Ctrl-C / SIGTERM stops it all: supervisor stops them (their whole process
    groups), then the embedded servers started in step 1 are stopped.
 
 Why supervisor: it is the long-standing process manager for exactly this (restart with
@@ -38,7 +39,7 @@ from scripts.common import ROOT, data_dir, say, services
 
 STOP_GRACE_SECONDS = 40.0  # supervisor's own grace per program (15 s) and margin
 WEB_START_TIMEOUT_SECONDS = 120.0
-PROGRAMS = ("web", "worker", "beat")
+DEFAULT_WORKERS = 2
 PR_SET_PDEATHSIG = 1
 
 
@@ -66,10 +67,27 @@ def control_socket(var: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"governance-supervisor-{digest}.sock"
 
 
+def worker_count(env: dict[str, str]) -> int:
+    """``WORKERS``: how many Celery workers supervisor runs (default 2, at least 1).
+
+    Two workers of one pool process each do the work of one worker of two, and a crashed
+    one leaves the other scheduling while supervisor brings it back.
+    """
+    text = env.get("WORKERS", str(DEFAULT_WORKERS))
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"WORKERS: expected a number of workers (1 or more), got {text!r}")
+    return int(text)
+
+
+def process_names(env: dict[str, str]) -> list[str]:
+    """The supervised processes, as supervisor names them (and their log files)."""
+    return ["web", *(f"worker-{n}" for n in range(worker_count(env))), "beat"]
+
+
 def program_commands(var: Path, env: dict[str, str]) -> dict[str, list[str]]:
     """The command line of each supervised program."""
     python = sys.executable
-    concurrency = env.get("WORKER_CONCURRENCY", "2")
+    concurrency = env.get("WORKER_CONCURRENCY", "1")
     return {
         "web": [python, "-m", "gunicorn", "-c", str(ROOT / "scripts" / "gunicorn_conf.py"),
                 "governance.wsgi"],
@@ -84,7 +102,7 @@ def program_commands(var: Path, env: dict[str, str]) -> dict[str, list[str]]:
 
 
 def supervisor_config(var: Path, env: dict[str, str]) -> str:
-    """supervisord's configuration: the three programs, restarted whenever they exit."""
+    """supervisord's configuration: the programs, restarted whenever they exit."""
     logs = var / "logs"
     sock = control_socket(var)
     # supervisorctl reads the same file (mode 0600): only this user can control the programs.
@@ -117,10 +135,18 @@ def supervisor_config(var: Path, env: dict[str, str]) -> str:
         f"password={password}",
     ]
     for name, command in program_commands(var, env).items():
+        line = "command=" + " ".join(_ini(_quote(part)) for part in command)
+        log_name = name
+        if name == "worker":
+            # worker-0, worker-1, ...: each its own Celery node name and log file.
+            line += " --hostname worker-%(process_num)d@%%h"
+            log_name = "worker-%(process_num)d"
+            lines += ["", f"[program:{name}]", f"numprocs={worker_count(env)}"]
+            lines += ["process_name=%(program_name)s-%(process_num)d"]
+        else:
+            lines += ["", f"[program:{name}]"]
         lines += [
-            "",
-            f"[program:{name}]",
-            "command=" + " ".join(_ini(_quote(part)) for part in command),
+            line,
             f"directory={_ini(ROOT)}",
             "autostart=true",
             # Restart whatever the exit status: only `supervisorctl stop` or Ctrl-C stops it.
@@ -135,7 +161,7 @@ def supervisor_config(var: Path, env: dict[str, str]) -> str:
             "stopasgroup=true",
             "killasgroup=true",
             "redirect_stderr=true",
-            f"stdout_logfile={_ini(logs / f'{name}.log')}",
+            f"stdout_logfile={_ini(logs)}/{log_name}.log",
             "stdout_logfile_maxbytes=10MB",
             "stdout_logfile_backups=3",
         ]
@@ -304,6 +330,11 @@ def main() -> int:
         say(f"PORT: expected a port number, got {port_text!r}")
         return 2
     port = int(port_text)
+    try:
+        worker_count(dict(os.environ))
+    except ValueError as exc:
+        say(str(exc))
+        return 2
     var = data_dir()
     var.mkdir(parents=True, exist_ok=True)
     earlier = running_supervisord(var)
@@ -340,7 +371,9 @@ def main() -> int:
                     env=env,
                     check=True,
                 )
-                followers = [Follower(name, var / "logs" / f"{name}.log") for name in PROGRAMS]
+                followers = [
+                    Follower(name, var / "logs" / f"{name}.log") for name in process_names(env)
+                ]
                 say("starting the web server, worker and beat under supervisor")
                 supervisord = start_supervisord(var, env)
                 assert supervisord.stdout is not None

@@ -15,6 +15,9 @@ bind = f"{os.environ.get('WEB_BIND', '0.0.0.0')}:{os.environ.get('PORT', '8000')
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 threads = int(os.environ.get("WEB_THREADS", "8"))
 worker_class = "gthread"
+# Load the application once in the master, before it listens: the port opens when the
+# site can answer, and a replaced worker (crash, recycling) forks ready in milliseconds.
+preload_app = True
 backlog = 2048
 # No SO_REUSEPORT: a second server on the same port must fail loudly, not share the port.
 # After a crash the workers of the dead server notice within a second that their parent is
