@@ -111,6 +111,9 @@ def supervisor_config(var: Path, env: dict[str, str]) -> str:
         "; Written by ./scripts/run at each start (scripts/devserver.py); edits are lost.",
         "[supervisord]",
         "nodaemon=true",
+        # Its log goes to the file only (echoed by this script): a pipe to this script
+        # would break if the script died, and supervisord with it, orphaning the programs.
+        "silent=true",
         f"logfile={_ini(logs / 'supervisord.log')}",
         "logfile_maxbytes=10MB",
         "logfile_backups=3",
@@ -225,18 +228,6 @@ class Follower(threading.Thread):
         self.join(timeout=2)
 
 
-def pump(name: str, stream: IO[bytes]) -> threading.Thread:
-    def copy() -> None:
-        prefix = f"{name:<10}| ".encode()
-        for line in iter(stream.readline, b""):
-            sys.stdout.buffer.write(prefix + line)
-            sys.stdout.buffer.flush()
-
-    thread = threading.Thread(target=copy, daemon=True)
-    thread.start()
-    return thread
-
-
 # --- supervisord -----------------------------------------------------------------------
 
 
@@ -271,8 +262,9 @@ def start_supervisord(var: Path, env: dict[str, str]) -> subprocess.Popen[bytes]
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        # Inherited, for what it says before its log is open (a bad configuration).
+        stdout=None,
+        stderr=None,
         # A session of its own: Ctrl-C reaches only this script, which then stops it.
         start_new_session=True,
         preexec_fn=_die_with_parent,
@@ -371,13 +363,12 @@ def main() -> int:
                     env=env,
                     check=True,
                 )
-                followers = [
+                followers = [Follower("supervisor", var / "logs" / "supervisord.log")]
+                followers += [
                     Follower(name, var / "logs" / f"{name}.log") for name in process_names(env)
                 ]
-                say("starting the web server, worker and beat under supervisor")
+                say("starting the web server, workers and beat under supervisor")
                 supervisord = start_supervisord(var, env)
-                assert supervisord.stdout is not None
-                pump("supervisor", supervisord.stdout)
                 for follower in followers:
                     follower.start()
                 wait_for_port(port, supervisord)
@@ -389,7 +380,7 @@ def main() -> int:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 if supervisord is not None:
-                    say("stopping the web server, worker and beat")
+                    say("stopping the web server, workers and beat")
                     stop_supervisord(supervisord)
                 for follower in followers:
                     follower.stop()
