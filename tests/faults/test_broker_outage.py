@@ -11,6 +11,7 @@ submitted meanwhile, then started again at the same address: the same two proces
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -136,6 +137,7 @@ def test_worker_and_beat_survive_redis_going_away(
         for name in ("worker", "beat")
     }
     probe = Celery(broker=celery_broker_url(server.url), set_as_current=False)
+    passed = False
     try:
         wait_for(lambda: probe.control.ping(timeout=0.5), 90, "the worker answers a ping")
         queue = make_queue("outage", {G5: 20})
@@ -173,9 +175,12 @@ def test_worker_and_beat_survive_redis_going_away(
             assert alive == {"worker": True, "beat": True}
         worker_log = (folder / "worker.log").read_text()
         assert "Unrecoverable error" not in worker_log, worker_log
+        passed = True
     finally:
         for process in processes.values():
             stop(process)
         for log in logs.values():
             log.close()
         server.stop()
+        if passed:  # on failure the logs stay for a look
+            shutil.rmtree(folder, ignore_errors=True)
