@@ -1,11 +1,56 @@
-"""The Celery application: workers run the scheduler, beat runs the safety net."""
+"""The Celery application: workers run the scheduler, beat runs the safety net.
+
+Redis only carries "please run a cycle" messages; the database is the source of truth. So
+the worker must outlive any Redis outage and pick up again as soon as Redis is back:
+
+- ``broker_connection_max_retries = None`` (settings): it never gives up reconnecting;
+- :class:`PromptReconnectConsumer`: it retries every second instead of Celery's 2, 4, 6 ...
+  30 s, so work resumes within a second or two of Redis returning, not up to 30 s later;
+- ``governance.broker``: kombu's Redis transport fails with "'NoneType' object has no
+  attribute 'hostname'" when a task in progress outlives the lost connection, which ends
+  the worker; its fixed subclass serves every ``redis`` broker URL;
+- the run command and the documented units start the worker ``--without-gossip
+  --without-mingle --without-heartbeat``: those steps serve clusters of workers that
+  watch one another, and restarting them after a broker loss is more of the same code.
+"""
+
+from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
+from celery.worker.consumer import Consumer
+
+from governance import broker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governance.settings")
 
+# Seconds between two attempts to reach the broker after it went away.
+RECONNECT_INTERVAL_SECONDS = 1.0
+
+
+class PromptReconnectConsumer(Consumer):
+    """Celery's consumer, retrying a lost broker every second for as long as it takes."""
+
+    def ensure_connected(self, conn: Any) -> Any:
+        ensure = conn.ensure_connection
+
+        def ensure_promptly(*args: Any, **kwargs: Any) -> Any:
+            kwargs.update(
+                interval_start=RECONNECT_INTERVAL_SECONDS,
+                interval_step=0,
+                interval_max=RECONNECT_INTERVAL_SECONDS,
+            )
+            return ensure(*args, **kwargs)
+
+        # Celery calls conn.ensure_connection() with kombu's default intervals and offers
+        # no setting for them: this connection object gets the prompt ones.
+        conn.ensure_connection = ensure_promptly
+        return super().ensure_connected(conn)
+
+
+broker.use_for_redis_urls()
 app = Celery("governance")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["scheduler", "governance"])

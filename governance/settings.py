@@ -126,6 +126,41 @@ def parse_database_url(url: str) -> dict[str, object]:
     }
 
 
+def celery_broker_url(url: str) -> str:
+    """Celery's broker URL for ``REDIS_URL``, which the cache and triggers use as redis-py does.
+
+    ``redis://`` and ``rediss://`` (host, port, password, database) are the same for both.
+    A unix socket is ``unix:///path/to/redis.sock?db=N`` for redis-py; kombu spells it
+    ``redis+socket:///path/to/redis.sock?virtual_host=N``.
+    """
+    parsed = urlparse(url)
+    if parsed.scheme in {"redis", "rediss"}:
+        if parsed.path.strip("/") and not parsed.path.strip("/").isdigit():
+            raise ImproperlyConfigured(
+                f"REDIS_URL: the path must be a database number, as in .../0, got {parsed.path!r}"
+            )
+        return url
+    if parsed.scheme == "unix":
+        try:
+            query = parse_qs(parsed.query, strict_parsing=bool(parsed.query))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"REDIS_URL: malformed query string: {exc}") from exc
+        unknown = sorted(set(query) - {"db"})
+        if unknown or not parsed.path:
+            raise ImproperlyConfigured(
+                "REDIS_URL: a unix socket URL is unix:///path/to/redis.sock[?db=N]"
+                + (f"; unsupported parameter(s) {', '.join(unknown)}" if unknown else "")
+            )
+        db = query.get("db", ["0"])[0]
+        if not db.isdigit():
+            raise ImproperlyConfigured(f"REDIS_URL: db must be a number, got {db!r}")
+        return f"redis+socket://{parsed.path}?virtual_host={db}"
+    raise ImproperlyConfigured(
+        "REDIS_URL: expected redis://, rediss:// or unix:// (a socket path), got "
+        f"{parsed.scheme + '://...' if parsed.scheme else repr(url)}"
+    )
+
+
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var"))).resolve()
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
@@ -168,7 +203,11 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First, so its Server-Timing header covers the whole stack (governance/web/timing.py).
     "governance.web.timing.ServerTimingMiddleware",
+    # A database outage answers 503 with Retry-After, never a traceback (governance/unavailable.py).
+    "governance.unavailable.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files from the web server itself (collected by ./scripts/run), no proxy needed.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -218,7 +257,13 @@ DATABASES = {"default": parse_database_url(DATABASE_URL)}
 # Seconds a web worker keeps its database connection between requests (0: one per
 # request). A deployment behind gunicorn sets e.g. 60 to save the connection setup.
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 0)
+# Checked before a kept connection is reused, so a PostgreSQL restart costs no request.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# An unreachable server fails a request in seconds (answered 503), not after TCP's minutes.
+DATABASES["default"]["OPTIONS"] = {
+    "connect_timeout": env_int("DB_CONNECT_TIMEOUT", 5),
+    **DATABASES["default"]["OPTIONS"],  # type: ignore[dict-item]
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -232,7 +277,12 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# ``./scripts/run`` collects them here (ignored by git); whitenoise serves them, compressed.
 STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -268,7 +318,15 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery: Redis is the broker; the database stays the source of truth.
-CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_URL = celery_broker_url(REDIS_URL)
+# A broker outage must never end the worker: retry for as long as it lasts (Celery's
+# default gives up after 100 tries), promptly (governance.celery.PromptReconnectConsumer).
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CONSUMER = "governance.celery:PromptReconnectConsumer"
+# Cancelling running tasks on a broker loss is Celery 6's default; here a cycle in progress
+# finishes its transaction (it needs PostgreSQL, not Redis), so keep today's behaviour.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
@@ -294,6 +352,11 @@ DEMO_TIME_FACTOR = env_float("DEMO_TIME_FACTOR", 60.0)
 # Demo activity (governance.demo_activity): seconds between ticks; 0 turns it off.
 DEMO_ACTIVITY_SECONDS = env_float("DEMO_ACTIVITY_SECONDS", 0.0)
 DEMO_SEED = env_int("DEMO_SEED", 1)
+# Idempotency keys are honoured for 24 h (governance/services/idempotency.py); older ones go.
+CELERY_BEAT_SCHEDULE["purge-idempotency-keys"] = {
+    "task": "governance.tasks.purge_idempotency_keys",
+    "schedule": 3600.0,
+}
 if DEMO_ACTIVITY_SECONDS > 0:
     CELERY_BEAT_SCHEDULE["demo-activity"] = {
         "task": "scheduler.tasks.demo_activity",

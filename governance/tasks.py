@@ -1,10 +1,10 @@
-"""Celery tasks of the governance app: notifications leave the product from here."""
+"""Celery tasks of the governance app (the scheduler's live in ``scheduler.tasks``)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from governance.services import notifications
+from governance.services import idempotency, notifications
 
 
 @shared_task(ignore_result=True)
@@ -18,3 +18,9 @@ def notifications_sweep() -> int:
     """Beat: what a lost task left undelivered, and agreements whose review date came."""
     notifications.agreements_due()
     return notifications.deliver_due()
+
+
+@shared_task(ignore_result=True)
+def purge_idempotency_keys() -> int:
+    """Beat's hourly clean-up: idempotency keys older than 24 h are no longer honoured."""
+    return idempotency.idempotency_purge()

@@ -2,98 +2,293 @@
 
 1. database and Redis: ``DATABASE_URL`` / ``REDIS_URL`` if set, else the embedded servers
    under ``DATA_DIR`` (started here, or reused when already running);
-2. ``manage.py migrate`` and ``manage.py load_demo`` (which skips data already loaded);
-3. the web server on ``$PORT`` (default 8000), a Celery worker and Celery beat, their
-   output interleaved with a name prefix;
-4. on Ctrl-C / SIGTERM, or when one of them exits: every child process group is
-   terminated, and the embedded servers started in step 1 are stopped.
+2. ``manage.py migrate``, ``manage.py load_demo`` (which skips data already loaded) and
+   ``manage.py collectstatic`` (into ``staticfiles/``, served by whitenoise);
+3. supervisor (``supervisord``, configuration written to ``DATA_DIR/supervisord.conf``)
+   runs the web server (gunicorn on ``$PORT``, default 8000), ``$WORKERS`` Celery workers
+   (default 2) and Celery beat, and restarts any of them that exits: at once after a
+   crash, then after 1, 2, 3 ... seconds while it keeps failing within 3 s of its start.
+   Each restart is logged;
+4. its log and each program's log (``DATA_DIR/logs/``) are printed with a name prefix;
+5. only Ctrl-C / SIGTERM stops it all: supervisor stops them (their whole process
+   groups), then the embedded servers started in step 1 are stopped.
+
+Why supervisor: it is the long-standing process manager for exactly this (restart with
+backoff, log rotation, process groups, ``supervisorctl status / restart / pid``), runs as
+a plain Python program from the venv, and keeps the restart policy out of our code.
+Honcho and the like stop everything when one process exits, which is what must not happen.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import IO
 
 from scripts.common import ROOT, data_dir, say, services
 
-STOP_GRACE_SECONDS = 15.0
+STOP_GRACE_SECONDS = 40.0  # supervisor's own grace per program (15 s) and margin
 WEB_START_TIMEOUT_SECONDS = 120.0
+DEFAULT_WORKERS = 2
+PR_SET_PDEATHSIG = 1
 
 
 class Shutdown(Exception):
     """Raised by the signal handler to unwind to the cleanup code."""
 
 
-@dataclass
-class Child:
-    name: str
-    process: subprocess.Popen[bytes]
-    pump: threading.Thread = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.pump = threading.Thread(target=self._copy_output, daemon=True)
-        self.pump.start()
-
-    def _copy_output(self) -> None:
-        stream: IO[bytes] | None = self.process.stdout
-        assert stream is not None
-        prefix = f"{self.name:<6}| ".encode()
-        for line in iter(stream.readline, b""):
-            sys.stdout.buffer.write(prefix + line)
-            sys.stdout.buffer.flush()
-
-    def terminate(self) -> None:
-        """SIGTERM the child's whole process group (runserver's reloader, worker pool)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+# --- supervisor's configuration --------------------------------------------------------
 
 
-def start(name: str, command: list[str], env: dict[str, str]) -> Child:
-    # A session of its own: Ctrl-C reaches only this script, which then stops the group.
-    process = subprocess.Popen(
-        command,
+def _ini(value: str | Path) -> str:
+    """A value for supervisor's configuration file, which expands ``%(name)s``."""
+    return str(value).replace("%", "%%")
+
+
+def control_socket(var: Path) -> Path:
+    """supervisorctl's socket: in ``var``, unless that path is too long for a unix socket."""
+    path = var / "supervisor.sock"
+    if len(str(path)) < 100:
+        return path
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(str(var).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"governance-supervisor-{digest}.sock"
+
+
+def worker_count(env: dict[str, str]) -> int:
+    """``WORKERS``: how many Celery workers supervisor runs (default 2, at least 1).
+
+    Two workers of one pool process each do the work of one worker of two, and a crashed
+    one leaves the other scheduling while supervisor brings it back.
+    """
+    text = env.get("WORKERS", str(DEFAULT_WORKERS))
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"WORKERS: expected a number of workers (1 or more), got {text!r}")
+    return int(text)
+
+
+def process_names(env: dict[str, str]) -> list[str]:
+    """The supervised processes, as supervisor names them (and their log files)."""
+    return ["web", *(f"worker-{n}" for n in range(worker_count(env))), "beat"]
+
+
+def program_commands(var: Path, env: dict[str, str]) -> dict[str, list[str]]:
+    """The command line of each supervised program."""
+    python = sys.executable
+    concurrency = env.get("WORKER_CONCURRENCY", "1")
+    return {
+        "web": [python, "-m", "gunicorn", "-c", str(ROOT / "scripts" / "gunicorn_conf.py"),
+                "governance.wsgi"],
+        # Gossip, mingle and heartbeat serve clusters of workers that watch one another;
+        # without them a broker outage cannot end the worker (governance/celery.py).
+        "worker": [python, "-m", "celery", "-A", "governance", "worker", "--loglevel",
+                   "WARNING", "--concurrency", concurrency, "--without-gossip",
+                   "--without-mingle", "--without-heartbeat"],
+        "beat": [python, "-m", "celery", "-A", "governance", "beat", "--loglevel", "WARNING",
+                 "--schedule", str(var / "celerybeat-schedule")],
+    }  # fmt: skip
+
+
+def supervisor_config(var: Path, env: dict[str, str]) -> str:
+    """supervisord's configuration: the programs, restarted whenever they exit."""
+    logs = var / "logs"
+    sock = control_socket(var)
+    # supervisorctl reads the same file (mode 0600): only this user can control the programs.
+    password = secrets.token_hex(16)
+    lines = [
+        "; Written by ./scripts/run at each start (scripts/devserver.py); edits are lost.",
+        "[supervisord]",
+        "nodaemon=true",
+        # Its log goes to the file only (echoed by this script): a pipe to this script
+        # would break if the script died, and supervisord with it, orphaning the programs.
+        "silent=true",
+        f"logfile={_ini(logs / 'supervisord.log')}",
+        "logfile_maxbytes=10MB",
+        "logfile_backups=3",
+        "loglevel=info",
+        f"pidfile={_ini(var / 'supervisord.pid')}",
+        f"childlogdir={_ini(logs)}",
+        f"directory={_ini(ROOT)}",
+        f"user={os.getuid()}",
+        "",
+        "[unix_http_server]",
+        f"file={_ini(sock)}",
+        "chmod=0700",
+        "username=governance",
+        f"password={password}",
+        "",
+        "[rpcinterface:supervisor]",
+        "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
+        "",
+        "[supervisorctl]",
+        f"serverurl=unix://{_ini(sock)}",
+        "username=governance",
+        f"password={password}",
+    ]
+    for name, command in program_commands(var, env).items():
+        line = "command=" + " ".join(_ini(_quote(part)) for part in command)
+        log_name = name
+        if name == "worker":
+            # worker-0, worker-1, ...: each its own Celery node name and log file.
+            line += " --hostname worker-%(process_num)d@%%h"
+            log_name = "worker-%(process_num)d"
+            lines += ["", f"[program:{name}]", f"numprocs={worker_count(env)}"]
+            lines += ["process_name=%(program_name)s-%(process_num)d"]
+        else:
+            lines += ["", f"[program:{name}]"]
+        lines += [
+            line,
+            f"directory={_ini(ROOT)}",
+            "autostart=true",
+            # Restart whatever the exit status: only `supervisorctl stop` or Ctrl-C stops it.
+            "autorestart=true",
+            # Up 3 s = started. A program that exits sooner is retried after 1, 2, 3 ... s
+            # (supervisor's backoff); one that ran longer is restarted at once.
+            "startsecs=3",
+            "startretries=1000",
+            "stopsignal=TERM",
+            "stopwaitsecs=15",
+            # Signals go to the whole group: gunicorn's and Celery's child processes too.
+            "stopasgroup=true",
+            "killasgroup=true",
+            "redirect_stderr=true",
+            f"stdout_logfile={_ini(logs)}/{log_name}.log",
+            "stdout_logfile_maxbytes=10MB",
+            "stdout_logfile_backups=3",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _quote(part: str) -> str:
+    # supervisor splits the command with shlex: quote what has spaces.
+    import shlex
+
+    return shlex.quote(part)
+
+
+# --- output ----------------------------------------------------------------------------
+
+
+class Follower(threading.Thread):
+    """Prints the lines appended to a log file with a name prefix, across rotations."""
+
+    def __init__(self, name: str, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.prefix = f"{name:<10}| ".encode()
+        self.path = path
+        self.position = path.stat().st_size if path.exists() else 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        handle: IO[bytes] | None = None
+        inode = None
+        partial = b""
+        while True:
+            if handle is None:
+                try:
+                    handle = self.path.open("rb")
+                except FileNotFoundError:
+                    if self.done.wait(0.2):
+                        return
+                    continue
+                inode = os.fstat(handle.fileno()).st_ino
+                handle.seek(self.position)
+            chunk = handle.readline()
+            if chunk:
+                partial += chunk
+                if partial.endswith(b"\n"):
+                    sys.stdout.buffer.write(self.prefix + partial)
+                    sys.stdout.buffer.flush()
+                    partial = b""
+                continue
+            if self.done.is_set():
+                handle.close()
+                return
+            with contextlib.suppress(FileNotFoundError):
+                if self.path.stat().st_ino != inode or self.path.stat().st_size < handle.tell():
+                    handle.close()  # rotated by supervisor: the new file starts at 0
+                    handle, self.position = None, 0
+                    continue
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(timeout=2)
+
+
+# --- supervisord -----------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """In supervisord's process: get SIGTERM should this script die without cleaning up."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def running_supervisord(var: Path) -> int | None:
+    """The pid of a supervisord still running from an earlier run in ``var``, else None."""
+    try:
+        pid = int((var / "supervisord.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if b"supervisord" in command else None
+
+
+def start_supervisord(var: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    (var / "logs").mkdir(parents=True, exist_ok=True)
+    config = var / "supervisord.conf"
+    config.touch(mode=0o600)
+    config.chmod(0o600)
+    config.write_text(supervisor_config(var, env))
+    return subprocess.Popen(
+        [sys.executable, "-m", "supervisor.supervisord", "-c", str(config)],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        # Inherited, for what it says before its log is open (a bad configuration).
+        stdout=None,
+        stderr=None,
+        # A session of its own: Ctrl-C reaches only this script, which then stops it.
         start_new_session=True,
+        preexec_fn=_die_with_parent,
     )
-    return Child(name, process)
 
 
-def stop(children: list[Child]) -> None:
-    for child in children:
-        child.terminate()
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
-    for child in children:
-        try:
-            child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            say(f"{child.name} did not stop in {STOP_GRACE_SECONDS:.0f}s; killing it")
-        child.kill()  # also takes down any straggler left in the group
-        child.process.wait()
-        child.pump.join(timeout=2)
+def stop_supervisord(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM: supervisord stops each program (SIGTERM, SIGKILL after 15 s), then exits."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        say(f"supervisor did not stop in {STOP_GRACE_SECONDS:.0f}s; killing it")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
-def wait_for_port(port: int, children: list[Child]) -> None:
+def wait_for_port(port: int, supervisord: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + WEB_START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
-        check_alive(children)
+        if supervisord.poll() is not None:
+            raise RuntimeError(f"supervisor exited with status {supervisord.returncode}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
@@ -102,18 +297,13 @@ def wait_for_port(port: int, children: list[Child]) -> None:
     raise RuntimeError(f"the web server did not listen on port {port} in time")
 
 
-def check_alive(children: list[Child]) -> None:
-    for child in children:
-        code = child.process.poll()
-        if code is not None:
-            raise RuntimeError(f"{child.name} exited with status {code}")
-
-
-def banner(port: int, logins_file: Path) -> None:
+def banner(port: int, var: Path) -> None:
     lines = [f"GPU share governance is running at http://localhost:{port}/"]
+    logins_file = var / "demo_logins.txt"
     if logins_file.exists():
         lines.append("Demo logins:")
         lines += [f"  {line}" for line in logins_file.read_text().splitlines() if line.strip()]
+    lines.append(f"Processes: .venv/bin/supervisorctl -c {var / 'supervisord.conf'} status")
     lines.append("Press Ctrl-C to stop everything.")
     width = max(len(line) for line in lines)
     print("\n" + "=" * width, *lines, "=" * width + "\n", sep="\n", flush=True)
@@ -132,16 +322,33 @@ def main() -> int:
         say(f"PORT: expected a port number, got {port_text!r}")
         return 2
     port = int(port_text)
+    try:
+        worker_count(dict(os.environ))
+    except ValueError as exc:
+        say(str(exc))
+        return 2
     var = data_dir()
     var.mkdir(parents=True, exist_ok=True)
+    earlier = running_supervisord(var)
+    if earlier is not None:
+        say(
+            f"error: the product already runs from {var} (supervisord pid {earlier}); stop it "
+            f"with Ctrl-C there, or: .venv/bin/supervisorctl -c {var / 'supervisord.conf'} "
+            "shutdown"
+        )
+        return 1
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    env = dict(os.environ, PYTHONUNBUFFERED="1", DATA_DIR=str(var))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", DATA_DIR=str(var), PORT=str(port))
     # The demo keeps working: teams submit, capacity comes and goes (docs/operations.md).
     env.setdefault("DEMO_ACTIVITY_SECONDS", "20")
-    children: list[Child] = []
+    # Behind gunicorn and on the worker a kept connection saves its setup on every request;
+    # health checks replace one that a PostgreSQL restart broke.
+    env.setdefault("DB_CONN_MAX_AGE", "60")
     manage = [sys.executable, "manage.py"]
+    supervisord: subprocess.Popen[bytes] | None = None
+    followers: list[Follower] = []
     try:
         with services(env, var):
             try:
@@ -149,38 +356,34 @@ def main() -> int:
                 subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
                 say("loading the demo data (skipped when present)")
                 subprocess.run([*manage, "load_demo"], cwd=ROOT, env=env, check=True)
-
-                concurrency = env.get("WORKER_CONCURRENCY", "2")
-                children.append(
-                    start("web", [*manage, "runserver", "--insecure", f"0.0.0.0:{port}"], env)
+                say("collecting static files")
+                subprocess.run(
+                    [*manage, "collectstatic", "--noinput", "--verbosity", "0"],
+                    cwd=ROOT,
+                    env=env,
+                    check=True,
                 )
-                children.append(
-                    start(
-                        "worker",
-                        ["celery", "-A", "governance", "worker", "--loglevel", "WARNING",
-                         "--concurrency", concurrency],
-                        env,
-                    )
-                )  # fmt: skip
-                children.append(
-                    start(
-                        "beat",
-                        ["celery", "-A", "governance", "beat", "--loglevel", "WARNING",
-                         "--schedule", str(var / "celerybeat-schedule")],
-                        env,
-                    )
-                )  # fmt: skip
-                wait_for_port(port, children)
-                banner(port, var / "demo_logins.txt")
-                while True:
-                    check_alive(children)
+                followers = [Follower("supervisor", var / "logs" / "supervisord.log")]
+                followers += [
+                    Follower(name, var / "logs" / f"{name}.log") for name in process_names(env)
+                ]
+                say("starting the web server, workers and beat under supervisor")
+                supervisord = start_supervisord(var, env)
+                for follower in followers:
+                    follower.start()
+                wait_for_port(port, supervisord)
+                banner(port, var)
+                while supervisord.poll() is None:
                     time.sleep(0.5)
+                raise RuntimeError(f"supervisor exited with status {supervisord.returncode}")
             finally:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the cleanup finish
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-                if children:
-                    say("stopping the web server, worker and beat")
-                    stop(children)
+                if supervisord is not None:
+                    say("stopping the web server, workers and beat")
+                    stop_supervisord(supervisord)
+                for follower in followers:
+                    follower.stop()
     except Shutdown as signal_name:
         say(f"{signal_name}: stopped")
         return 0

@@ -10,6 +10,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from governance.api.idempotency import idempotent
 from governance.models import Agreement, AgreementVersion
 from governance.selectors import agreements as agreement_selectors
 from governance.services import agreements as agreement_services
@@ -137,6 +138,7 @@ class AgreementViewSet(
         return Response(AgreementSerializer(agreement).data, status=code)
 
     @extend_schema(request=AgreementCreateSerializer, responses={201: AgreementSerializer})
+    @idempotent
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         parsed = AgreementCreateSerializer(data=request.data)
         parsed.is_valid(raise_exception=True)

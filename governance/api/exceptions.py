@@ -12,6 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from governance.api.idempotency import idempotent
 from governance.models import PriorityException
 from governance.selectors import exceptions as exception_selectors
 from governance.selectors.filters import ExceptionFilter
@@ -87,6 +88,7 @@ class PriorityExceptionViewSet(
         return Response(PriorityExceptionSerializer(exc).data, status=code)
 
     @extend_schema(request=ExceptionFileSerializer, responses={201: PriorityExceptionSerializer})
+    @idempotent
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         parsed = ExceptionFileSerializer(data=request.data)
         parsed.is_valid(raise_exception=True)

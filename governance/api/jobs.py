@@ -11,6 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from governance.api.idempotency import idempotent
 from governance.models import Job, JobEvent, JobKind
 from governance.selectors import jobs as job_selectors
 from governance.selectors import scheduling
@@ -147,6 +148,7 @@ class JobViewSet(
         return int(raw)
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
+    @idempotent
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         parsed = JobSubmitSerializer(data=request.data)
         parsed.is_valid(raise_exception=True)

@@ -4,6 +4,7 @@ from governance.models.agreements import Agreement, AgreementVersion
 from governance.models.audit import AuditEntry, AuditEvent, DecisionRule
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
 from governance.models.exceptions import ExceptionState, PriorityException
+from governance.models.idempotency import IdempotencyKey
 from governance.models.jobs import Job, JobEvent, JobKind, JobState
 from governance.models.notifications import (
     Notification,
@@ -21,6 +22,7 @@ __all__ = [
     "AuditEvent",
     "DecisionRule",
     "ExceptionState",
+    "IdempotencyKey",
     "InstanceType",
     "Job",
     "JobEvent",
