@@ -30,7 +30,7 @@ Order within one instant (the caller's job): completions, actions (priority, sha
 capacity changes, cancellations), submissions, ``schedule(now)``, ``timeouts(now)``.
 """
 
-from scheduler.engine.core import Engine, Placement, ShareUsage
+from scheduler.engine.facade import Engine, Placement, ShareUsage
 from scheduler.engine.model import (
     REASON_CODES,
     UNLIMITED,
