@@ -187,6 +187,6 @@ class CandidateIndex:
             frontier.by_count[count] = priority
 
     def take_maybe_live(self) -> list[Pair]:
-        pairs = sorted(self.maybe_live)
+        pairs = list(self.maybe_live)
         self.maybe_live = set()
         return pairs

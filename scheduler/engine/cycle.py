@@ -20,9 +20,10 @@ pool's first change in the cycle).
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Callable
 
-from scheduler.engine.candidates import FAR, JobClass, Key, Pair
+from scheduler.engine.candidates import JobClass, Key, Pair
 from scheduler.engine.model import Decision, Job, JobState, Policy, Work
 from scheduler.engine.placement import (
     Placement,
@@ -229,6 +230,12 @@ class _Cycle:
         self.position: Key | None = None
         self.seq = 0
         self.changed = False
+        self.second = False
+        """Whether the second group may act: a job waits for it, a class of a
+        LEND_AND_BORROW share was left out of the first group or changed."""
+        self.reopened: set[Pair] = set()
+        """Pairs changed during the first group (its second walks those that may borrow
+        from their first job; the next cycle looks at the others)."""
 
     def run(self) -> bool:
         index = self.state.index
@@ -238,40 +245,57 @@ class _Cycle:
         if not self.walked:
             return False
         index.log = []
+        second_ran = False
         try:
-            for group in (0, 1):
-                index.walk_covers = group == 0
-                self.heap = []
-                self.in_heap = set()
-                self.position = None
-                for cls in list(self.walked.values()):
-                    if cls.jobs and not index.covered(
-                        (cls.pool, cls.share), cls.count, cls.jobs[0].priority
-                    ):
-                        self._push(cls, None)
-                self._walk(group)
+            index.walk_covers = True
+            self._start_group(list(self.walked.values()))
+            self._walk(0)
+            index.walk_covers = False
+            if self.second:
+                # only jobs of LEND_AND_BORROW shares can have borrowing tentatives
+                second_ran = True
+                self._start_group([c for c in self.walked.values() if self._borrows(c.share)])
+                self._walk(1)
         finally:
             index.log = None
             index.walk_covers = False
+        for pair in self.reopened:
+            if not (second_ran and self._borrows(pair[1])):
+                index.maybe_live.add(pair)  # changed after its jobs' turns: look again
         index.maybe_live |= self.unresolved
         return self.changed
 
+    def _borrows(self, share: str) -> bool:
+        return self.state.shares[share].policy is Policy.LEND_AND_BORROW
+
+    def _start_group(self, classes: list[JobClass]) -> None:
+        index = self.state.index
+        self.heap = []
+        self.in_heap = set()
+        self.position = None
+        for cls in classes:
+            if cls.jobs and not index.covered(
+                (cls.pool, cls.share), cls.count, cls.jobs[0].priority
+            ):
+                self._push(cls, None)
+
     def _open_classes(self, pair: Pair) -> list[JobClass]:
-        """The pair's classes whose first job is not yet proven not to fit."""
+        """The pair's classes whose first job may fit: asking no more than the share
+        could place at all, and not yet proven not to fit."""
         state = self.state
         pool = state.pools.get(pair[0])
         if pool is None:
             return []  # an unknown type: nothing ever fits there
-        index = state.index
-        classes = index.classes_of(pair)
+        classes = state.index.classes_of(pair)
         if not classes:
             return []
         largest = largest_possible(state.shares, pool, state.facts(pool), pair[1])
-        frontier = index.frontier(pair)
+        if classes[0].count > largest:
+            return []
+        frontier = state.index.frontier(pair)
         found = []
         for cls in classes:
             if cls.count > largest:
-                index.prove(pair, cls.count, FAR, state.clock)
                 break
             if frontier is None or not frontier.covers(cls.count, cls.jobs[0].priority):
                 found.append(cls)
@@ -289,48 +313,53 @@ class _Cycle:
             heapq.heappush(self.heap, (cls.keys[index], self.seq, cls))
             self.in_heap.add(id(cls))
 
-    def _skip(self, job: Job, group: int) -> bool:
-        if job.id in self.done:
-            return True
-        return group == 0 and self.borrows.get(job.id, False)
-
     def _walk(self, group: int) -> None:
+        """Take the queued classes' jobs in cycle order (the hot loop: kept flat)."""
         state = self.state
         index = state.index
         shares = state.shares
+        pools = state.pools
         heap = self.heap
+        in_heap = self.in_heap
+        done = self.done
+        deferred = self.borrows if group == 0 else {}
+        pop = heapq.heappop
         while heap:
-            key, _, cls = heapq.heappop(heap)
-            self.in_heap.discard(id(cls))
-            at = cls.index_from(key)
+            key, _, cls = pop(heap)
+            in_heap.discard(id(cls))
             jobs = cls.jobs
-            while at < len(jobs) and self._skip(jobs[at], group):
-                at += 1
-            if at >= len(jobs):
+            at = bisect_left(cls.keys, key)
+            end = len(jobs)
+            while at < end and (jobs[at].id in done or deferred.get(jobs[at].id, False)):
+                at += 1  # its turn is over, or (first group) it waits for the second
+            if at >= end:
                 continue
             if cls.keys[at] != key:
                 self._push_at(cls, at)  # its next job comes later: keep the merge order
                 continue
             job = jobs[at]
-            pair = (cls.pool, cls.share)
-            pool = state.pools[cls.pool]
-            if group == 0 and not own_possible(shares, pool, cls.share, cls.count, job.priority):
+            share = cls.share
+            pool = pools[cls.pool]
+            if group == 0 and not own_possible(shares, pool, share, cls.count, job.priority):
+                self.second = self.second or self._borrows(share)
                 continue  # no job of the class can be admitted in this group now
-            if index.covered(pair, cls.count, job.priority):
+            pair = (cls.pool, share)
+            frontier = index.frontier(pair)
+            if frontier is not None and frontier.covers(cls.count, job.priority):
                 continue
             if not fits(
                 shares,
                 pool,
                 state.facts(pool),
                 state.lost_work,
-                cls.share,
+                share,
                 cls.count,
                 job.priority,
                 state.time_sensitive,
             ):
                 index.prove(pair, cls.count, job.priority, state.clock)
                 continue
-            self._push(cls, key)
+            self._push_at(cls, at + 1)
             self.position = key
             self._visit(job, group)
 
@@ -342,6 +371,7 @@ class _Cycle:
         if job.id not in self.borrows:
             placement = self._tentative(job)
         if group == 0 and self.borrows[job.id]:
+            self.second = True
             return
         if group == 1 and not self.borrows[job.id]:
             self._leave(job)  # its turn was in the first group
@@ -411,7 +441,10 @@ class _Cycle:
         assert index.log is not None
         pairs = set(index.log)
         index.log.clear()
-        for pair in sorted(pairs):
+        if index.walk_covers:
+            self.reopened |= pairs
+            self.second = self.second or any(self._borrows(pair[1]) for pair in pairs)
+        for pair in pairs:
             for cls in self._open_classes(pair):
                 self.walked.setdefault(id(cls), cls)
                 self._push(cls, self.position)

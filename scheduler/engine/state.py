@@ -372,7 +372,12 @@ class QueueState:
         self.pools[job.instance_type].add(job)
 
     def stop_running(self, job: Job) -> None:
-        """Take a running job off its pool: room for anyone."""
+        """Take a running job off its pool. The room it leaves helps every share, unless
+        it stays RESERVE idle of the job's own share: then, for everyone else, free room,
+        borrowers and victims are as before, and only that share may gain."""
         assert job.instance_type is not None
-        self.pools[job.instance_type].remove(job)
-        self.touch(job.instance_type)
+        pool = self.pools[job.instance_type]
+        before = pool.reserve_idle
+        pool.remove(job)
+        kept = pool.reserve_idle - before == job.count
+        self.touch(job.instance_type, only_for=job.share if kept else None)
