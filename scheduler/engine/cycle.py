@@ -160,10 +160,14 @@ def reference_cycle(state: QueueState, now: int, out: list[Decision]) -> bool:
         key=lambda j: (1 if borrows(j) else 0, -j.priority, j.submitted_at, j.id),
     )
     changed = False
+    stamp = state.clock
     for job in order:
         if job.state is not JobState.PENDING:
             continue  # admitted, or preempted again after it: the next cycle decides
-        placement = choose(state.shares, job, resolve, state.time_sensitive)
+        if any(state.version.get(p.instance_type, 0) > stamp for p in job.preferences):
+            placement = choose(state.shares, job, resolve, state.time_sensitive)
+        else:
+            placement = tentative[job.id]  # its types are as they were: the same choice
         if placement is None or (placement.borrowed > 0 and not borrows(job)):
             continue
         admit(state, job, placement, now, out)
