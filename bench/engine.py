@@ -1,8 +1,14 @@
-"""Engine benchmark: ``python bench/engine.py [--trace-jobs N] [--profile]``.
+"""Engine benchmark: ``python bench/engine.py [--only cycles|trace|oversub] [--quick]``.
 
-Prints one cycle's time for 1,000 / 10,000 / 50,000 pending jobs with 5,000 running,
-and a whole simulation's throughput (events per second) for a 100,000-job trace.
-Seeded, so figures are comparable run to run.
+Prints one cycle's time for 1,000 / 10,000 / 50,000 pending jobs with 5,000 running and
+100,000 pending with 10,000 running; a whole simulation's throughput (events per second)
+for a 100,000-job trace (``--trace-jobs N``, ``--profile``); and the oversubscribed
+traces (``oversubscribed_scenario``) at offered loads 1.0, 1.3 and 2.0 of capacity, each
+at 10,000 and 100,000 jobs (``--oversub-jobs N``, ``--load X``, repeatable), with events
+per second, the deepest backlog reached and the time of ``schedule`` calls at that
+depth, and the ratio of events per second between the sizes. ``--quick`` runs only the
+oversubscribed traces at 10,000 and 20,000 jobs. Seeded, so figures are comparable run
+to run.
 
 Workload (both parts): 20 shares with 1 to 5 limits over 5 instance types, random
 policies (RESERVE / LEND / LEND_AND_BORROW), borrow limits (-1, 0, 50, 100, 200 %),
@@ -10,16 +16,18 @@ in-share preemption on for about half, retries None/3/10; jobs with preference l
 1 to 5 types (their share's types plus two random ones, so some preferences have no
 limit), counts 1/1/1/2/2/4/8, priorities 0 to 100.
 
-Cycle state: a busy queue reached *by the rules*. Capacity per type is the sum of the
-shares' limits on it; 8,000 candidate jobs (one preference each, on a type of their
-share, count 1 or 2) are submitted to an engine and admitted by ``schedule``; the first
-5,000 admitted are restored as RUNNING (random priorities, start times, checkpoint
-intervals) in a fresh engine whose capacity per type is what they hold plus 2%. So
-every share is within its limit or borrow cap and capacity is respected, as in a real
-cluster; the measured cycle then admits into the remaining slack and carries out the
-reclaims and in-share preemptions the rules call for (it is not a no-op). Then the
-pending jobs are submitted and one ``schedule`` call (all its cycles) is timed, and then
-one more instant with a single new job.
+Cycle state: a busy queue reached *by the rules*. Limits are drawn at scale 400 per
+5,000 running jobs; capacity per type is the sum of the shares' limits on it; 1.6 candidate
+jobs per running job (one preference each, on a type of their share, count 1 or 2) are
+submitted to an engine and admitted by ``schedule``; the first ``running`` admitted are
+restored as RUNNING (random priorities, start times, checkpoint intervals) in a fresh
+engine whose capacity per type is what they hold plus 2%. So every share is within its
+limit or borrow cap and capacity is respected, as in a real cluster; the measured cycle
+then admits into the remaining slack and carries out the reclaims and in-share
+preemptions the rules call for (it is not a no-op). Then the pending jobs are submitted
+and one ``schedule`` call (all its cycles) is timed, and then one more instant with a
+single new job. Sizes: 1,000 / 10,000 / 50,000 pending with 5,000 running, and 100,000
+pending with 10,000 running.
 
 Trace: shares at scale 40, capacity per type ``3/4 * sum of limits + 5``; job arrival
 gaps are exponential with a mean chosen so that the offered load (mean count x mean
@@ -125,9 +133,10 @@ def _running_by_rules(
 
 
 def cycle_state(pending: int, running: int = 5000, seed: int = 1) -> Engine:
-    """A busy queue reached by the rules (see the module docstring)."""
+    """A busy queue reached by the rules (see the module docstring). Limits scale with
+    the running jobs (400 per 5,000), so every size is equally full."""
     rng = random.Random(seed)
-    shares = make_shares(rng, 400)
+    shares = make_shares(rng, 400 * running // 5000)
     jobs, held = _running_by_rules(rng, shares, running)
     engine = Engine([InstanceType(t, held[t] + held[t] // 50) for t in TYPES], shares)
     engine.restore(jobs)

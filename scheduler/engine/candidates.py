@@ -49,7 +49,7 @@ class JobClass:
     """Pending jobs of one share whose smallest count on one pool is ``count``, in cycle
     order (``keys[i]`` is ``cycle_key(jobs[i])``)."""
 
-    __slots__ = ("count", "jobs", "keys", "pool", "share")
+    __slots__ = ("count", "jobs", "keys", "mark", "pool", "share")
 
     def __init__(self, pool: str, share: str, count: int) -> None:
         self.pool = pool
@@ -57,6 +57,8 @@ class JobClass:
         self.count = count
         self.keys: list[Key] = []
         self.jobs: list[Job] = []
+        self.mark: object = None
+        """Set by a cycle while the class is queued in its walk."""
 
     def add(self, job: Job, key: Key) -> None:
         index = bisect_left(self.keys, key)

@@ -230,7 +230,8 @@ class _Cycle:
         """Pairs of jobs that could run but were not admitted: the next cycle looks again."""
         self.walked: dict[int, JobClass] = {}
         self.heap: list[tuple[Key, int, JobClass]] = []
-        self.in_heap: set[int] = set()
+        self.token = object()
+        """Marks the classes queued in the current group (``JobClass.mark``)."""
         self.position: Key | None = None
         self.seq = 0
         self.changed = False
@@ -252,7 +253,7 @@ class _Cycle:
         second_ran = False
         try:
             index.walk_covers = True
-            self._start_group(list(self.walked.values()))
+            self._start_group(list(self.walked.values()), checked=True)
             self._walk(0)
             index.walk_covers = False
             if self.second:
@@ -272,16 +273,21 @@ class _Cycle:
     def _borrows(self, share: str) -> bool:
         return self.state.shares[share].policy is Policy.LEND_AND_BORROW
 
-    def _start_group(self, classes: list[JobClass]) -> None:
+    def _start_group(self, classes: list[JobClass], checked: bool = False) -> None:
+        """Queue the classes from their first job (``checked``: just opened, so their
+        first job is known not to be proven failing)."""
         index = self.state.index
-        self.heap = []
-        self.in_heap = set()
+        self.heap = heap = []
+        self.token = token = object()
         self.position = None
         for cls in classes:
-            if cls.jobs and not index.covered(
-                (cls.pool, cls.share), cls.count, cls.jobs[0].priority
-            ):
-                self._push(cls, None)
+            if not cls.jobs:
+                continue
+            if checked or not index.covered((cls.pool, cls.share), cls.count, cls.jobs[0].priority):
+                self.seq += 1
+                heap.append((cls.keys[0], self.seq, cls))
+                cls.mark = token
+        heapq.heapify(heap)
 
     def _open_classes(self, pair: Pair) -> list[JobClass]:
         """The pair's classes whose first job may fit: asking no more than the share
@@ -310,12 +316,12 @@ class _Cycle:
         self._push_at(cls, cls.index_from(after, inclusive=after is None))
 
     def _push_at(self, cls: JobClass, index: int) -> None:
-        if id(cls) in self.in_heap:
+        if cls.mark is self.token:
             return  # already queued at its first job after the position
         if index < len(cls.keys):
             self.seq += 1
             heapq.heappush(self.heap, (cls.keys[index], self.seq, cls))
-            self.in_heap.add(id(cls))
+            cls.mark = self.token
 
     def _walk(self, group: int) -> None:
         """Take the queued classes' jobs in cycle order (the hot loop: kept flat)."""
@@ -324,13 +330,12 @@ class _Cycle:
         shares = state.shares
         pools = state.pools
         heap = self.heap
-        in_heap = self.in_heap
         done = self.done
         deferred = self.borrows if group == 0 else {}
         pop = heapq.heappop
         while heap:
             key, _, cls = pop(heap)
-            in_heap.discard(id(cls))
+            cls.mark = None
             jobs = cls.jobs
             at = bisect_left(cls.keys, key)
             end = len(jobs)
