@@ -5,9 +5,10 @@ Reading order (each module names one part of DESIGN section 2)
 1. :mod:`~scheduler.engine.model`: the plain data (types, shares, jobs, decisions).
 2. :mod:`~scheduler.engine.accounting`: own / borrowed / idle / free, the one function
    the engine decides with and the pages show.
-3. :mod:`~scheduler.engine.state`: the queue's state and indices: a ``Pool`` per type
-   (usage, running jobs, RESERVE idle, borrowers), work and lost work, the victim key,
-   the change clock.
+3. :mod:`~scheduler.engine.work`: work, checkpoints and lost work of a job;
+   :mod:`~scheduler.engine.state`: the queue's state and indices: a ``Pool`` per type
+   (usage, running jobs, RESERVE idle, borrowers), the victim key, the change clock, and
+   a pool as it was at a cycle's start.
 4. :mod:`~scheduler.engine.placement`: fits without preemption and the preference
    choice; the exact necessary conditions the index uses.
 5. :mod:`~scheduler.engine.preemption`: victim order, greedy pick, minimal set,

@@ -13,7 +13,7 @@ admitted in the first group. So each group walks the candidate classes
 its next job does not fit (a proof for all its later jobs) or, in the first group, could
 not stay within the limit; a change that may help re-opens the classes it concerns after
 the current position. A job's tentative placement is computed only when the walk reaches
-it, against the pool as it was at the cycle's start (:class:`_Start`, kept from the
+it, against the pool as it was at the cycle's start (``state.CycleStart``, kept from the
 pool's first change in the cycle).
 """
 
@@ -34,15 +34,8 @@ from scheduler.engine.placement import (
     largest_possible,
     own_possible,
 )
-from scheduler.engine.state import (
-    Pool,
-    PoolFacts,
-    QueueState,
-    checkpoint_at,
-    norm,
-    pool_facts,
-    work_at,
-)
+from scheduler.engine.state import CycleStart, Pool, PoolFacts, QueueState
+from scheduler.engine.work import checkpoint_at, norm, work_at
 
 MAX_CYCLES_PER_INSTANT = 100_000
 """Safety net only: cycles at one instant stop on their own when nothing changes."""
@@ -175,45 +168,6 @@ def reference_cycle(state: QueueState, now: int, out: list[Decision]) -> bool:
     return changed
 
 
-class _Start:
-    """One pool as it was when the cycle started, for tentative placements made after
-    the cycle changed it: usage at once, the running jobs only when a search needs them
-    (now's running jobs, less those admitted in the cycle, plus its victims)."""
-
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
-        self.usage = dict(pool.usage)
-        self.total = pool.total
-        self.admitted: set[str] = set()
-        self.victims: dict[str, tuple[Job, Work]] = {}
-        self._light: tuple[Pool, PoolFacts] | None = None
-        self._full: tuple[Pool, PoolFacts] | None = None
-
-    def light(self, state: QueueState) -> tuple[Pool, PoolFacts]:
-        if self._light is None:
-            pool = Pool(self.pool.spec, state.shares, self.pool.capacity)
-            pool.usage = dict(self.usage)
-            pool.total = self.total
-            pool.recount()
-            self._light = (pool, pool_facts(pool))
-        return self._light
-
-    def full(self, state: QueueState) -> tuple[Pool, PoolFacts, Callable[[Job], Work]]:
-        if self._full is None:
-            pool = Pool(self.pool.spec, state.shares, self.pool.capacity)
-            for job in self.pool.jobs() + [job for job, _ in self.victims.values()]:
-                if job.id not in self.admitted:
-                    pool.add(job)
-            self._full = (pool, pool_facts(pool))
-        victims = self.victims
-
-        def lost(job: Job) -> Work:
-            found = victims.get(job.id)
-            return found[1] if found is not None else state.lost_work(job)
-
-        return self._full[0], self._full[1], lost
-
-
 class _Cycle:
     """One cycle's walk (see the module docstring)."""
 
@@ -221,7 +175,7 @@ class _Cycle:
         self.state = state
         self.now = now
         self.out = out
-        self.starts: dict[str, _Start] = {}
+        self.starts: dict[str, CycleStart] = {}
         self.borrows: dict[str, bool] = {}
         """Job id -> does its tentative placement borrow (computed when first reached)."""
         self.done: set[str] = set()
@@ -433,7 +387,7 @@ class _Cycle:
         name = placement.instance_type
         start = self.starts.get(name)
         if start is None:
-            start = self.starts[name] = _Start(state.pools[name])
+            start = self.starts[name] = CycleStart(state.pools[name])
         for victim, _ in placement.victims:
             start.victims[victim.id] = (victim, state.lost_work(victim))
             self.done.add(victim.id)

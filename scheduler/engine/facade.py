@@ -16,7 +16,7 @@ import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from scheduler.engine import accounting, cycle, preemption, state
+from scheduler.engine import accounting, cycle, preemption, work
 from scheduler.engine.explain import reason_for
 from scheduler.engine.model import (
     FINAL_STATES,
@@ -151,22 +151,22 @@ class Engine:
         """Work the job has done by ``now`` (extrapolated at its type's speed)."""
         if job.state is not JobState.RUNNING or job.instance_type is None:
             return job.work_done
-        return state.work_at(job, self._speed(job), now)
+        return work.work_at(job, self._speed(job), now)
 
     def checkpoint_at(self, job: Job, now: int) -> Work:
         """Work saved by the job's last checkpoint at ``now``."""
         speed = self._speed(job) if job.instance_type is not None else 1
-        return state.checkpoint_at(job, speed, now)
+        return work.checkpoint_at(job, speed, now)
 
     def lost_work_at(self, job: Job, now: int) -> Work:
         """Work a preemption at ``now`` would throw away."""
-        return state.norm(self.work_at(job, now) - self.checkpoint_at(job, now))
+        return work.norm(self.work_at(job, now) - self.checkpoint_at(job, now))
 
     def finish_time(self, job: Job) -> int | None:
         """When a running job with a known duration completes if left alone."""
         if job.instance_type is None:
             return None
-        return state.finish_time(job, self._speed(job))
+        return work.finish_time(job, self._speed(job))
 
     def next_deadline(self) -> int | None:
         """Earliest max-pending deadline still to come (for event-driven callers)."""

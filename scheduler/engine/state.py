@@ -8,9 +8,11 @@ computed on demand and dropped whenever the pool changes or time moves on.
 change clock every incremental structure keys on (``touch``).
 
 Capacity plans (DESIGN section 10) will be a second kind of pool: a plan's own capacity,
-running jobs and priority index, with its own fit rule. Everything here that is not about
-entitlements (work, the running index, victim order, the change clock) is pool-kind
-agnostic for that reason.
+running jobs and priority index, with its own fit rule (no limits, no borrowing, no
+reclaim). Everything here that is not about entitlements (the running index, victim
+order, the change clock, the candidate index keyed by pool name) is pool-kind agnostic
+for that reason; a plan pool would add its own ``Pool`` subclass or flag, its own fit in
+:mod:`~scheduler.engine.placement`, and a candidate class per (plan, share, count).
 """
 
 from __future__ import annotations
@@ -18,66 +20,11 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 
 from scheduler.engine import accounting
 from scheduler.engine.candidates import CandidateIndex
 from scheduler.engine.model import InstanceType, Job, JobState, ShareConfig, Work, exact
-
-# ---------------------------------------------------------------------------- work
-
-
-def norm(value: Work) -> Work:
-    """A whole Fraction back to an int, so equal work compares and prints the same."""
-    if isinstance(value, Fraction) and value.denominator == 1:
-        return value.numerator
-    return value
-
-
-def ceil(value: Work) -> int:
-    return int(-((-value) // 1))
-
-
-def work_at(job: Job, speed: Work, now: int) -> Work:
-    """Work the job has done by ``now``: its last report extrapolated at ``speed``, none
-    during restart overhead, capped at its duration."""
-    if job.state is not JobState.RUNNING or job.instance_type is None:
-        return job.work_done
-    begin = max(job.progress_at or 0, (job.run_started_at or 0) + job.run_overhead)
-    work = job.work_done
-    if now > begin:
-        work = work + (now - begin) * speed
-    if job.duration is not None and work > job.duration:
-        work = job.duration
-    return norm(work)
-
-
-def checkpoint_at(job: Job, speed: Work, now: int) -> Work:
-    """Work saved by the job's last checkpoint at ``now`` (whole multiples of its
-    interval carry over between runs)."""
-    saved = job.last_checkpoint
-    interval = job.checkpoint_interval
-    if interval:
-        periodic = (work_at(job, speed, now) // interval) * interval
-        if periodic > saved:
-            saved = periodic
-    return norm(saved)
-
-
-def lost_work_at(job: Job, speed: Work, now: int) -> Work:
-    """Work a preemption at ``now`` would throw away."""
-    return norm(work_at(job, speed, now) - checkpoint_at(job, speed, now))
-
-
-def finish_time(job: Job, speed: Work) -> int | None:
-    """When a running job with a known duration completes if left alone."""
-    if job.state is not JobState.RUNNING or job.duration is None:
-        return None
-    begin = max(job.progress_at or 0, (job.run_started_at or 0) + job.run_overhead)
-    remaining = job.duration - job.work_done
-    needed = remaining if speed == 1 else Fraction(remaining) / speed
-    return begin + max(0, ceil(needed))
-
+from scheduler.engine.work import lost_work_at
 
 # ---------------------------------------------------------------------------- victim order
 
@@ -381,3 +328,42 @@ class QueueState:
         pool.remove(job)
         kept = pool.reserve_idle - before == job.count
         self.touch(job.instance_type, only_for=job.share if kept else None)
+
+
+class CycleStart:
+    """One pool as it was when the cycle started, for tentative placements made after
+    the cycle changed it: usage at once, the running jobs only when a search needs them
+    (now's running jobs, less those admitted in the cycle, plus its victims)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.usage = dict(pool.usage)
+        self.total = pool.total
+        self.admitted: set[str] = set()
+        self.victims: dict[str, tuple[Job, Work]] = {}
+        self._light: tuple[Pool, PoolFacts] | None = None
+        self._full: tuple[Pool, PoolFacts] | None = None
+
+    def light(self, state: QueueState) -> tuple[Pool, PoolFacts]:
+        if self._light is None:
+            pool = Pool(self.pool.spec, state.shares, self.pool.capacity)
+            pool.usage = dict(self.usage)
+            pool.total = self.total
+            pool.recount()
+            self._light = (pool, pool_facts(pool))
+        return self._light
+
+    def full(self, state: QueueState) -> tuple[Pool, PoolFacts, Callable[[Job], Work]]:
+        if self._full is None:
+            pool = Pool(self.pool.spec, state.shares, self.pool.capacity)
+            for job in self.pool.jobs() + [job for job, _ in self.victims.values()]:
+                if job.id not in self.admitted:
+                    pool.add(job)
+            self._full = (pool, pool_facts(pool))
+        victims = self.victims
+
+        def lost(job: Job) -> Work:
+            found = victims.get(job.id)
+            return found[1] if found is not None else state.lost_work(job)
+
+        return self._full[0], self._full[1], lost
