@@ -113,8 +113,9 @@ def admit(state: QueueState, job: Job, placement: Placement, now: int, out: list
     else:
         # within its limit: every other share only sees usage grow (less room, the same
         # borrowers), so nothing proven for them changes; its own share gains a possible
-        # in-share victim
-        state.touch(name, only_for=job.share)
+        # in-share victim, if it preempts in-share at all
+        in_share = state.shares[job.share].in_share_preemption
+        state.touch(name, only_for=job.share, eases=in_share)
     out.append(
         Decision(
             "admitted",
@@ -132,6 +133,8 @@ def admit(state: QueueState, job: Job, placement: Placement, now: int, out: list
 def incremental_cycle(state: QueueState, now: int, out: list[Decision]) -> bool:
     """One cycle, walking only the candidate classes (see the module docstring); True
     when it admitted or preempted anything."""
+    if not state.index.maybe_live:
+        return False  # every class is proven not to fit: nothing to walk
     return _Cycle(state, now, out).run()
 
 

@@ -271,12 +271,14 @@ class QueueState:
             found = self._facts[pool.name] = pool_facts(pool)
         return found
 
-    def touch(self, name: str, only_for: str | None = None) -> None:
-        """Record a change of pool ``name`` (see the class docstring)."""
+    def touch(self, name: str, only_for: str | None = None, eases: bool = True) -> None:
+        """Record a change of pool ``name`` (see the class docstring); ``eases`` False:
+        it can help no job fit (every proof stands)."""
         self.clock += 1
         self.version[name] = self.clock
         self._facts.pop(name, None)
-        self.index.eased(name, only_for, self.clock)
+        if eases:
+            self.index.eased(name, only_for, self.clock)
 
     def set_now(self, now: int) -> None:
         """Move to instant ``now``: victim order (lost work) depends on time."""
