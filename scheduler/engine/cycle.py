@@ -306,10 +306,13 @@ class _Cycle:
             job = jobs[at]
             share = cls.share
             pool = pools[cls.pool]
-            if group == 0 and not own_possible(shares, pool, share, cls.count, job.priority):
-                self.second = self.second or self._borrows(share)
-                continue  # no job of the class can be admitted in this group now
             pair = (cls.pool, share)
+            if group == 0 and not own_possible(shares, pool, share, cls.count, job.priority):
+                if self._borrows(share):
+                    self.second = True  # it may still borrow, in the second group
+                else:
+                    index.prove(pair, cls.count, job.priority, state.clock)  # nor borrow
+                continue  # no job of the class can be admitted in this group now
             frontier = index.frontier(pair)
             if frontier is not None and frontier.covers(cls.count, job.priority):
                 continue
