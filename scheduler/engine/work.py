@@ -15,7 +15,7 @@ from scheduler.engine.model import Job, JobState, Work
 
 def norm(value: Work) -> Work:
     """A whole Fraction back to an int, so equal work compares and prints the same."""
-    if isinstance(value, Fraction) and value.denominator == 1:
+    if type(value) is Fraction and value.denominator == 1:
         return value.numerator
     return value
 
