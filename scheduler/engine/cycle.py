@@ -256,7 +256,10 @@ class _Cycle:
         classes = state.index.classes_of(pair)
         if not classes:
             return []
-        largest = largest_possible(state.shares, pool, state.facts(pool), pair[1])
+        facts = state.facts(pool)
+        largest = facts.largest.get(pair[1])
+        if largest is None:
+            largest = largest_possible(state.shares, pool, facts, pair[1])
         if classes[0].count > largest:
             return []
         frontier = state.index.frontier(pair)

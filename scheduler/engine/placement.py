@@ -36,33 +36,12 @@ class Placement:
     """(victim, rule) in pick order; rule is ``reclaim`` or ``priority``."""
 
 
-def free_for(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str) -> int:
-    """free(S,T): capacity minus usage minus RESERVE idle of the other shares."""
-    cfg = shares[share]
-    own_reserved = accounting.reserved_idle(
-        cfg.policy, cfg.limits.get(pool.name, 0), pool.usage.get(share, 0)
-    )
-    return accounting.free(pool.capacity, pool.total, facts.reserve_idle - own_reserved)
-
-
 def maxfit(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str) -> int:
     """Largest count the share can place on the pool without preemption (-1: none)."""
     room = facts.maxfit.get(share)
-    if room is not None:
-        return room
-    cfg = shares[share]
-    lim = cfg.limits.get(pool.name)
-    if lim is None:
-        room = -1
-    else:
-        free = free_for(shares, pool, facts, share)
-        used = pool.usage.get(share, 0)
-        room = lim - used
-        if cfg.policy is Policy.LEND_AND_BORROW:
-            cap = cfg.borrow_cap(pool.name)
-            room = free if cap is None else max(room, lim + cap - used)
-        room = min(free, room)
-    facts.maxfit[share] = room
+    if room is None:
+        _room(shares, pool, facts, share)
+        room = facts.maxfit[share]
     return room
 
 
@@ -94,37 +73,42 @@ def largest_possible(
 
 
 def _room(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str) -> None:
-    """:func:`bound` and :func:`largest_possible` of one share (cached per state)."""
-    fit = maxfit(shares, pool, facts, share)
+    """:func:`maxfit`, :func:`bound` and :func:`largest_possible` of one share, at once
+    (cached per state): a change of the pool needs all three of most shares."""
     cfg = shares[share]
     name = pool.name
     lim = cfg.limits.get(name)
     if lim is None:
-        facts.bound[share] = Bound(fit, -1, 0, False, -_HUGE, -_HUGE)
-        facts.largest[share] = fit
+        facts.maxfit[share] = facts.largest[share] = -1
+        facts.bound[share] = Bound(-1, -1, 0, False, -_HUGE, -_HUGE)
         return
     used = pool.usage.get(share, 0)
-    own_reserved = accounting.reserved_idle(cfg.policy, lim, used)
-    room = pool.capacity - pool.total - (facts.reserve_idle - own_reserved)
+    reserved_by_others = facts.reserve_idle - accounting.reserved_idle(cfg.policy, lim, used)
+    free = accounting.free(pool.capacity, pool.total, reserved_by_others)
+    own_room = lim - used
+    if cfg.policy is Policy.LEND_AND_BORROW:
+        cap = cfg.borrow_cap(name)
+        borrow_room = _HUGE if cap is None else lim + cap - used
+        fit = min(free, free if cap is None else max(own_room, borrow_room))
+    else:
+        borrow_room = -_HUGE
+        fit = min(free, own_room)
+    facts.maxfit[share] = fit
+    base = pool.capacity - pool.total - reserved_by_others
     if used < lim:
         terms = facts.reclaim
         if terms is None:
             terms = facts.reclaim = reclaim_terms(shares, pool, facts)
-        room += sum(terms.values()) - terms.get(share, 0)
-    if cfg.policy is not Policy.LEND_AND_BORROW:
-        borrow_room = -_HUGE
-    else:
-        cap = cfg.borrow_cap(name)
-        borrow_room = _HUGE if cap is None else lim + cap - used
-    b = Bound(fit, lim, room, cfg.in_share_preemption, lim - used, borrow_room)
+        base += sum(terms.values()) - terms.get(share, 0)
+    b = Bound(fit, lim, base, cfg.in_share_preemption, own_room, borrow_room)
     facts.bound[share] = b
     # the largest count ``preemption_may_help`` admits (it is monotone in the count), with
     # every running job of the share below the job's priority
     held = used if b.in_share else 0
-    reach = b.own_room + held
+    reach = own_room + held
     if held > 0:
-        reach = max(reach, b.borrow_room + held)
-    facts.largest[share] = max(fit, min(lim, b.base + held, reach))
+        reach = max(reach, borrow_room + held)
+    facts.largest[share] = max(fit, min(lim, base + held, reach))
 
 
 def own_possible(

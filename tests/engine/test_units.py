@@ -14,7 +14,6 @@ from scheduler.engine.model import InstanceType, Job, JobState, Policy, Preferen
 from scheduler.engine.placement import (
     bound,
     fits,
-    free_for,
     largest_possible,
     maxfit,
     own_possible,
@@ -355,10 +354,11 @@ def test_engine_free_is_the_accounting_free(
     )
     rows = {row.key: row for row in account.shares}
     for name, cfg in shares.items():
-        assert free_for(shares, pool, facts, name) == rows[name].free
-        assert maxfit(shares, pool, facts, name) <= rows[name].free
-        if cfg.policy is not LBB:
-            assert maxfit(shares, pool, facts, name) <= rows[name].idle
+        fit = maxfit(shares, pool, facts, name)
+        if cfg.policy is LBB:  # unlimited borrowing: everything free(S,T) holds
+            assert fit == rows[name].free
+        else:  # within its limit and within free(S,T)
+            assert max(fit, 0) == min(rows[name].free, rows[name].idle)
     assert facts.reserve_idle == sum(
         accounting.reserved_idle(p, lim, usage.get(n, 0)) for n, lim, p in share_rows
     )
