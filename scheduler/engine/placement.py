@@ -48,7 +48,8 @@ def maxfit(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: 
 def borrowed_after(shares: dict[str, ShareConfig], pool: Pool, share: str, count: int) -> int:
     """How many of ``count`` more instances would lie beyond the share's limit."""
     lim = shares[share].limits.get(pool.name, 0)
-    return max(0, min(count, pool.usage.get(share, 0) + count - lim))
+    used = pool.usage.get(share, 0)
+    return accounting.borrowed(lim, used + count) - accounting.borrowed(lim, used)
 
 
 def bound(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str) -> Bound:

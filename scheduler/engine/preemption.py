@@ -223,7 +223,7 @@ def _greedy(
     give_back(picks, keeps_fit)
     used = pool.usage.get(share, 0) - removed.get(share, 0)
     lim = shares[share].limits.get(pool.name, 0)
-    return tuple(picks), max(0, min(count, used + count - lim))
+    return tuple(picks), accounting.borrowed(lim, used + count) - accounting.borrowed(lim, used)
 
 
 def capacity_lost(
