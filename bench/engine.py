@@ -1,8 +1,14 @@
-"""Engine benchmark: ``python bench/engine.py [--trace-jobs N] [--profile]``.
+"""Engine benchmark: ``python bench/engine.py [--only cycles|trace|oversub] [--quick]``.
 
-Prints one cycle's time for 1,000 / 10,000 / 50,000 pending jobs with 5,000 running,
-and a whole simulation's throughput (events per second) for a 100,000-job trace.
-Seeded, so figures are comparable run to run.
+Prints one cycle's time for 1,000 / 10,000 / 50,000 pending jobs with 5,000 running and
+100,000 pending with 10,000 running; a whole simulation's throughput (events per second)
+for a 100,000-job trace (``--trace-jobs N``, ``--profile``); and the oversubscribed
+traces (``oversubscribed_scenario``) at offered loads 1.0, 1.3 and 2.0 of capacity, each
+at 10,000 and 100,000 jobs (``--oversub-jobs N``, ``--load X``, repeatable), with events
+per second, the deepest backlog reached and the time of ``schedule`` calls at that
+depth, and the ratio of events per second between the sizes. ``--quick`` runs only the
+oversubscribed traces at 10,000 and 20,000 jobs. Seeded, so figures are comparable run
+to run.
 
 Workload (both parts): 20 shares with 1 to 5 limits over 5 instance types, random
 policies (RESERVE / LEND / LEND_AND_BORROW), borrow limits (-1, 0, 50, 100, 200 %),
@@ -10,16 +16,18 @@ in-share preemption on for about half, retries None/3/10; jobs with preference l
 1 to 5 types (their share's types plus two random ones, so some preferences have no
 limit), counts 1/1/1/2/2/4/8, priorities 0 to 100.
 
-Cycle state: a busy queue reached *by the rules*. Capacity per type is the sum of the
-shares' limits on it; 8,000 candidate jobs (one preference each, on a type of their
-share, count 1 or 2) are submitted to an engine and admitted by ``schedule``; the first
-5,000 admitted are restored as RUNNING (random priorities, start times, checkpoint
-intervals) in a fresh engine whose capacity per type is what they hold plus 2%. So
-every share is within its limit or borrow cap and capacity is respected, as in a real
-cluster; the measured cycle then admits into the remaining slack and carries out the
-reclaims and in-share preemptions the rules call for (it is not a no-op). Then the
-pending jobs are submitted and one ``schedule`` call (all its cycles) is timed, and then
-one more instant with a single new job.
+Cycle state: a busy queue reached *by the rules*. Limits are drawn at scale 400 per
+5,000 running jobs; capacity per type is the sum of the shares' limits on it; 1.6 candidate
+jobs per running job (one preference each, on a type of their share, count 1 or 2) are
+submitted to an engine and admitted by ``schedule``; the first ``running`` admitted are
+restored as RUNNING (random priorities, start times, checkpoint intervals) in a fresh
+engine whose capacity per type is what they hold plus 2%. So every share is within its
+limit or borrow cap and capacity is respected, as in a real cluster; the measured cycle
+then admits into the remaining slack and carries out the reclaims and in-share
+preemptions the rules call for (it is not a no-op). Then the pending jobs are submitted
+and one ``schedule`` call (all its cycles) is timed, and then one more instant with a
+single new job. Sizes: 1,000 / 10,000 / 50,000 pending with 5,000 running, and 100,000
+pending with 10,000 running.
 
 Trace: shares at scale 40, capacity per type ``3/4 * sum of limits + 5``; job arrival
 gaps are exponential with a mean chosen so that the offered load (mean count x mean
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import math
 import pstats
 import random
 import sys
@@ -42,7 +51,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scheduler import simulate
 from scheduler.engine import (
+    Decision,
     Engine,
     InstanceType,
     Job,
@@ -51,7 +62,6 @@ from scheduler.engine import (
     Preference,
     ShareConfig,
 )
-from scheduler.simulate import run
 
 TYPES = ["ml.g5.xlarge", "ml.g5.12xlarge", "ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.trn1.32xlarge"]
 POLICIES = [Policy.RESERVE, Policy.LEND, Policy.LEND_AND_BORROW]
@@ -123,9 +133,10 @@ def _running_by_rules(
 
 
 def cycle_state(pending: int, running: int = 5000, seed: int = 1) -> Engine:
-    """A busy queue reached by the rules (see the module docstring)."""
+    """A busy queue reached by the rules (see the module docstring). Limits scale with
+    the running jobs (400 per 5,000), so every size is equally full."""
     rng = random.Random(seed)
-    shares = make_shares(rng, 400)
+    shares = make_shares(rng, 400 * running // 5000)
     jobs, held = _running_by_rules(rng, shares, running)
     engine = Engine([InstanceType(t, held[t] + held[t] // 50) for t in TYPES], shares)
     engine.restore(jobs)
@@ -187,13 +198,182 @@ def trace_scenario(n_jobs: int, seed: int = 2) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--trace-jobs", type=int, default=100_000)
-    parser.add_argument("--profile", action="store_true", help="cProfile the trace")
-    args = parser.parse_args()
-    for pending in (1_000, 10_000, 50_000):
-        engine = cycle_state(pending)
+# ---------------------------------------------------------------------------- oversubscribed
+
+DAY = 86_400
+OVERSUB_SPAN = 30 * DAY
+"""The 100,000-job oversubscribed trace spans 30 days; smaller ones keep its arrival rate
+and capacity and span proportionally less (so their backlog is proportionally shallower)."""
+OVERSUB_JOBS = 100_000
+OVERSUB_COUNTS = [1, 1, 1, 1, 2, 2, 2, 3, 4, 4, 6, 8]
+OVERSUB_MEAN_HOURS = 2.0
+OVERSUB_TYPE_WEIGHTS = {
+    "ml.g5.xlarge": 0.35,
+    "ml.g5.12xlarge": 0.25,
+    "ml.p4d.24xlarge": 0.15,
+    "ml.p5.48xlarge": 0.10,
+    "ml.trn1.32xlarge": 0.15,
+}
+PRIORITY_BANDS = [10, 100, 100, 100, 500, 500, 1000, 5000]
+
+
+def oversubscribed_scenario(
+    n_jobs: int, load: float, seed: int = 3, scale: float = 1.0
+) -> dict[str, Any]:
+    """A realistic, oversubscribed GPU queue (see ``OVERSUB_*``): 20 shares over 5 types
+    whose limits add up to more than the capacity, jobs arriving as a Poisson stream
+    whose offered work is ``load`` x capacity (100,000 jobs in 30 days), lognormal
+    durations with a mean of two hours, counts 1 to 8 (often one count for every
+    preference), 1 to 3 preferences, priorities in bands, a tenth with a max pending
+    time, checkpoints, and a daily capacity dip on one type for a few hours (capacity
+    lost, then back). Seeded: the same arguments give the same scenario. ``scale`` shrinks
+    capacity and arrival rate together (same load, backlog as deep relative to capacity):
+    small traces that still queue deeply, for tests that also run the full re-examination."""
+    rng = random.Random(seed)
+    mean_count = sum(OVERSUB_COUNTS) / len(OVERSUB_COUNTS)
+    mean_gap = OVERSUB_SPAN / OVERSUB_JOBS / scale
+    total_capacity = mean_count * OVERSUB_MEAN_HOURS * 3600 / mean_gap / load
+    capacity = {t: max(8, round(total_capacity * w)) for t, w in OVERSUB_TYPE_WEIGHTS.items()}
+    shares = []
+    weights = []
+    for i in range(20):
+        chosen = rng.sample(TYPES, rng.randint(1, 5))
+        weight = rng.choice([1, 1, 2, 3, 5])
+        weights.append(weight)
+        shares.append((f"team{i:02d}", chosen, weight))
+    total_weight = sum(weights)
+    share_rows = []
+    for name, chosen, weight in shares:
+        share_rows.append(
+            {
+                "name": name,
+                # a tenth of the limits are 0 (borrow-only types); together they add up
+                # to about the capacity (more on some types), and each fits most counts
+                "limits": {
+                    t: 0
+                    if rng.random() < 0.1
+                    else max(
+                        min(8, max(1, capacity[t] // 3)),
+                        round(capacity[t] * 2 * weight / total_weight * rng.uniform(0.5, 1.5)),
+                    )
+                    for t in chosen
+                },
+                "policy": rng.choice(POLICIES).value,
+                "borrow_limit": rng.choice([-1, -1, 0, 50, 100, 200]),
+                "in_share_preemption": rng.random() < 0.5,
+                "preemption_retries": rng.choice([None, None, 3, 10]),
+            }
+        )
+    sigma = 1.0
+    mu = math.log(OVERSUB_MEAN_HOURS * 3600) - sigma * sigma / 2
+    jobs = []
+    t = 0.0
+    for i in range(n_jobs):
+        t += rng.expovariate(1 / mean_gap)
+        row = rng.choices(share_rows, weights=weights)[0]
+        own_types = list(row["limits"])
+        options = own_types + ([rng.choice(TYPES)] if rng.random() < 0.2 else [])
+        picked = rng.sample(sorted(set(options)), rng.randint(1, min(3, len(set(options)))))
+        count = rng.choice(OVERSUB_COUNTS)
+        if rng.random() < 0.7:
+            prefs = [{"instance_type": p, "count": count} for p in picked]
+        else:
+            prefs = [{"instance_type": p, "count": rng.choice(OVERSUB_COUNTS)} for p in picked]
+        duration = min(3 * DAY, max(60, int(rng.lognormvariate(mu, sigma))))
+        jobs.append(
+            {
+                "id": f"j{i}",
+                "share": row["name"],
+                "submit_at": int(t),
+                "priority": rng.choice(PRIORITY_BANDS) + rng.randint(0, 9),
+                "preferences": prefs,
+                "duration": duration,
+                "checkpoint_interval": rng.choice([None, 600, 1800]),
+                "restart_overhead": rng.choice([0, 0, 60]),
+                "max_pending": rng.choice([3600, 4 * 3600, DAY]) if rng.random() < 0.1 else None,
+            }
+        )
+    actions = []
+    for day in range(int(t) // DAY + 1):
+        name = rng.choice(TYPES)
+        start = day * DAY + rng.randint(0, DAY - 4 * 3600)
+        dip = max(0, capacity[name] - rng.randint(1, max(1, capacity[name] // 4)))
+        actions.append(
+            {"at": start, "type": "set_capacity", "instance_type": name, "capacity": dip}
+        )
+        actions.append(
+            {
+                "at": start + rng.randint(1, 4) * 3600,
+                "type": "set_capacity",
+                "instance_type": name,
+                "capacity": capacity[name],
+            }
+        )
+    return {
+        "instance_types": [
+            {"name": n, "capacity": c, "speed": 2 if n.startswith("ml.p5") else 1}
+            for n, c in capacity.items()
+        ],
+        "shares": share_rows,
+        "jobs": jobs,
+        "actions": actions,
+    }
+
+
+class _Observed(Engine):
+    """The engine, timing each ``schedule`` call with the backlog depth it started at."""
+
+    samples: list[tuple[int, float]]
+
+    def schedule(self, now: int) -> list[Decision]:
+        depth = self.pending_count()
+        start = time.perf_counter()
+        out = super().schedule(now)
+        self.samples.append((depth, time.perf_counter() - start))
+        return out
+
+
+def run_observed(data: dict[str, Any]) -> tuple[dict[str, Any], float, list[tuple[int, float]]]:
+    """``simulate.run`` on the observed engine: (result, seconds, schedule samples)."""
+    samples: list[tuple[int, float]] = []
+
+    class Observed(_Observed):
+        pass
+
+    Observed.samples = samples
+    original = simulate.Engine
+    simulate.Engine = Observed  # type: ignore[misc]
+    try:
+        start = time.perf_counter()
+        result = simulate.run(data)
+        elapsed = time.perf_counter() - start
+    finally:
+        simulate.Engine = original  # type: ignore[misc]
+    return result, elapsed, samples
+
+
+def bench_oversubscribed(n_jobs: int, load: float) -> float:
+    """Run one oversubscribed trace and print its figures; returns events/s."""
+    data = oversubscribed_scenario(n_jobs, load)
+    result, elapsed, samples = run_observed(data)
+    n_events = len(result["events"])
+    deepest = max((depth for depth, _ in samples), default=0)
+    near = [secs for depth, secs in samples if depth >= deepest * 0.9]
+    per_call = sum(near) / len(near) * 1000 if near else 0.0
+    worst = max(near, default=0.0) * 1000
+    rate = n_events / elapsed
+    print(
+        f"oversubscribed: load {load:.1f}, {n_jobs:>6} jobs, {n_events:>7} events in "
+        f"{elapsed:6.1f} s = {rate:8,.0f} events/s; deepest backlog {deepest:>6} pending; "
+        f"schedule() at >= 90% of that depth: {per_call:.2f} ms mean, {worst:.1f} ms max "
+        f"over {len(near)} instants"
+    )
+    return rate
+
+
+def bench_cycles(sizes: list[tuple[int, int]]) -> None:
+    for pending, running in sizes:
+        engine = cycle_state(pending, running)
         start = time.perf_counter()
         decisions = engine.schedule(1000)
         first = time.perf_counter() - start
@@ -202,27 +382,77 @@ def main() -> None:
         engine.schedule(1001)
         again = time.perf_counter() - start
         print(
-            f"cycle: {pending:>6} pending + 5000 running: {first * 1000:8.1f} ms "
+            f"cycle: {pending:>6} pending + {running} running: {first * 1000:8.1f} ms "
             f"({len(decisions)} decisions); next instant with one new job: {again * 1000:.2f} ms"
         )
-    data = trace_scenario(args.trace_jobs)
-    profiler = cProfile.Profile() if args.profile else None
+
+
+def bench_trace(n_jobs: int, profile: bool) -> None:
+    data = trace_scenario(n_jobs)
+    profiler = cProfile.Profile() if profile else None
     start = time.perf_counter()
     cpu_start = time.process_time()
     if profiler:
         profiler.enable()
-    result = run(data)
+    result = simulate.run(data)
     if profiler:
         profiler.disable()
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu_start
     n_events = len(result["events"])
     print(
-        f"trace: {args.trace_jobs} jobs, {n_events} events in {elapsed:.1f} s "
+        f"trace: {n_jobs} jobs, {n_events} events in {elapsed:.1f} s "
         f"= {n_events / elapsed:,.0f} events/s (process CPU time {cpu:.1f} s)"
     )
     if profiler:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+
+
+CYCLE_SIZES = [(1_000, 5_000), (10_000, 5_000), (50_000, 5_000), (100_000, 10_000)]
+PARTS = ("cycles", "trace", "oversub")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--trace-jobs", type=int, default=100_000)
+    parser.add_argument("--profile", action="store_true", help="cProfile the trace")
+    parser.add_argument(
+        "--only", choices=PARTS, action="append", help="run only these parts (repeatable)"
+    )
+    parser.add_argument(
+        "--oversub-jobs",
+        type=int,
+        action="append",
+        help="sizes of the oversubscribed traces (repeatable; default 10,000 and 100,000)",
+    )
+    parser.add_argument(
+        "--load", type=float, action="append", help="offered loads (default 1.0, 1.3, 2.0)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="only the oversubscribed traces, 10,000 and 20,000 jobs at each load",
+    )
+    args = parser.parse_args()
+    parts = set(args.only or PARTS)
+    sizes = args.oversub_jobs or [10_000, OVERSUB_JOBS]
+    if args.quick:
+        parts = {"oversub"}
+        sizes = args.oversub_jobs or [10_000, 20_000]
+    if "cycles" in parts:
+        bench_cycles(CYCLE_SIZES)
+    if "trace" in parts:
+        bench_trace(args.trace_jobs, args.profile)
+    if "oversub" in parts:
+        for load in args.load or [1.0, 1.3, 2.0]:
+            rates = [bench_oversubscribed(n, load) for n in sizes]
+            if len(rates) > 1:
+                print(
+                    f"oversubscribed: load {load:.1f}: events/s at {sizes[0]:,} jobs / at "
+                    f"{sizes[-1]:,} jobs = {rates[0] / rates[-1]:.2f}"
+                )
 
 
 if __name__ == "__main__":

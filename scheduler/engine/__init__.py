@@ -1,17 +1,32 @@
 """Scheduling engine of one job queue: pure Python, no Django (DESIGN sections 2 to 4).
 
+Reading order (each module names one part of DESIGN section 2)
+-----------------------------------------------------------------
+1. :mod:`~scheduler.engine.model`: the plain data (types, shares, jobs, decisions).
+2. :mod:`~scheduler.engine.accounting`: own / borrowed / idle / free, the one function
+   the engine decides with and the pages show.
+3. :mod:`~scheduler.engine.work`: work, checkpoints and lost work of a job;
+   :mod:`~scheduler.engine.state`: the queue's state and indices: a ``Pool`` per type
+   (usage, running jobs, RESERVE idle, borrowers), the victim key, the change clock, and
+   a pool as it was at a cycle's start.
+4. :mod:`~scheduler.engine.placement`: fits without preemption and the preference
+   choice; the exact necessary conditions the index uses.
+5. :mod:`~scheduler.engine.preemption`: victim order, greedy pick, minimal set,
+   capacity lost.
+6. :mod:`~scheduler.engine.candidates`: the incremental index: pending jobs in classes
+   (type, share, count) in cycle order, and the proofs that a class cannot fit.
+7. :mod:`~scheduler.engine.cycle`: a cycle (ordering, the skip rule, admit, preempt)
+   walking only the classes a change may have helped; ``reference_cycle`` is the same
+   rules over every pending job, what ``Engine(incremental=False)`` runs.
+8. :mod:`~scheduler.engine.facade`: :class:`Engine`, the thin object callers use;
+   :mod:`~scheduler.engine.explain` words the reasons from public accounting.
+
 Public API
 ----------
-Data (plain dataclasses, see :mod:`scheduler.engine.model`):
-
-* :class:`InstanceType` ``(name, capacity, speed=1, accelerated=None, hourly_price=0)``
-* :class:`ShareConfig` ``(name, limits, policy=RESERVE, borrow_limit=-1,
-  in_share_preemption=False, preemption_retries=None)``
-* :class:`Job` ``(id, share, priority, submitted_at, preferences, max_pending=None,
-  checkpoint_interval=None, restart_overhead=0, duration=None, ...progress fields)``
-* :class:`Preference` ``(instance_type, count)``
-* :class:`Decision` what happened (admitted / preempted / failed / completed /
-  cancelled / timed_out), :class:`Reason` why a job waits.
+Data: :class:`InstanceType` ``(name, capacity, speed=1, accelerated=None,
+hourly_price=0)``, :class:`ShareConfig` ``(name, limits, policy=RESERVE,
+borrow_limit=-1, in_share_preemption=False, preemption_retries=None)``, :class:`Job`,
+:class:`Preference` ``(instance_type, count)``, :class:`Decision`, :class:`Reason`.
 
 State and rules: :class:`Engine` ``(instance_types, shares)``
 
@@ -22,15 +37,18 @@ State and rules: :class:`Engine` ``(instance_types, shares)``
 * ``report_progress(job_id, now, work_done, last_checkpoint=None)``
 * ``schedule(now)`` -> decisions of the cycles at ``now`` (run to a fixpoint)
 * ``timeouts(now)`` -> ``timed_out`` decisions; ``next_deadline()``
-* ``explain(job_id)`` -> one :class:`Reason` per preference; ``choose(job_id)``
-* ``accounting(type)`` -> per-share limit/usage/own/borrowed/idle/free
+* ``explain(job_id)`` -> one :class:`Reason` per preference
+* ``accounting(type)`` -> per-share limit/usage/own/borrowed/idle/free;
+  ``type_account(type)`` the whole :class:`~scheduler.engine.accounting.TypeAccount`
+* ``job(id)``, ``jobs()``, ``pending_jobs()``, ``pending_count()``, ``instance_types``,
+  ``shares``, ``work_at``/``lost_work_at``/``finish_time``
 * ``copy()`` -> independent engine for what-if previews
 
 Order within one instant (the caller's job): completions, actions (priority, share,
 capacity changes, cancellations), submissions, ``schedule(now)``, ``timeouts(now)``.
 """
 
-from scheduler.engine.core import Engine, Placement, ShareUsage
+from scheduler.engine.facade import Engine, Placement, ShareUsage
 from scheduler.engine.model import (
     REASON_CODES,
     UNLIMITED,

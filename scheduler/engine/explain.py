@@ -8,25 +8,30 @@ the answer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from scheduler.engine.model import Job, Policy, Preference, Reason
-
-if TYPE_CHECKING:
-    from scheduler.engine.core import Engine
+from scheduler.engine.accounting import ShareAccount, TypeAccount
+from scheduler.engine.model import Job, Policy, Preference, Reason, ShareConfig
 
 
 def _plural(count: int, word: str = "instance") -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
-def reason_for(engine: Engine, job: Job, index: int, pref: Preference) -> Reason:
-    """The first reason of section 4 that applies to one preference of a pending job."""
-    share = engine._shares[job.share]
+def reason_for(
+    share: ShareConfig,
+    job: Job,
+    index: int,
+    pref: Preference,
+    account: TypeAccount[str] | None,
+    row: ShareAccount[str] | None,
+) -> Reason:
+    """The first reason of section 4 that applies to one preference of a pending job.
+
+    ``account`` is the accounting of the preference's type (None: the queue has no such
+    type) and ``row`` the share's line in it: the public figures the pages show.
+    """
     type_name = pref.instance_type
     count = pref.count
     limit = share.limits.get(type_name)
-    ts = engine._types.get(type_name)
     if limit is None:
         return Reason(
             index,
@@ -35,17 +40,16 @@ def reason_for(engine: Engine, job: Job, index: int, pref: Preference) -> Reason
             f"ask the queue owner to add a {type_name} limit to the share, or remove this "
             "preference.",
         )
-    capacity = ts.capacity if ts is not None else 0
-    if ts is None or capacity < count:
+    capacity = account.capacity if account is not None else 0
+    if account is None or row is None or capacity < count:
         return Reason(
             index,
             "capacity_unavailable",
             f"The queue has {_plural(capacity)} of {type_name} and this preference asks for "
             f"{count}: lower the count, prefer another type, or ask for more capacity.",
         )
-    cache = engine._type_cache(ts)
-    used = ts.usage.get(share.name, 0)
-    free = engine._free(ts, cache, share.name)
+    used = row.usage
+    free = row.free
     if used + count <= limit:
         who = "borrowers of other shares"
         if share.in_share_preemption:
@@ -77,7 +81,7 @@ def reason_for(engine: Engine, job: Job, index: int, pref: Preference) -> Reason
             f"more would borrow {used + count - limit}: wait for the share's jobs to finish "
             "or raise its borrow limit.",
         )
-    in_use = ts.total
+    in_use = account.usage
     reserved = max(0, capacity - in_use - free)
     return Reason(
         index,

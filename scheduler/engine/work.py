@@ -1,16 +1,20 @@
-"""Work and lost work (DESIGN section 2, "Work and lost work"), written once.
+"""Work and lost work of a job (DESIGN section 2, "Work and lost work"), written once.
 
-A run's work at time ``t`` is the latest progress known for it plus the time since then
-at the run's rate, capped at the job's duration when it has one; lost work at a
-preemption is that minus the checkpointed work, never below 0. The engine extrapolates
-its runs with these, and the services use them for runs the product does not execute
-itself (agents, Slurm), where "latest progress" is the executor's last report. Times and
-work may be exact (int, Fraction) or floats: the functions keep the caller's kind.
+Work done at ``t`` is the last reported progress plus ``(t - report) x speed`` (none
+during restart overhead), capped at the duration; checkpoints fall at whole multiples
+of the interval; lost work is work done minus the checkpointed work, never below 0.
+
+The engine works on exact numbers (``int`` or ``Fraction``) through the job functions;
+the services use the same two rules (:func:`work_done`, :func:`lost_work`) on floats for
+runs the product does not execute itself (agents, Slurm), where "the last reported
+progress" is the executor's last report.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
+
+from scheduler.engine.model import Job, JobState, Work
 
 Num = int | float | Fraction
 
@@ -33,3 +37,54 @@ def lost_work(*, work: Num, checkpoint: Num) -> Num:
     """Work a preemption throws away: what was done since the last checkpoint."""
     lost = work - checkpoint
     return lost if lost > 0 else 0
+
+
+def norm(value: Work) -> Work:
+    """A whole Fraction back to an int, so equal work compares and prints the same."""
+    if type(value) is Fraction and value.denominator == 1:
+        return value.numerator
+    return value
+
+
+def ceil(value: Work) -> int:
+    return int(-((-value) // 1))
+
+
+def work_at(job: Job, speed: Work, now: int) -> Work:
+    """Work the job has done by ``now``: its last report extrapolated at ``speed``, none
+    during restart overhead, capped at its duration."""
+    if job.state is not JobState.RUNNING or job.instance_type is None:
+        return job.work_done
+    begin = max(job.progress_at or 0, (job.run_started_at or 0) + job.run_overhead)
+    done = work_done(
+        progress=job.work_done, since=begin, now=now, rate=speed, duration=job.duration
+    )
+    return norm(done)  # type: ignore[arg-type]  # exact in, exact out
+
+
+def checkpoint_at(job: Job, speed: Work, now: int) -> Work:
+    """Work saved by the job's last checkpoint at ``now`` (whole multiples of its
+    interval carry over between runs)."""
+    saved = job.last_checkpoint
+    interval = job.checkpoint_interval
+    if interval:
+        periodic = (work_at(job, speed, now) // interval) * interval
+        if periodic > saved:
+            saved = periodic
+    return norm(saved)
+
+
+def lost_work_at(job: Job, speed: Work, now: int) -> Work:
+    """Work a preemption at ``now`` would throw away (never below 0)."""
+    lost = lost_work(work=work_at(job, speed, now), checkpoint=checkpoint_at(job, speed, now))
+    return norm(lost)  # type: ignore[arg-type]
+
+
+def finish_time(job: Job, speed: Work) -> int | None:
+    """When a running job with a known duration completes if left alone."""
+    if job.state is not JobState.RUNNING or job.duration is None:
+        return None
+    begin = max(job.progress_at or 0, (job.run_started_at or 0) + job.run_overhead)
+    remaining = job.duration - job.work_done
+    needed = remaining if speed == 1 else Fraction(remaining) / speed
+    return begin + max(0, ceil(needed))

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bench.engine import oversubscribed_scenario
 from scheduler.simulate import run
 
 TYPES = ["ml.g5.xlarge", "ml.p4d.24xlarge", "ml.c5.xlarge"]
@@ -105,3 +106,14 @@ def test_incremental_equals_full_on_busy_traces(seed: int) -> None:
 def test_busy_traces_exercise_preemption() -> None:
     kinds = [e["type"] for seed in range(4) for e in run(busy_trace(seed))["events"]]
     assert "preempted" in kinds and "admitted" in kinds
+
+
+@pytest.mark.parametrize(("load", "seed"), [(1.0, 11), (1.3, 12), (2.0, 13), (1.3, 14)])
+def test_incremental_equals_full_on_oversubscribed_traces(load: float, seed: int) -> None:
+    """The bench's oversubscribed generator, scaled down so that the backlog is as deep
+    relative to capacity (hundreds of jobs queue behind a few dozen instances)."""
+    data = oversubscribed_scenario(350, load, seed=seed, scale=0.05)
+    result = run(data, explain=True)
+    assert run(data, explain=True, incremental=False) == result
+    backlog = sum(1 for job in result["jobs"].values() if job["state"] == "PENDING")
+    assert backlog > 50  # it really queues

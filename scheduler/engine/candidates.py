@@ -1,0 +1,194 @@
+"""The incremental index: which pending jobs a cycle must look at, and what it may skip.
+
+Pending jobs are kept in **classes**: one per (pool, share, count), holding the jobs of
+the share whose smallest count on that pool is ``count``, sorted the way a cycle takes
+them (priority descending, then submission, then id). Whether a job of share S asking
+``n`` of pool T fits there, with or without preemption, depends only on T's state, S, n
+and the job's priority, and it is monotone: a smaller count or a higher priority never
+turns a fit into a failure. So one job that does not fit proves that every job of its
+share asking at least as much at no higher priority does not fit either.
+
+That proof is a :class:`Frontier` per (pool, share). It stays valid until the pool
+changes in the share's favour: ``eased(pool, share)`` records such changes (any change
+may help every share, except an admission that leaves its share within its limit: for
+everyone else it only adds usage). A (pool, share) pair is **maybe live** while some job
+of it is not covered by a valid frontier; a cycle starts from those pairs only, so its
+cost follows what changed, not how many jobs wait.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+
+from scheduler.engine.model import Job
+
+Key = tuple[int, int, str]
+"""A pending job's place in a cycle (within its group): (-priority, submitted_at, id)."""
+
+FAR = 1 << 62
+"""A priority above any other: a frontier at FAR rules out every priority."""
+
+
+def cycle_key(job: Job) -> Key:
+    return (-job.priority, job.submitted_at, job.id)
+
+
+def smallest_counts(job: Job) -> dict[str, int]:
+    """Per type of a job's preferences, the smallest count it asks there: the job may
+    fit on the type exactly when that count may (a fit is monotone in the count)."""
+    counts: dict[str, int] = {}
+    for pref in job.preferences:
+        old = counts.get(pref.instance_type)
+        if old is None or pref.count < old:
+            counts[pref.instance_type] = pref.count
+    return counts
+
+
+class JobClass:
+    """Pending jobs of one share whose smallest count on one pool is ``count``, in cycle
+    order (``keys[i]`` is ``cycle_key(jobs[i])``)."""
+
+    __slots__ = ("count", "jobs", "keys", "mark", "pool", "share")
+
+    def __init__(self, pool: str, share: str, count: int) -> None:
+        self.pool = pool
+        self.share = share
+        self.count = count
+        self.keys: list[Key] = []
+        self.jobs: list[Job] = []
+        self.mark: object = None
+        """Set by a cycle while the class is queued in its walk."""
+
+    def add(self, job: Job, key: Key) -> None:
+        index = bisect_left(self.keys, key)
+        self.keys.insert(index, key)
+        self.jobs.insert(index, job)
+
+    def discard(self, key: Key) -> None:
+        index = bisect_left(self.keys, key)
+        if index < len(self.keys) and self.keys[index] == key:
+            del self.keys[index]
+            del self.jobs[index]
+
+    def index_from(self, key: Key | None, inclusive: bool = True) -> int:
+        """Position of the first job at or (``inclusive`` False) after ``key``."""
+        if key is None:
+            return 0
+        return (bisect_left if inclusive else bisect_right)(self.keys, key)
+
+
+@dataclass(slots=True)
+class Frontier:
+    """Jobs of one share on one pool asking at least ``count`` with priority at most
+    ``by_count[count]`` fit nowhere on the pool, as of clock ``since``."""
+
+    since: int
+    by_count: dict[int, int] = field(default_factory=dict)
+
+    def covers(self, count: int, priority: int) -> bool:
+        return any(n <= count and p >= priority for n, p in self.by_count.items())
+
+
+Pair = tuple[str, str]
+"""(pool, share)."""
+
+
+class CandidateIndex:
+    """Classes of pending jobs, frontiers, and the clocks of changes that may help."""
+
+    def __init__(self) -> None:
+        self.classes: dict[Pair, dict[int, JobClass]] = {}
+        self._sorted: dict[Pair, list[JobClass]] = {}
+        self.shares_on: dict[str, set[str]] = {}
+        self.frontiers: dict[Pair, Frontier] = {}
+        self.eased_all: dict[str, int] = {}
+        self.eased_for: dict[Pair, int] = {}
+        self.maybe_live: set[Pair] = set()
+        self.log: list[Pair] | None = None
+        """While a cycle runs: every pair eased, for it to look at them again."""
+        self.walk_covers = False
+        """True while a cycle's first group runs: its second group walks every pair
+        eased meanwhile from its first job, so the next cycle need not."""
+
+    # -- membership
+
+    def add(self, job: Job) -> None:
+        key = cycle_key(job)
+        for pool, count in smallest_counts(job).items():
+            pair = (pool, job.share)
+            by_count = self.classes.get(pair)
+            if by_count is None:
+                by_count = self.classes[pair] = {}
+                self.shares_on.setdefault(pool, set()).add(job.share)
+            cls = by_count.get(count)
+            if cls is None:
+                cls = by_count[count] = JobClass(pool, job.share, count)
+                self._sorted.pop(pair, None)
+            cls.add(job, key)
+            self.maybe_live.add(pair)
+
+    def remove(self, job: Job) -> None:
+        key = cycle_key(job)
+        for pool, count in smallest_counts(job).items():
+            pair = (pool, job.share)
+            by_count = self.classes[pair]
+            cls = by_count[count]
+            cls.discard(key)
+            if not cls.jobs:
+                del by_count[count]
+                self._sorted.pop(pair, None)
+
+    def classes_of(self, pair: Pair) -> list[JobClass]:
+        """The pair's classes, smallest count first."""
+        found = self._sorted.get(pair)
+        if found is None:
+            by_count = self.classes.get(pair, {})
+            found = self._sorted[pair] = [by_count[n] for n in sorted(by_count)]
+        return found
+
+    # -- changes and proofs
+
+    def eased(self, pool: str, only_for: str | None, clock: int) -> None:
+        """Pool ``pool`` changed at ``clock`` in a way that may help every share's jobs
+        there (``only_for`` None) or only that share's."""
+        if only_for is None:
+            self.eased_all[pool] = clock
+            pairs = [(pool, share) for share in self.shares_on.get(pool, ())]
+        else:
+            self.eased_for[(pool, only_for)] = clock
+            pairs = [(pool, only_for)]
+        if not self.walk_covers:
+            self.maybe_live.update(pairs)
+        if self.log is not None:
+            self.log.extend(pairs)
+
+    def eased_at(self, pair: Pair) -> int:
+        return max(self.eased_all.get(pair[0], 0), self.eased_for.get(pair, 0))
+
+    def frontier(self, pair: Pair) -> Frontier | None:
+        """The pair's frontier if it is still valid."""
+        frontier = self.frontiers.get(pair)
+        if frontier is None or frontier.since < self.eased_at(pair):
+            return None
+        return frontier
+
+    def covered(self, pair: Pair, count: int, priority: int) -> bool:
+        """Is a job of the pair asking ``count`` at ``priority`` proven not to fit?"""
+        frontier = self.frontiers.get(pair)
+        if frontier is None or frontier.since < self.eased_at(pair):
+            return False
+        return frontier.covers(count, priority)
+
+    def prove(self, pair: Pair, count: int, priority: int, clock: int) -> None:
+        """Record that a job asking ``count`` at ``priority`` does not fit at ``clock``."""
+        frontier = self.frontiers.get(pair)
+        if frontier is None or frontier.since < self.eased_at(pair):
+            frontier = self.frontiers[pair] = Frontier(clock)
+        if frontier.by_count.get(count, -FAR) < priority:
+            frontier.by_count[count] = priority
+
+    def take_maybe_live(self) -> list[Pair]:
+        pairs = list(self.maybe_live)
+        self.maybe_live = set()
+        return pairs

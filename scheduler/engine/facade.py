@@ -1,0 +1,388 @@
+"""The :class:`Engine`: the one object the live scheduler and the scenario runner drive.
+
+A thin facade over the parts of DESIGN section 2, each in its own module: the state and
+its indices (:mod:`~scheduler.engine.state`), entitlement accounting
+(:mod:`~scheduler.engine.accounting`), fits and the preference choice
+(:mod:`~scheduler.engine.placement`), victims (:mod:`~scheduler.engine.preemption`), the
+incremental candidate index (:mod:`~scheduler.engine.candidates`) and the cycle
+(:mod:`~scheduler.engine.cycle`). Methods that stop or start jobs return
+:class:`Decision` lists in the order things happened; the caller applies them (live) or
+prints them (simulator).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from scheduler.engine import accounting, cycle, preemption, work
+from scheduler.engine.explain import reason_for
+from scheduler.engine.model import (
+    FINAL_STATES,
+    Decision,
+    InstanceType,
+    Job,
+    JobState,
+    Policy,
+    Reason,
+    ShareConfig,
+    Work,
+    exact,
+)
+from scheduler.engine.placement import Placement
+from scheduler.engine.state import Pool, QueueState
+
+_SHARE_FIELDS = frozenset(
+    {"policy", "borrow_limit", "limits", "in_share_preemption", "preemption_retries"}
+)
+
+__all__ = ["Engine", "Placement", "ShareUsage"]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareUsage:
+    """Accounting of one share on one type (DESIGN section 2), for pages and API."""
+
+    share: str
+    instance_type: str
+    limit: int
+    usage: int
+    own: int
+    borrowed: int
+    idle: int
+    free: int
+
+
+class Engine:
+    """Scheduling state of one job queue and every rule that changes it.
+
+    Typical use at each instant ``now``: ``complete``/``cancel``/``set_*`` for what
+    happened, ``submit`` for new jobs, then ``schedule(now)`` for admissions and
+    preemptions, then ``timeouts(now)``.
+    """
+
+    def __init__(
+        self,
+        instance_types: Iterable[InstanceType],
+        shares: Iterable[ShareConfig],
+        *,
+        incremental: bool = True,
+    ) -> None:
+        """``incremental=False`` makes every cycle examine every pending job as DESIGN
+        words it; same decisions, only slower: it exists so tests can prove exactly that."""
+        self._incremental = incremental
+        self._state = QueueState(list(instance_types), list(shares))
+        self._deadlines: list[tuple[int, int, str]] = []
+        self._accounts: dict[str, tuple[int, accounting.TypeAccount[str]]] = {}
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def instance_types(self) -> dict[str, InstanceType]:
+        """Instance type specs, with current capacity."""
+        return {n: replace(p.spec, capacity=p.capacity) for n, p in self._state.pools.items()}
+
+    @property
+    def shares(self) -> dict[str, ShareConfig]:
+        """Current share configurations (copies: change them with ``set_share``)."""
+        return {n: replace(s, limits=dict(s.limits)) for n, s in self._state.shares.items()}
+
+    def job(self, job_id: str) -> Job:
+        """The job record (live object: read it, do not mutate it directly)."""
+        return self._state.jobs[job_id]
+
+    def jobs(self) -> Iterator[Job]:
+        """All jobs the engine knows, in submission order."""
+        return iter(self._state.jobs.values())
+
+    def pending_jobs(self) -> list[Job]:
+        """Pending jobs in submission order."""
+        return sorted(self._state.pending.values(), key=lambda j: j.seq)
+
+    def pending_count(self) -> int:
+        """How many jobs are pending (the backlog depth), without sorting them."""
+        return len(self._state.pending)
+
+    def type_account(self, instance_type: str) -> accounting.TypeAccount[str]:
+        """:func:`accounting.account_type` of a type now, shares in configuration order."""
+        st = self._state
+        pool = st.pools[instance_type]
+        version = st.version.get(instance_type, 0)
+        cached = self._accounts.get(instance_type)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        account = accounting.account_type(
+            pool.capacity,
+            [
+                accounting.ShareOnType(
+                    key=name,
+                    policy=cfg.policy.value,
+                    limit=cfg.limits.get(instance_type),
+                    usage=pool.usage.get(name, 0),
+                )
+                for name, cfg in st.shares.items()
+            ],
+        )
+        self._accounts[instance_type] = (version, account)
+        return account
+
+    def accounting(self, instance_type: str) -> list[ShareUsage]:
+        """Per-share limit/usage/own/borrowed/idle/free on a type (DESIGN section 2)."""
+        return [
+            ShareUsage(
+                share=row.key,
+                instance_type=instance_type,
+                limit=row.limit,
+                usage=row.usage,
+                own=row.own,
+                borrowed=row.borrowed,
+                idle=row.idle,
+                free=row.free,
+            )
+            for row in self.type_account(instance_type).shares
+        ]
+
+    def _speed(self, job: Job) -> Work:
+        assert job.instance_type is not None
+        return self._state.pools[job.instance_type].speed
+
+    def work_at(self, job: Job, now: int) -> Work:
+        """Work the job has done by ``now`` (extrapolated at its type's speed)."""
+        if job.state is not JobState.RUNNING or job.instance_type is None:
+            return job.work_done
+        return work.work_at(job, self._speed(job), now)
+
+    def checkpoint_at(self, job: Job, now: int) -> Work:
+        """Work saved by the job's last checkpoint at ``now``."""
+        speed = self._speed(job) if job.instance_type is not None else 1
+        return work.checkpoint_at(job, speed, now)
+
+    def lost_work_at(self, job: Job, now: int) -> Work:
+        """Work a preemption at ``now`` would throw away (never below 0)."""
+        if job.state is not JobState.RUNNING or job.instance_type is None:
+            return 0
+        return work.lost_work_at(job, self._speed(job), now)
+
+    def finish_time(self, job: Job) -> int | None:
+        """When a running job with a known duration completes if left alone."""
+        if job.instance_type is None:
+            return None
+        return work.finish_time(job, self._speed(job))
+
+    def next_deadline(self) -> int | None:
+        """Earliest max-pending deadline still to come (for event-driven callers)."""
+        while self._deadlines:
+            deadline, _, job_id = self._deadlines[0]
+            job = self._state.jobs.get(job_id)
+            if job is not None and job.state is JobState.PENDING and job.started_at is None:
+                return deadline
+            heapq.heappop(self._deadlines)
+        return None
+
+    def explain(self, job_id: str) -> list[Reason]:
+        """One reason per preference why a pending job waits (DESIGN section 4)."""
+        job = self._state.jobs[job_id]
+        share = self._state.shares[job.share]
+        reasons = []
+        for index, pref in enumerate(job.preferences):
+            account = row = None
+            if pref.instance_type in self._state.pools:
+                account = self.type_account(pref.instance_type)
+                row = next(r for r in account.shares if r.key == job.share)
+            reasons.append(reason_for(share, job, index, pref, account, row))
+        return reasons
+
+    # ------------------------------------------------------------------ changes
+
+    def submit(self, job: Job) -> None:
+        """Add a new pending job (or, from ``restore``, one in any state)."""
+        st = self._state
+        if job.id in st.jobs:
+            raise ValueError(f"job {job.id!r} exists")
+        if job.share not in st.shares:
+            raise ValueError(f"job {job.id!r}: unknown share {job.share!r}")
+        st.seq += 1
+        job.seq = st.seq
+        st.jobs[job.id] = job
+        if job.state is JobState.RUNNING:
+            if job.instance_type is None or job.instance_type not in st.pools:
+                raise ValueError(f"running job {job.id!r} needs a known instance_type")
+            if job.run_started_at is None:
+                raise ValueError(f"running job {job.id!r} needs run_started_at")
+            if job.progress_at is None:
+                job.progress_at = job.run_started_at
+            st.start_running(job)
+            st.touch(job.instance_type)
+        elif job.state is JobState.PENDING:
+            st.add_pending(job)
+            self._register_deadline(job)
+
+    def restore(self, jobs: Iterable[Job]) -> None:
+        """Load jobs in any state (live bridge): RUNNING ones must carry their placement
+        (``instance_type``, ``count``, ``preference``, ``run_started_at``)."""
+        for job in jobs:
+            self.submit(job)
+
+    def report_progress(
+        self, job_id: str, now: int, work_done: Work, last_checkpoint: Work | None = None
+    ) -> None:
+        """Record progress the executor reports (work done at ``now``, last checkpoint)."""
+        job = self._state.jobs[job_id]
+        job.work_done = exact(work_done)
+        job.progress_at = now
+        if last_checkpoint is not None:
+            job.last_checkpoint = exact(last_checkpoint)
+        if job.state is JobState.RUNNING and job.instance_type is not None:
+            self._state.touch(job.instance_type)  # victim order may change
+
+    def complete(self, job_id: str, now: int) -> list[Decision]:
+        """A running job finished its work."""
+        job = self._state.jobs[job_id]
+        if job.state is not JobState.RUNNING:
+            return []
+        if job.duration is not None:
+            job.work_done = job.duration
+        job.progress_at = now
+        self._state.stop_running(job)
+        job.state = JobState.SUCCEEDED
+        job.finished_at = now
+        return [Decision("completed", job.id, now)]
+
+    def cancel(self, job_id: str, now: int) -> list[Decision]:
+        """Cancel a pending or running job; finished jobs are left alone."""
+        job = self._state.jobs[job_id]
+        if job.state in FINAL_STATES:
+            return []
+        if job.state is JobState.RUNNING:
+            job.work_done = self.work_at(job, now)
+            job.progress_at = now
+            self._state.stop_running(job)
+        else:
+            self._state.remove_pending(job)
+        job.state = JobState.CANCELLED
+        job.finished_at = now
+        return [Decision("cancelled", job.id, now)]
+
+    def set_priority(self, job_id: str, priority: int) -> None:
+        """Change a job's priority; it takes effect at the next cycle."""
+        st = self._state
+        job = st.jobs[job_id]
+        if job.state is JobState.RUNNING and job.instance_type is not None:
+            st.pools[job.instance_type].reprioritise(job, priority)
+            job.priority = priority
+            st.touch(job.instance_type)
+        elif job.state is JobState.PENDING:
+            st.remove_pending(job)
+            job.priority = priority
+            st.add_pending(job)
+        else:
+            job.priority = priority
+
+    def set_share(self, name: str, **fields: object) -> None:
+        """Change any share field; ``limits`` replaces the whole map.
+
+        Never stops a job by itself: usage beyond the new limit counts as borrowed and
+        becomes open to reclaim in the cycles that follow.
+        """
+        unknown = set(fields) - _SHARE_FIELDS
+        if unknown:
+            raise ValueError(f"unknown share fields: {sorted(unknown)}")
+        st = self._state
+        cfg = st.shares[name]
+        touched = set(cfg.limits)
+        touched.update(pool.name for pool in st.pools.values() if pool.usage.get(name))
+        for key, value in fields.items():
+            if key == "limits":
+                assert isinstance(value, dict)
+                value = {str(k): int(v) for k, v in value.items()}
+            elif key == "policy":
+                value = Policy(str(value))
+            setattr(cfg, key, value)
+        touched |= set(cfg.limits)
+        for pool in st.pools.values():
+            pool.recount()
+        for type_name in sorted(touched):
+            if type_name in st.pools:
+                st.touch(type_name)
+
+    def set_capacity(self, instance_type: str, capacity: int, now: int) -> list[Decision]:
+        """Change a type's capacity. A drop below usage stops jobs at once
+        (``capacity_lost``): jobs of shares still borrowing on the type first, then any,
+        in victim order, with a minimal victim set. Not counted against retries."""
+        st = self._state
+        pool = st.pools[instance_type]
+        pool.capacity = capacity
+        st.touch(instance_type)
+        if pool.total <= capacity:
+            return []
+        st.set_now(now)
+        out: list[Decision] = []
+        for victim in preemption.capacity_lost(
+            st.shares, pool, st.lost_work, pool.total - capacity
+        ):
+            cycle.preempt(st, victim, "capacity_lost", None, now, out)
+        return out
+
+    def schedule(self, now: int) -> list[Decision]:
+        """Run cycles at ``now`` until one admits and preempts nothing.
+
+        Returns admitted, preempted and failed decisions in the order they happened
+        (a victim's ``preempted`` before its preemptor's ``admitted``).
+        """
+        return cycle.schedule(self._state, now, self._incremental)
+
+    def timeouts(self, now: int) -> list[Decision]:
+        """Time out never-started jobs that have waited their max pending time.
+
+        Only jobs with at least one accelerated preference have a deadline.
+        """
+        out: list[Decision] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, job_id = heapq.heappop(self._deadlines)
+            job = self._state.jobs.get(job_id)
+            if job is None or job.state is not JobState.PENDING or job.started_at is not None:
+                continue
+            self._state.remove_pending(job)
+            job.state = JobState.TIMED_OUT
+            job.finished_at = now
+            out.append(Decision("timed_out", job.id, now))
+        return out
+
+    def copy(self) -> Engine:
+        """An independent copy for what-if previews (indices are rebuilt)."""
+        st = self._state
+        clone = Engine(
+            [replace(p.spec, capacity=p.capacity) for p in st.pools.values()],
+            list(st.shares.values()),
+            incremental=self._incremental,
+        )
+        cst = clone._state
+        for name, pool in st.pools.items():
+            cst.pools[name] = Pool(pool.spec, cst.shares, pool.capacity)
+        cst.clock = st.clock
+        cst.version = dict(st.version)
+        cst.now = st.now
+        cst.time_sensitive = set(st.time_sensitive)
+        cst.seq = st.seq
+        clone._deadlines = list(self._deadlines)
+        for job_id, job in st.jobs.items():
+            new = replace(job)
+            cst.jobs[job_id] = new
+            if new.state is JobState.PENDING:
+                cst.add_pending(new)
+            elif new.state is JobState.RUNNING:
+                cst.start_running(new)
+        return clone
+
+    # ------------------------------------------------------------------ internals
+
+    def _register_deadline(self, job: Job) -> None:
+        if job.max_pending is None or job.started_at is not None:
+            return
+        pools = self._state.pools
+        if any(
+            (pool := pools.get(p.instance_type)) is not None and pool.accelerated
+            for p in job.preferences
+        ):
+            heapq.heappush(self._deadlines, (job.submitted_at + job.max_pending, job.seq, job.id))

@@ -1,0 +1,196 @@
+"""Where a pending job would run: fits without preemption and the preference choice.
+
+A job of share S asking ``n`` of a pool fits without preemption when ``n <=
+maxfit(S)``: within ``free(S,T)`` (:mod:`scheduler.engine.accounting`) and either within
+its limit or, for ``LEND_AND_BORROW``, within its borrow cap. :func:`choose` is DESIGN's
+preference choice: the first preference that fits without preemption, else the first
+that fits with preemption (:func:`scheduler.engine.preemption.search`).
+
+:func:`bound` and :func:`largest_possible` are exact necessary conditions the candidate
+index uses to rule out whole classes of jobs at once; :func:`own_possible` says whether
+any placement of a class could stay within the share's limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from scheduler.engine import accounting
+from scheduler.engine.model import Job, Policy, ShareConfig
+from scheduler.engine.preemption import LostWork, reclaim_terms, search
+from scheduler.engine.state import Bound, Pool, PoolFacts
+
+_HUGE = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where and how a pending job would run, and whom it would stop for it."""
+
+    preference: int
+    instance_type: str
+    count: int
+    borrowed: int
+    victims: tuple[tuple[Job, str], ...] = ()
+    """(victim, rule) in pick order; rule is ``reclaim`` or ``priority``."""
+
+
+def maxfit(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str) -> int:
+    """Largest count the share can place on the pool without preemption (-1: none)."""
+    room = facts.maxfit.get(share)
+    if room is None:
+        _room(shares, pool, facts, share)
+        room = facts.maxfit[share]
+    return room
+
+
+def borrowed_after(shares: dict[str, ShareConfig], pool: Pool, share: str, count: int) -> int:
+    """How many of ``count`` more instances would lie beyond the share's limit."""
+    lim = shares[share].limits.get(pool.name, 0)
+    used = pool.usage.get(share, 0)
+    return accounting.borrowed(lim, used + count) - accounting.borrowed(lim, used)
+
+
+def bound(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str) -> Bound:
+    """The share's room on the pool for the necessary conditions (cached per state)."""
+    found = facts.bound.get(share)
+    if found is None:
+        _room(shares, pool, facts, share)
+        found = facts.bound[share]
+    return found
+
+
+def largest_possible(
+    shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str
+) -> int:
+    """Largest count any job of the share could place on the pool now, whatever its
+    priority, with or without preemption (-1: none): a job asking more surely fails."""
+    found = facts.largest.get(share)
+    if found is None:
+        _room(shares, pool, facts, share)
+        found = facts.largest[share]
+    return found
+
+
+def _room(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str) -> None:
+    """:func:`maxfit`, :func:`bound` and :func:`largest_possible` of one share, at once
+    (cached per state): a change of the pool needs all three of most shares."""
+    cfg = shares[share]
+    name = pool.name
+    lim = cfg.limits.get(name)
+    if lim is None:
+        facts.maxfit[share] = facts.largest[share] = -1
+        facts.bound[share] = Bound(-1, -1, 0, False, -_HUGE, -_HUGE)
+        return
+    used = pool.usage.get(share, 0)
+    reserved_by_others = facts.reserve_idle - accounting.reserved_idle(cfg.policy, lim, used)
+    free = accounting.free(pool.capacity, pool.total, reserved_by_others)
+    own_room = lim - used
+    if cfg.policy is Policy.LEND_AND_BORROW:
+        cap = cfg.borrow_cap(name)
+        borrow_room = _HUGE if cap is None else lim + cap - used
+        fit = min(free, free if cap is None else max(own_room, borrow_room))
+    else:
+        borrow_room = -_HUGE
+        fit = min(free, own_room)
+    facts.maxfit[share] = fit
+    base = pool.capacity - pool.total - reserved_by_others
+    if used < lim:
+        terms = facts.reclaim
+        if terms is None:
+            terms = facts.reclaim = reclaim_terms(shares, pool, facts)
+        base += sum(terms.values()) - terms.get(share, 0)
+    b = Bound(fit, lim, base, cfg.in_share_preemption, own_room, borrow_room)
+    facts.bound[share] = b
+    # the largest count ``preemption_may_help`` admits (it is monotone in the count), with
+    # every running job of the share below the job's priority
+    held = used if b.in_share else 0
+    reach = own_room + held
+    if held > 0:
+        reach = max(reach, borrow_room + held)
+    facts.largest[share] = max(fit, min(lim, base + held, reach))
+
+
+def own_possible(
+    shares: dict[str, ShareConfig], pool: Pool, share: str, count: int, priority: int
+) -> bool:
+    """Could a job of the share asking ``count`` (or more) be placed within the share's
+    limit, its in-share victims set aside? False rules out a non-borrowing placement."""
+    cfg = shares[share]
+    lim = cfg.limits.get(pool.name)
+    if lim is None:
+        return False
+    room = lim - pool.usage.get(share, 0)
+    if count <= room:
+        return True
+    if not cfg.in_share_preemption:
+        return False
+    return count <= room + pool.lower(share, priority)[1]
+
+
+Resolve = Callable[[str], tuple[Pool, PoolFacts, LostWork] | None]
+"""A type name to its pool, the pool's facts and lost work (None: unknown type)."""
+
+
+def fits(
+    shares: dict[str, ShareConfig],
+    pool: Pool,
+    facts: PoolFacts,
+    lost: LostWork,
+    share: str,
+    count: int,
+    priority: int,
+    time_sensitive: set[str],
+) -> bool:
+    """Does a job of the share asking ``count`` fit on the pool, with or without
+    preemption? Monotone: true for any smaller count and any higher priority."""
+    if count <= maxfit(shares, pool, facts, share):
+        return True
+    b = bound(shares, pool, facts, share)
+    found = search(shares, pool, facts, lost, b, share, count, priority, time_sensitive)
+    return found is not None
+
+
+def _options(job: Job, resolve: Resolve) -> Iterator[tuple[int, int, Pool, PoolFacts, LostWork]]:
+    """(index, count, pool, facts, lost work) of each preference on a known type."""
+    for index, pref in enumerate(job.preferences):
+        found = resolve(pref.instance_type)
+        if found is not None:
+            yield (index, pref.count, *found)
+
+
+def first_without_preemption(
+    shares: dict[str, ShareConfig], job: Job, resolve: Resolve
+) -> Placement | None:
+    """The first preference that fits without preemption."""
+    for index, count, pool, facts, _ in _options(job, resolve):
+        if count <= maxfit(shares, pool, facts, job.share):
+            borrowed = borrowed_after(shares, pool, job.share, count)
+            return Placement(index, pool.name, count, borrowed)
+    return None
+
+
+def first_with_preemption(
+    shares: dict[str, ShareConfig], job: Job, resolve: Resolve, time_sensitive: set[str]
+) -> Placement | None:
+    """The first preference that fits with preemption, and its victims."""
+    for index, count, pool, facts, lost in _options(job, resolve):
+        b = bound(shares, pool, facts, job.share)
+        result = search(
+            shares, pool, facts, lost, b, job.share, count, job.priority, time_sensitive
+        )
+        if result is not None:
+            victims, borrowed = result
+            return Placement(index, pool.name, count, borrowed, victims)
+    return None
+
+
+def choose(
+    shares: dict[str, ShareConfig], job: Job, resolve: Resolve, time_sensitive: set[str]
+) -> Placement | None:
+    """Preference choice: the first preference that fits without preemption, else the
+    first that fits with preemption, else None."""
+    return first_without_preemption(shares, job, resolve) or first_with_preemption(
+        shares, job, resolve, time_sensitive
+    )
