@@ -171,12 +171,26 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Bare web errors become the styled page, API errors JSON (governance/guards.py).
+    "governance.guards.ErrorPageMiddleware",
+    # Too long, NUL characters, too large: refused before any view runs.
+    "governance.guards.RequestGuardMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
+
+# Request bounds (governance/guards.py). A URL longer than MAX_URL_LENGTH gets 414 (keep
+# it below the server's own limit, gunicorn's --limit-request-line, so the client gets
+# the JSON answer); a body larger than MAX_BODY_BYTES gets 413; JSON nested deeper than
+# MAX_JSON_DEPTH gets 400.
+MAX_URL_LENGTH = env_int("MAX_URL_LENGTH", 4000)
+MAX_BODY_BYTES = env_int("MAX_BODY_BYTES", 2_621_440)
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_BODY_BYTES
+MAX_JSON_DEPTH = env_int("MAX_JSON_DEPTH", 32)
+CSRF_FAILURE_VIEW = "governance.guards.csrf_failure"
 
 ROOT_URLCONF = "governance.urls"
 WSGI_APPLICATION = "governance.wsgi.application"
@@ -245,7 +259,12 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "governance.api.pagination.BoundedLimitOffsetPagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "governance.guards.SafeJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "governance.api.errors.exception_handler",

@@ -4,6 +4,11 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+handler400 = "governance.guards.bad_request"
+handler403 = "governance.guards.permission_denied"
+handler404 = "governance.guards.page_not_found"
+handler500 = "governance.guards.server_error"
+
 urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("api/", include("governance.api.urls")),
