@@ -36,6 +36,7 @@ TITLES = {
     405: "Method not allowed",
     413: "Request too large",
     414: "Address too long",
+    429: "Too many attempts",
     500: "Server error",
 }
 
@@ -262,4 +263,17 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
         request,
         403,
         {"detail": ["The form expired or came from another site: reload the page and retry."]},
+    )
+
+
+def locked_out(request: HttpRequest, credentials: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """``AXES_LOCKOUT_CALLABLE``: the lockout answered in the shape the client reads."""
+    return error_response(request, 429, {"detail": [lockout_message()]})
+
+
+def lockout_message() -> str:
+    minutes = settings.AXES_COOLOFF_TIME.total_seconds() / 60
+    return (
+        "Too many failed sign-ins for this username from your address: try again in "
+        f"{minutes:g} minutes, or reset your password."
     )

@@ -43,7 +43,7 @@ class JobSerializer(serializers.ModelSerializer):
     """A job as the API shows it (DESIGN section 7), plus ``submitter`` and ``borrowed``."""
 
     instance_type: serializers.SlugRelatedField = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
+        slug_field="name", read_only=True, allow_null=True
     )
     submitter = serializers.CharField(source="submitter.username", read_only=True)
     team = serializers.IntegerField(source="share.team_id", read_only=True)
@@ -234,7 +234,7 @@ class JobViewSet(
             "the engine gives it (DESIGN section 4). Empty for a job that is not pending."
         ),
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def explain(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
         return Response(scheduling.explain_job(job))

@@ -41,6 +41,13 @@ class AuditEvent(models.TextChoices):
     JOB_CHECKPOINTED = "job.checkpointed"
     JOB_COMPLETED = "job.completed"
     JOB_LOST = "job.lost"
+    USER_CREATED = "user.created"
+    USER_UPDATED = "user.updated"
+    USER_ROLES_CHANGED = "user.roles_changed"
+    USER_DEACTIVATED = "user.deactivated"
+    USER_REACTIVATED = "user.reactivated"
+    TOKEN_CREATED = "user.token_created"
+    TOKEN_REVOKED = "user.token_revoked"
 
 
 GENESIS_HASH = "0" * 64
