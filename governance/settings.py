@@ -340,9 +340,10 @@ LOGOUT_REDIRECT_URL = "/login/"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
-        # Expiring, hashed tokens; the header stays "Authorization: Token <token>".
+        # Expiring, hashed tokens; the header stays "Authorization: Token <token>". First,
+        # so a request without valid credentials gets 401 with WWW-Authenticate: Token.
         "knox.auth.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     # Throttles (governance/api/throttles.py), counted in the shared Redis cache so every
     # web worker sees the same counts: sign-in attempts per address, anonymous requests
