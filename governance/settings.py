@@ -243,7 +243,9 @@ if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
-    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    if not SECURE_HSTS_PRELOAD:  # a deliberate choice, not an oversight to report
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
     # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from
     # clients), say so; never otherwise.
     if env_bool("SECURE_PROXY_SSL_HEADER", False):
@@ -441,4 +443,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # django-axes logs every failed sign-in at INFO; its lockouts are WARNINGs.
+    "loggers": {"axes": {"level": "WARNING"}},
 }
