@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG"}}
+    # Without what this test process has in its environment and a deployment would not
+    # (pytest-playwright sets DJANGO_ALLOW_ASYNC_UNSAFE for the browser tests).
+    unset = {"SECRET_KEY", "DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    environment = {k: v for k, v in os.environ.items() if k not in unset}
     environment.update(env)
     return subprocess.run(
         [sys.executable, "manage.py", *args],

@@ -138,7 +138,7 @@ def _validate(
     if retries is not None and (not _is_int(retries) or not 0 <= retries <= limits_.MAX_RETRIES):
         errors.add(
             "preemption_retries",
-            f"Must be empty (unlimited) or an integer from 0 to {limits_.MAX_RETRIES}.",
+            f"Must be empty (unlimited) or an integer >= 0 (at most {limits_.MAX_RETRIES}).",
         )
 
     for flag in ("in_share_preemption", "enabled"):

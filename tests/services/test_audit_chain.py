@@ -170,9 +170,10 @@ def test_concurrent_writers_keep_one_unbroken_chain() -> None:
     assert not AuditEntry.objects.filter(hash__isnull=True).exists()
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_demo_verifies_and_a_tampered_row_fails(tmp_path: Path) -> None:
     demo.load(tmp_path)
+    seal_now()
     out = StringIO()
     call_command("audit_verify", stdout=out)
     assert "audit chain intact" in out.getvalue()
