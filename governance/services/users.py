@@ -244,31 +244,40 @@ def roles_admin(names: Iterable[str]) -> bool:
     return roles.ADMIN_GROUP in names
 
 
+def _set_active(
+    *, actor: AnyUser | None, user: AbstractUser | int, active: bool, reason: str
+) -> AbstractUser:
+    """Switch ``is_active``; deactivating revokes every API token at once."""
+    with transaction.atomic():
+        locked = _lock_user(user)
+        if not active and actor is not None and actor.is_authenticated and actor.pk == locked.pk:
+            raise ValidationFailed({"detail": ["You cannot deactivate yourself."]})
+        if locked.is_active == active:
+            return locked
+        before = user_snapshot(locked)
+        locked.is_active = active
+        locked.save(update_fields=["is_active"])
+        after = user_snapshot(locked)
+        if not active:
+            after["tokens_revoked"], _ = AuthToken.objects.filter(user=locked).delete()
+        audit.record(
+            event_type=AuditEvent.USER_REACTIVATED if active else AuditEvent.USER_DEACTIVATED,
+            actor=actor,
+            subject=locked,
+            before=before,
+            after=after,
+            reason=reason,
+        )
+    return locked
+
+
 def user_deactivate(
     *, actor: AnyUser | None, user: AbstractUser | int, reason: str = ""
 ) -> AbstractUser:
     """Deactivate a user (admins): no sign-in, and every API token revoked at once. Their
     history (jobs, audit entries) stays. Audited as USER_DEACTIVATED."""
     _require_admin(actor, "deactivate users")
-    with transaction.atomic():
-        locked = _lock_user(user)
-        if actor is not None and actor.is_authenticated and actor.pk == locked.pk:
-            raise ValidationFailed({"detail": ["You cannot deactivate yourself."]})
-        if not locked.is_active:
-            return locked
-        before = user_snapshot(locked)
-        locked.is_active = False
-        locked.save(update_fields=["is_active"])
-        revoked, _ = AuthToken.objects.filter(user=locked).delete()
-        audit.record(
-            event_type=AuditEvent.USER_DEACTIVATED,
-            actor=actor,
-            subject=locked,
-            before=before,
-            after={**user_snapshot(locked), "tokens_revoked": revoked},
-            reason=reason,
-        )
-    return locked
+    return _set_active(actor=actor, user=user, active=False, reason=reason)
 
 
 def user_reactivate(
@@ -276,19 +285,4 @@ def user_reactivate(
 ) -> AbstractUser:
     """Let a deactivated user sign in again (admins). Audited as USER_REACTIVATED."""
     _require_admin(actor, "reactivate users")
-    with transaction.atomic():
-        locked = _lock_user(user)
-        if locked.is_active:
-            return locked
-        before = user_snapshot(locked)
-        locked.is_active = True
-        locked.save(update_fields=["is_active"])
-        audit.record(
-            event_type=AuditEvent.USER_REACTIVATED,
-            actor=actor,
-            subject=locked,
-            before=before,
-            after=user_snapshot(locked),
-            reason=reason,
-        )
-    return locked
+    return _set_active(actor=actor, user=user, active=True, reason=reason)
