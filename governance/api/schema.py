@@ -35,8 +35,34 @@ ALWAYS = ("400", "401", "403", "404", "405", "413", "414", "429")
 WRITES = ("post", "put", "patch", "delete")
 
 
+# Lists that also answer a plain array of every matching item (``?format=json``): their
+# JSON 200 is the page or that array.
+EXPORTS = {"/api/audit/": "AuditEntry"}
+
+
+def add_exports(result: dict[str, Any]) -> None:
+    for path, component in EXPORTS.items():
+        operation = result.get("paths", {}).get(path, {}).get("get")
+        if operation is None:
+            continue
+        content = operation["responses"]["200"]["content"]["application/json"]
+        item = {"$ref": f"#/components/schemas/{component}"}
+        content["schema"] = {
+            "oneOf": [
+                content["schema"],
+                {
+                    "type": "array",
+                    "items": item,
+                    "description": "With ?format=json: every matching entry, not one page.",
+                },
+            ]
+        }
+
+
 def add_error_responses(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-    """``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]``: add the error responses."""
+    """``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]``: add the error responses (and the
+    export shape of ``EXPORTS``)."""
+    add_exports(result)
     components = result.setdefault("components", {})
     components.setdefault("schemas", {})["Error"] = ERROR_SCHEMA
     ref = {"$ref": "#/components/schemas/Error"}
