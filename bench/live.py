@@ -402,7 +402,7 @@ def _submit_slots(
 
 
 def bench_latency(seconds: float, env: dict[str, str], logs: Path) -> None:
-    from rest_framework.authtoken.models import Token
+    from knox.models import AuthToken
 
     from governance.models import Job, JobEvent, Membership
 
@@ -413,7 +413,7 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path) -> None:
     share = _share(queue, "latency-team", {G5: 200})
     user = _user("latency-lead")
     Membership.objects.get_or_create(team=share.team, user=user, defaults={"role": "lead"})
-    Token.objects.create(user=user)
+    _, token = AuthToken.objects.create(user=user)
     name = f"bench-latency-{os.getpid()}@{os.uname().nodename}"
     port = free_port()
     with (
@@ -434,7 +434,6 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path) -> None:
 
         from django.db import connections
 
-        token = Token.objects.get(user=user).key
         connections.close_all()
         started = time.monotonic() + 0.5
         context = multiprocessing.get_context("fork")
@@ -492,7 +491,7 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path) -> None:
 def bench_makespan(env: dict[str, str], logs: Path) -> None:
     from django.db.models import Max, Min
     from django.utils import timezone
-    from rest_framework.authtoken.models import Token
+    from knox.models import AuthToken
 
     from governance.models import Job, JobState
     from scheduler import triggers
@@ -508,7 +507,7 @@ def bench_makespan(env: dict[str, str], logs: Path) -> None:
     share = _share(queue, "agent-team", {G5: slots})
     user = _user("bench-submitter")
     agent_user = _user("bench-agent", "agent")
-    token = Token.objects.create(user=agent_user).key
+    _, token = AuthToken.objects.create(user=agent_user)
     now = timezone.now()
     Job.objects.bulk_create(
         Job(

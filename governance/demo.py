@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
 from governance.models import JobQueue, Share
 from governance.roles import ADMIN_GROUP, AGENT_GROUP, REVIEWER_GROUP
 from governance.services import agreements, capacity, exceptions, jobs, priorities, shares, teams
+from governance.services import users as user_services
 
 MARKER_QUEUE = "aws-worked-example"
 
@@ -109,15 +109,22 @@ BANDS: list[dict[str, Any]] = [
 
 
 def _user(username: str, *groups: str, superuser: bool = False) -> Any:
+    """A demo user (password = username) through the user service, so it is audited.
+
+    The demo's passwords are deliberately trivial: they are set directly, past the
+    password validators a real user's password must pass.
+    """
     User = get_user_model()
-    user = User.objects.filter(username=username).first()
+    user: Any = User.objects.filter(username=username).first()
     if user is None:
-        user = User.objects.create_user(username=username, password=username)
+        user = user_services.user_create(actor=None, username=username, roles=groups)
+        user.set_password(username)
         user.is_staff = superuser
         user.is_superuser = superuser
-        user.save()
-    for name in groups:
-        user.groups.add(Group.objects.get_or_create(name=name)[0])
+        user.save(update_fields=["password", "is_staff", "is_superuser"])
+    elif groups:
+        wanted = sorted(set(user_services.user_roles(user)) | set(groups))
+        user_services.user_set_roles(actor=None, user=user, roles=wanted)
     return user
 
 

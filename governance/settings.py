@@ -9,6 +9,7 @@ variable, instead of running with a silently wrong setting. With no ``DATABASE_U
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -174,10 +175,18 @@ if not DATABASE_URL or not REDIS_URL:
         REDIS_URL = embedded.redis_url(DATA_DIR)
 
 DEBUG = env_bool("DEBUG", False)
+# Production mode (docs/operations.md, "Production settings"): HTTPS only, secure cookies,
+# HSTS, a real SECRET_KEY and mail server required. ``manage.py check --deploy`` passes.
+PRODUCTION = env_bool("PRODUCTION", False)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DEBUG: must be false when PRODUCTION is true")
 SECRET_KEY = env_str("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG and env_bool("REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY: must be set when REQUIRE_SECRET_KEY is true")
+    if PRODUCTION or (not DEBUG and env_bool("REQUIRE_SECRET_KEY", False)):
+        raise ImproperlyConfigured(
+            "SECRET_KEY: must be set in production (50+ random characters, e.g. from "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+        )
     SECRET_KEY = "insecure-development-key-set-SECRET_KEY-in-production"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -191,9 +200,12 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
+    "axes",
+    "csp",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
     "governance",
@@ -210,12 +222,99 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Bare web errors become the styled page, API errors JSON (governance/guards.py).
+    "governance.guards.ErrorPageMiddleware",
+    # Too long, NUL characters, too large: refused before any view runs.
+    "governance.guards.RequestGuardMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes asks: it answers a locked-out sign-in.
+    "axes.middleware.AxesMiddleware",
 ]
+
+AUTHENTICATION_BACKENDS = [
+    # django-axes first: it refuses a locked-out username/address before the password
+    # is even checked, and counts failures.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Lockout (django-axes): after AXES_FAILURE_LIMIT failed sign-ins of one username from one
+# address (web form or token endpoint), that pair is refused for AXES_COOLOFF_MINUTES;
+# a successful sign-in resets the count.
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("AXES_COOLOFF_MINUTES", 15.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "governance.guards.locked_out"
+# Behind a proxy set AXES_IPWARE_META_PRECEDENCE_ORDER as docs/operations.md says.
+AXES_VERBOSE = False
+
+# Content-Security-Policy (django-csp): everything from this origin only, no inline
+# script; inline style attributes stay allowed for the usage bars' widths.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    if not SECURE_HSTS_PRELOAD:  # a deliberate choice, not an oversight to report
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+    # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from
+    # clients), say so; never otherwise.
+    if env_bool("SECURE_PROXY_SSL_HEADER", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Mail (password reset, notifications): the console backend prints mails in development; production
+# names a real server.
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if PRODUCTION
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-shares@localhost")
+PASSWORD_RESET_TIMEOUT = env_int("PASSWORD_RESET_TIMEOUT", 3 * 3600)
+
+# Request bounds (governance/guards.py). A URL longer than MAX_URL_LENGTH gets 414 (keep
+# it below the server's own limit, gunicorn's --limit-request-line, so the client gets
+# the JSON answer); a body larger than MAX_BODY_BYTES gets 413; JSON nested deeper than
+# MAX_JSON_DEPTH gets 400.
+MAX_URL_LENGTH = env_int("MAX_URL_LENGTH", 4000)
+MAX_BODY_BYTES = env_int("MAX_BODY_BYTES", 2_621_440)
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_BODY_BYTES
+MAX_JSON_DEPTH = env_int("MAX_JSON_DEPTH", 32)
+CSRF_FAILURE_VIEW = "governance.guards.csrf_failure"
 
 ROOT_URLCONF = "governance.urls"
 WSGI_APPLICATION = "governance.wsgi.application"
@@ -267,7 +366,10 @@ DATABASES["default"]["OPTIONS"] = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
 LANGUAGE_CODE = "en-us"
@@ -290,12 +392,31 @@ LOGOUT_REDIRECT_URL = "/login/"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Expiring, hashed tokens; the header stays "Authorization: Token <token>". First,
+        # so a request without valid credentials gets 401 with WWW-Authenticate: Token.
+        "knox.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
     ],
+    # Throttles (governance/api/throttles.py), counted in the shared Redis cache so every
+    # web worker sees the same counts: sign-in attempts per address, anonymous requests
+    # per address, requests per signed-in user.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "governance.api.throttles.AnonThrottle",
+        "governance.api.throttles.UserThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": env_str("THROTTLE_ANON_RATE", "120/min"),
+        "user": env_str("THROTTLE_USER_RATE", "50000/hour"),
+        "sign_in": env_str("THROTTLE_SIGN_IN_RATE", "10/min"),
+    },
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "governance.api.pagination.BoundedLimitOffsetPagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "governance.guards.SafeJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "governance.api.errors.exception_handler",
@@ -307,6 +428,16 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Quota shares, priorities, exceptions, agreements, jobs and audit.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and its docs are for signed-in users (DESIGN section 7); Swagger UI is
+    # served from the project's static files (drf-spectacular-sidecar), not a CDN.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "governance.api.schema.add_error_responses",
+    ],
     "COMPONENT_SPLIT_REQUEST": True,
     # Jobs and exceptions both have a `state`; name their enums apart.
     "ENUM_NAME_OVERRIDES": {
@@ -316,6 +447,16 @@ SPECTACULAR_SETTINGS = {
         "NotificationKindEnum": "governance.models.notifications.NotificationKind",
     },
 }
+
+# API tokens (django-rest-knox): each expires API_TOKEN_TTL_HOURS after it is made.
+API_TOKEN_TTL_HOURS = env_int("API_TOKEN_TTL_HOURS", 24 * 30)
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(hours=API_TOKEN_TTL_HOURS),
+    "AUTH_HEADER_PREFIX": "Token",
+    "AUTO_REFRESH": False,
+}
+# Which cache counts throttled requests (tests use the per-process "default").
+THROTTLE_CACHE = env_str("THROTTLE_CACHE", "shared")
 
 # Celery: Redis is the broker; the database stays the source of truth.
 CELERY_BROKER_URL = celery_broker_url(REDIS_URL)
@@ -363,17 +504,15 @@ if DEMO_ACTIVITY_SECONDS > 0:
         "schedule": DEMO_ACTIVITY_SECONDS,
     }
 
-# Where people are sent by notifications (links in emails and webhooks), and how email
-# leaves: printed on the console unless EMAIL_BACKEND names another backend.
+# Where people are sent by notifications (links in emails and webhooks; mail settings
+# above).
 SITE_URL = env_str("SITE_URL", "http://localhost:8000")
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
-EMAIL_PORT = env_int("EMAIL_PORT", 25)
-DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-share@localhost")
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # django-axes logs every failed sign-in at INFO; its lockouts are WARNINGs.
+    "loggers": {"axes": {"level": "WARNING"}},
 }

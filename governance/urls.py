@@ -4,10 +4,32 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+handler400 = "governance.guards.bad_request"
+handler403 = "governance.guards.permission_denied"
+handler404 = "governance.guards.page_not_found"
+handler500 = "governance.guards.server_error"
+
 urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("api/", include("governance.api.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Django's password reset by email (the console backend prints the mail in development).
+    path("password-reset/", auth_views.PasswordResetView.as_view(), name="password_reset"),
+    path(
+        "password-reset/sent/",
+        auth_views.PasswordResetDoneView.as_view(),
+        name="password_reset_done",
+    ),
+    path(
+        "password-reset/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(),
+        name="password_reset_confirm",
+    ),
+    path(
+        "password-reset/done/",
+        auth_views.PasswordResetCompleteView.as_view(),
+        name="password_reset_complete",
+    ),
     path("", include("governance.web.urls")),
 ]

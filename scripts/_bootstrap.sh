@@ -1,7 +1,11 @@
 # shellcheck shell=bash
 # Sourced by scripts/run and scripts/test: go to the repository root and make sure .venv
-# exists and holds the project with its dev extras. The install is skipped when
-# pyproject.toml has not changed since the last one (a stamp file keyed on its hash).
+# exists and holds the project with its dev extras, at the versions pinned (with hashes)
+# in requirements.lock, so every machine gets the same ones. The install is skipped when
+# neither requirements.lock nor pyproject.toml changed since the last one (a stamp file
+# keyed on their hash). Update the lock with:
+#   .venv/bin/pip-compile --extra dev --generate-hashes --allow-unsafe --strip-extras \
+#       --no-emit-index-url --no-emit-find-links -o requirements.lock pyproject.toml
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -34,12 +38,14 @@ ensure_venv() {
 
   local hash stamp
   hash="$("$VENV/bin/python" -c \
-    'import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest()[:16])' \
-    pyproject.toml)"
+    'import hashlib, sys; print(hashlib.sha256(b"".join(open(f, "rb").read() for f in sys.argv[1:])).hexdigest()[:16])' \
+    requirements.lock pyproject.toml)"
   stamp="$VENV/.installed-$hash"
   if [[ ! -e "$stamp" ]]; then
-    echo "==> installing the project and its dev dependencies into .venv (a few minutes the first time)" >&2
-    "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet -e '.[dev]'
+    echo "==> installing the locked dependencies and the project into .venv (a few minutes the first time)" >&2
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet \
+      --require-hashes -r requirements.lock
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps -e .
     rm -f "$VENV"/.installed-*
     touch "$stamp"
   fi

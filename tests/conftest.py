@@ -76,3 +76,13 @@ def celery_worker_process(
 def _fast_password_hasher(settings: Any) -> None:
     """Hashing passwords properly costs ~100 ms each; tests create hundreds of users."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throttles(settings: Any) -> None:
+    """Throttles count in this process's cache, empty for each test: the shared Redis
+    would carry counts from one test (and one test run) to the next."""
+    from django.core.cache import caches
+
+    settings.THROTTLE_CACHE = "default"
+    caches["default"].clear()

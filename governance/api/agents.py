@@ -1,8 +1,9 @@
 """The external agent protocol (docs/agents.md): claim, report, complete, stop orders.
 
 An agent signs in with a token of a user in the ``agent`` group and serves one queue
-whose executor is ``agent``. Views are thin: they parse, check the role, call a service
-or a selector.
+whose executor is ``agent``; it acts only on runs that its credentials claimed
+(``services.runs`` enforces it). Views are thin: they parse, check the role, call a
+service or a selector.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from governance.models import Job
 from governance.selectors import jobs as job_selectors
 from governance.services import hooks, runs
 from governance.services.errors import ValidationFailed
+from governance.services.limits import DB_INT_MAX, MAX_SECONDS
 
 
 class IsAgent(BasePermission):
@@ -55,21 +57,40 @@ class ClaimedRun(serializers.Serializer[Any]):
         return int(job.preferences[job.preference or 0]["count"])
 
 
+AGENT_NAME_HELP = (
+    "the name the run was claimed under (optional): when given, it must be the claimant's"
+)
+
+
 class ReportIn(serializers.Serializer[Any]):
-    run = serializers.IntegerField(min_value=1)
+    run = serializers.IntegerField(min_value=1, max_value=DB_INT_MAX)
+    agent = serializers.CharField(
+        max_length=100, required=False, allow_blank=True, default="", help_text=AGENT_NAME_HELP
+    )
     kind = serializers.ChoiceField(choices=["started", "heartbeat", "checkpoint"])
-    progress = serializers.FloatField(required=False, allow_null=True, min_value=0)
+    progress = serializers.FloatField(
+        required=False, allow_null=True, min_value=0, max_value=float(MAX_SECONDS)
+    )
 
 
 class RunIn(serializers.Serializer[Any]):
-    run = serializers.IntegerField(min_value=1)
+    run = serializers.IntegerField(min_value=1, max_value=DB_INT_MAX)
     message = serializers.CharField(required=False, allow_blank=True, default="")
+    agent = serializers.CharField(
+        max_length=100, required=False, allow_blank=True, default="", help_text=AGENT_NAME_HELP
+    )
 
 
 class FinishIn(RunIn):
     """``complete``/``fail``, optionally claiming the next runs in the same round trip."""
 
-    agent = serializers.CharField(max_length=100, required=False, default="")
+    agent = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="the name the run was claimed under; needed with `claim_next`",
+    )
     claim_next = serializers.IntegerField(
         min_value=0,
         max_value=100,
@@ -125,9 +146,11 @@ class StopsView(APIView):
 
     @extend_schema(responses=StopOrder(many=True), tags=["agents"])
     def get(self, request: Request, queue_id: int) -> Response:
-        """Runs of this queue the scheduler preempted and the agent must stop."""
+        """Runs of this queue, claimed with these credentials, that the agent must stop."""
         queue = job_selectors.agent_queue(queue_id)
-        jobs = job_selectors.stop_orders(queue, agent=request.query_params.get("agent") or None)
+        jobs = job_selectors.stop_orders(
+            queue, agent=request.query_params.get("agent") or None, claimed_by=request.user
+        )
         return Response(StopOrder(jobs, many=True).data)
 
 
@@ -150,6 +173,7 @@ class ReportView(APIView):
             kind=data.validated_data["kind"],
             now=timezone.now(),
             work=data.validated_data.get("progress"),
+            agent=data.validated_data["agent"] or None,
         )
         return Response({"job": job.pk, "run": job.run, "stop": False})
 
@@ -198,7 +222,11 @@ class CompleteView(APIView):
             request,
             job_id,
             lambda f: runs.run_complete(
-                actor=request.user, job_id=job_id, run=f["run"], now=timezone.now()
+                actor=request.user,
+                job_id=job_id,
+                run=f["run"],
+                now=timezone.now(),
+                agent=f["agent"] or None,
             ),
         )
 
@@ -218,6 +246,7 @@ class FailView(APIView):
                 run=f["run"],
                 now=timezone.now(),
                 message=f["message"],
+                agent=f["agent"] or None,
             ),
         )
 
@@ -230,6 +259,10 @@ class StoppedView(APIView):
         data = RunIn(data=request.data)
         data.is_valid(raise_exception=True)
         job = runs.run_stop_acknowledged(
-            actor=request.user, job_id=job_id, run=data.validated_data["run"], now=timezone.now()
+            actor=request.user,
+            job_id=job_id,
+            run=data.validated_data["run"],
+            now=timezone.now(),
+            agent=data.validated_data["agent"] or None,
         )
         return Response({"job": job.pk, "state": job.state})

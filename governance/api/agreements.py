@@ -10,6 +10,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from governance.api.common import call_service
 from governance.api.idempotency import idempotent
 from governance.models import Agreement, AgreementVersion
 from governance.selectors import agreements as agreement_selectors
@@ -140,20 +141,21 @@ class AgreementViewSet(
     @extend_schema(request=AgreementCreateSerializer, responses={201: AgreementSerializer})
     @idempotent
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        parsed = AgreementCreateSerializer(data=request.data)
-        parsed.is_valid(raise_exception=True)
-        agreement = agreement_services.agreement_create(actor=request.user, **parsed.validated_data)
+        agreement = call_service(
+            AgreementCreateSerializer,
+            request.data,
+            lambda data: agreement_services.agreement_create(actor=request.user, **data),
+        )
         return self._show(agreement.pk, status.HTTP_201_CREATED)
 
     @extend_schema(request=AgreementPatchSerializer, responses={200: AgreementSerializer})
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         agreement_id = self._pk()
-        parsed = AgreementPatchSerializer(data=request.data, partial=False)
-        parsed.is_valid(raise_exception=True)
-        data = dict(parsed.validated_data)
-        version = data.pop("version")
-        reason = data.pop("reason")
-        agreement_services.agreement_update(
-            actor=request.user, agreement=agreement_id, version=version, reason=reason, **data
+        call_service(
+            AgreementPatchSerializer,
+            request.data,
+            lambda data: agreement_services.agreement_update(
+                actor=request.user, agreement=agreement_id, **data
+            ),
         )
         return self._show(agreement_id)

@@ -57,14 +57,17 @@ class InstanceTypeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Serv
         responses={201: InstanceTypeSerializer, **ERROR_RESPONSES},
     )
     def create(self, request: Request) -> Response:
-        data = self.parse(InstanceTypeWriteSerializer, partial=False)
-        itype = capacity_services.instance_type_create(
-            actor=request.user,
-            name=data.get("name", ""),
-            accelerated=data.get("accelerated"),
-            accelerators=data.get("accelerators", 0),
-            speed=data.get("speed", 1.0),
-            hourly_price=data.get("hourly_price", 0),
+        itype = self.call(
+            InstanceTypeWriteSerializer,
+            lambda data: capacity_services.instance_type_create(
+                actor=request.user,
+                name=data.get("name", ""),
+                accelerated=data.get("accelerated"),
+                accelerators=data.get("accelerators", 0),
+                speed=data.get("speed", 1.0),
+                hourly_price=data.get("hourly_price", 0),
+            ),
+            partial=False,
         )
         return Response(self.output(itype), status=status.HTTP_201_CREATED)
 
@@ -74,9 +77,12 @@ class InstanceTypeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Serv
     )
     def partial_update(self, request: Request, name: str | None = None) -> Response:
         itype = self.get_object()
-        changes = self.parse(InstanceTypeWriteSerializer, partial=True)
-        itype = capacity_services.instance_type_update(
-            actor=request.user, instance_type=itype, changes=changes
+        itype = self.call(
+            InstanceTypeWriteSerializer,
+            lambda changes: capacity_services.instance_type_update(
+                actor=request.user, instance_type=itype, changes=changes
+            ),
+            partial=True,
         )
         return Response(self.output(itype))
 
@@ -154,13 +160,16 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
         request=QueueWriteSerializer, responses={201: QueueSerializer, **ERROR_RESPONSES}
     )
     def create(self, request: Request) -> Response:
-        data = self.parse(QueueWriteSerializer, partial=False)
-        queue = capacity_services.queue_create(
-            actor=request.user,
-            name=data.get("name", ""),
-            description=data.get("description", ""),
-            executor=data.get("executor", Executor.SIMULATED),
-            capacity=data.get("capacity") or {},
+        queue = self.call(
+            QueueWriteSerializer,
+            lambda data: capacity_services.queue_create(
+                actor=request.user,
+                name=data.get("name", ""),
+                description=data.get("description", ""),
+                executor=data.get("executor", Executor.SIMULATED),
+                capacity=data.get("capacity") or {},
+            ),
+            partial=False,
         )
         return Response(self.output(queue), status=status.HTTP_201_CREATED)
 
@@ -169,10 +178,15 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
     )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         queue = self.get_object()
-        changes = self.parse(QueueWriteSerializer, partial=True)
-        reason = changes.pop("reason", "")
-        queue = capacity_services.queue_update(
-            actor=request.user, queue=queue, changes=changes, reason=reason
+        queue = self.call(
+            QueueWriteSerializer,
+            lambda changes: capacity_services.queue_update(
+                actor=request.user,
+                queue=queue,
+                changes={k: v for k, v in changes.items() if k != "reason"},
+                reason=changes.get("reason", ""),
+            ),
+            partial=True,
         )
         return Response(self.output(queue))
 

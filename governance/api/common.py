@@ -8,12 +8,22 @@ service with a message naming the field, not as a nested DRF error.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
+from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field
 from rest_framework import serializers, viewsets
+from rest_framework.exceptions import ValidationError
+from rest_framework.fields import SkipField, empty
 from rest_framework.request import Request
+
+from governance.services.errors import NotFound, PermissionDenied, ServiceError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @extend_schema_field({"type": "array", "items": {"type": "string"}})
@@ -62,10 +72,24 @@ class ServiceViewSet(viewsets.GenericViewSet):
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def parse(self, serializer_class: type[serializers.Serializer], *, partial: bool) -> Any:
-        """The request body parsed by ``serializer_class`` (types only) as a dict."""
+        """The request body parsed by ``serializer_class`` (types only) as a dict.
+
+        For a write, prefer ``call_service``: a type error here hides the service's rule
+        errors about the other fields.
+        """
         serializer = serializer_class(data=self.request.data, partial=partial)
         serializer.is_valid(raise_exception=True)
         return dict(serializer.validated_data)
+
+    def call(
+        self,
+        serializer_class: type[serializers.Serializer],
+        service: Callable[[Any], T],
+        *,
+        partial: bool,
+    ) -> T:
+        """``call_service`` on this request's body."""
+        return call_service(serializer_class, self.request.data, service, partial=partial)
 
     def output(self, instance: Any) -> Any:
         """The object re-read through the selector queryset, shaped for the response."""
@@ -75,3 +99,76 @@ class ServiceViewSet(viewsets.GenericViewSet):
 
 def actor_of(request: Request) -> Any:
     return request.user
+
+
+class _Rollback(Exception):
+    """Undoes a probing service call that passed its checks."""
+
+
+def _probe(service: Callable[[Any], Any], values: dict[str, Any]) -> ServiceError | None:
+    """Run ``service`` on ``values`` and undo whatever it wrote; return what it refused.
+
+    Nothing leaves the transaction: writes, audit entries and the scheduling requests
+    services queue for the commit are all rolled back.
+    """
+    try:
+        with transaction.atomic():
+            service(values)
+            raise _Rollback
+    except _Rollback:
+        return None
+    except ServiceError as refusal:
+        return refusal
+    except Exception:  # the placeholders of unreadable fields can trip it: no more to say
+        log.debug("probe of %s failed", service, exc_info=True)
+        return None
+
+
+def call_service(
+    serializer_class: type[serializers.Serializer],
+    data: Any,
+    service: Callable[[Any], T],
+    *,
+    partial: bool = False,
+    errors: Mapping[str, list[str]] | None = None,
+) -> T:
+    """Parse ``data`` and call ``service`` with the parsed fields: every problem at once.
+
+    When some fields cannot be read (a string for an integer, a body that is not an
+    object) or ``errors`` names edge problems, the service still runs on the fields that
+    could be read (unreadable ones are None, or left out of a partial update) inside a
+    transaction that is rolled back, so the 400 names the rule errors of the other fields
+    too, and a caller who may not act at all gets the service's 403 or 404 first.
+    """
+    serializer = serializer_class(data=data, partial=partial)
+    if serializer.is_valid() and not errors:
+        return service(dict(serializer.validated_data))
+    found: dict[str, list[str]] = {}
+    if isinstance(serializer.errors, Mapping):
+        found.update({key: list(value) for key, value in serializer.errors.items()})
+    for key, messages in (errors or {}).items():
+        found.setdefault(key, []).extend(messages)
+    source = data if isinstance(data, Mapping) else {}
+    values: dict[str, Any] = {}
+    for name, field in serializer.fields.items():
+        if field.read_only:
+            continue
+        if name in found:
+            if not partial:
+                values[name] = None
+            continue
+        try:
+            values[name] = field.run_validation(field.get_value(source))
+        except SkipField:
+            continue
+        except ValidationError:
+            if not partial and field.get_value(source) is empty:
+                values[name] = None
+    refusal = _probe(service, values)
+    if isinstance(refusal, PermissionDenied | NotFound):
+        raise refusal
+    if refusal is not None:
+        for key, messages in refusal.errors.items():
+            if key not in found:
+                found[key] = messages
+    raise ValidationError(found)

@@ -12,6 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from governance.api.common import call_service
 from governance.api.idempotency import idempotent
 from governance.models import PriorityException
 from governance.selectors import exceptions as exception_selectors
@@ -90,26 +91,29 @@ class PriorityExceptionViewSet(
     @extend_schema(request=ExceptionFileSerializer, responses={201: PriorityExceptionSerializer})
     @idempotent
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        parsed = ExceptionFileSerializer(data=request.data)
-        parsed.is_valid(raise_exception=True)
-        data = parsed.validated_data
-        exc = exception_services.exception_file(
-            actor=request.user,
-            team=data["team"],
-            job=data["job"],
-            share=data["share"],
-            priority=data["priority"],
-            justification=data["justification"],
-            wanted_by=data["wanted_by"],
-            expires_at=data["expires_at"],
+        exc = call_service(
+            ExceptionFileSerializer,
+            request.data,
+            lambda data: exception_services.exception_file(
+                actor=request.user,
+                team=data["team"],
+                job=data["job"],
+                share=data["share"],
+                priority=data["priority"],
+                justification=data["justification"],
+                wanted_by=data["wanted_by"],
+                expires_at=data["expires_at"],
+            ),
         )
         return self._show(exc.pk, status.HTTP_201_CREATED)
 
     def _decide(self, request: Request, service: Callable[..., PriorityException]) -> Response:
         exc_id = self._pk()
-        parsed = NoteSerializer(data=request.data)
-        parsed.is_valid(raise_exception=True)
-        service(actor=request.user, exception=exc_id, note=parsed.validated_data["note"])
+        call_service(
+            NoteSerializer,
+            request.data,
+            lambda data: service(actor=request.user, exception=exc_id, note=data["note"]),
+        )
         return self._show(exc_id)
 
     @extend_schema(request=NoteSerializer, responses={200: PriorityExceptionSerializer})

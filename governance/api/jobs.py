@@ -11,13 +11,14 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from governance.api.common import call_service
 from governance.api.idempotency import idempotent
 from governance.models import Job, JobEvent, JobKind
 from governance.selectors import jobs as job_selectors
 from governance.selectors import scheduling
 from governance.selectors.filters import JobFilter
 from governance.services import jobs as job_services
-from governance.services.errors import NotFound, ValidationFailed
+from governance.services.errors import NotFound
 
 
 class PreferenceSerializer(serializers.Serializer):
@@ -43,7 +44,7 @@ class JobSerializer(serializers.ModelSerializer):
     """A job as the API shows it (DESIGN section 7), plus ``submitter`` and ``borrowed``."""
 
     instance_type: serializers.SlugRelatedField = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
+        slug_field="name", read_only=True, allow_null=True
     )
     submitter = serializers.CharField(source="submitter.username", read_only=True)
     team = serializers.IntegerField(source="share.team_id", read_only=True)
@@ -150,21 +151,22 @@ class JobViewSet(
     @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
     @idempotent
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        parsed = JobSubmitSerializer(data=request.data)
-        parsed.is_valid(raise_exception=True)
-        data = parsed.validated_data
-        job = job_services.job_submit(
-            actor=request.user,
-            share=data["share"],
-            queue=data.get("queue"),
-            name=data["name"],
-            kind=data["kind"],
-            priority=data["priority"],
-            preferences=data["preferences"],
-            count=data["count"],
-            max_pending=data["max_pending"],
-            checkpoint_interval=data["checkpoint_interval"],
-            duration=data["duration"],
+        job = call_service(
+            JobSubmitSerializer,
+            request.data,
+            lambda data: job_services.job_submit(
+                actor=request.user,
+                share=data["share"],
+                queue=data.get("queue"),
+                name=data["name"],
+                kind=data["kind"],
+                priority=data["priority"],
+                preferences=data["preferences"],
+                count=data["count"],
+                max_pending=data["max_pending"],
+                checkpoint_interval=data["checkpoint_interval"],
+                duration=data["duration"],
+            ),
         )
         # Built from what the service returned (the job, its share and team, the
         # submitter, its one ``submitted`` event): re-reading it doubled a submission's cost.
@@ -177,18 +179,16 @@ class JobViewSet(
     )
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         job_id = self._pk()
-        extra = sorted(set(request.data) - {"priority", "reason"})
-        if extra:
-            raise ValidationFailed(
-                {field: ["Only priority can be changed on a job."] for field in extra}
-            )
-        parsed = JobPatchSerializer(data=request.data)
-        parsed.is_valid(raise_exception=True)
-        job_services.job_reprioritise(
-            actor=request.user,
-            job=job_id,
-            priority=parsed.validated_data["priority"],
-            reason=parsed.validated_data["reason"],
+        body = request.data
+        extra = sorted(set(body) - {"priority", "reason"}) if isinstance(body, dict) else []
+        # A body that is not an object (``null``) still meets the permission check first.
+        call_service(
+            JobPatchSerializer,
+            body,
+            lambda data: job_services.job_reprioritise(
+                actor=request.user, job=job_id, priority=data["priority"], reason=data["reason"]
+            ),
+            errors={field: ["Only priority can be changed on a job."] for field in extra},
         )
         return self._detail(job_id)
 
@@ -196,10 +196,12 @@ class JobViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job_id = self._pk()
-        parsed = JobCancelSerializer(data=request.data)
-        parsed.is_valid(raise_exception=True)
-        job_services.job_cancel(
-            actor=request.user, job=job_id, reason=parsed.validated_data["reason"]
+        call_service(
+            JobCancelSerializer,
+            request.data,
+            lambda data: job_services.job_cancel(
+                actor=request.user, job=job_id, reason=data["reason"]
+            ),
         )
         return self._detail(job_id)
 
@@ -211,7 +213,7 @@ class JobViewSet(
             "pending."
         ),
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def explain(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
         return Response(scheduling.explain_job(job))

@@ -65,15 +65,18 @@ class PriorityDefinitionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin
         responses={201: PriorityDefinitionSerializer, **ERROR_RESPONSES},
     )
     def create(self, request: Request) -> Response:
-        data = self.parse(PriorityDefinitionWriteSerializer, partial=False)
-        definition = priority_services.priority_definition_create(
-            actor=request.user,
-            name=data.get("name", ""),
-            min_priority=data.get("min_priority"),
-            max_priority=data.get("max_priority"),
-            criteria=data.get("criteria", ""),
-            usable_by=data.get("usable_by") or [],
-            exception_owner=data.get("exception_owner"),
+        definition = self.call(
+            PriorityDefinitionWriteSerializer,
+            lambda data: priority_services.priority_definition_create(
+                actor=request.user,
+                name=data.get("name", ""),
+                min_priority=data.get("min_priority"),
+                max_priority=data.get("max_priority"),
+                criteria=data.get("criteria", ""),
+                usable_by=data.get("usable_by", []),
+                exception_owner=data.get("exception_owner"),
+            ),
+            partial=False,
         )
         return Response(self.output(definition), status=status.HTTP_201_CREATED)
 
@@ -83,10 +86,15 @@ class PriorityDefinitionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin
     )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         definition = self.get_object()
-        changes = self.parse(PriorityDefinitionWriteSerializer, partial=True)
-        reason = changes.pop("reason", "")
-        definition = priority_services.priority_definition_update(
-            actor=request.user, definition=definition, changes=changes, reason=reason
+        definition = self.call(
+            PriorityDefinitionWriteSerializer,
+            lambda changes: priority_services.priority_definition_update(
+                actor=request.user,
+                definition=definition,
+                changes={k: v for k, v in changes.items() if k != "reason"},
+                reason=changes.get("reason", ""),
+            ),
+            partial=True,
         )
         return Response(self.output(definition))
 

@@ -106,22 +106,22 @@ class ShareViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
         request=ShareWriteSerializer, responses={201: ShareSerializer, **ERROR_RESPONSES}
     )
     def create(self, request: Request) -> Response:
-        data = self.parse(ShareWriteSerializer, partial=False)
-        if "queue" not in data:
-            # The service needs the queue to lock; say so the same way it would.
-            return Response({"queue": ["Choose the queue of the share."]}, status=400)
-        share = share_services.share_create(
-            actor=request.user,
-            queue=data["queue"],
-            team=data.get("team"),
-            name=data.get("name", ""),
-            limits=data.get("limits"),
-            policy=data.get("policy", Policy.RESERVE),
-            borrow_limit=data.get("borrow_limit"),
-            in_share_preemption=data.get("in_share_preemption", False),
-            preemption_retries=data.get("preemption_retries"),
-            enabled=data.get("enabled", True),
-            reason=data.get("reason", ""),
+        share = self.call(
+            ShareWriteSerializer,
+            lambda data: share_services.share_create(
+                actor=request.user,
+                queue=data.get("queue"),
+                team=data.get("team"),
+                name=data.get("name", ""),
+                limits=data.get("limits"),
+                policy=data.get("policy", Policy.RESERVE),
+                borrow_limit=data.get("borrow_limit"),
+                in_share_preemption=data.get("in_share_preemption", False),
+                preemption_retries=data.get("preemption_retries"),
+                enabled=data.get("enabled", True),
+                reason=data.get("reason", ""),
+            ),
+            partial=False,
         )
         return Response(self.output(share), status=status.HTTP_201_CREATED)
 
@@ -131,11 +131,16 @@ class ShareViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
     )
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         share = self.get_object()
-        changes = self.parse(ShareUpdateSerializer, partial=True)
-        version = changes.pop("version", None)
-        reason = changes.pop("reason", "")
-        share = share_services.share_update(
-            actor=request.user, share=share, version=version, changes=changes, reason=reason
+        share = self.call(
+            ShareUpdateSerializer,
+            lambda changes: share_services.share_update(
+                actor=request.user,
+                share=share,
+                version=changes.get("version"),
+                changes={k: v for k, v in changes.items() if k not in ("version", "reason")},
+                reason=changes.get("reason", ""),
+            ),
+            partial=True,
         )
         return Response(self.output(share))
 

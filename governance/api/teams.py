@@ -53,19 +53,27 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewS
 
     @extend_schema(request=TeamWriteSerializer, responses={201: TeamSerializer, **ERROR_RESPONSES})
     def create(self, request: Request) -> Response:
-        data = self.parse(TeamWriteSerializer, partial=False)
-        team = team_services.team_create(
-            actor=request.user,
-            name=data.get("name", ""),
-            description=data.get("description", ""),
-            leads=data.get("leads") or [],
-            members=data.get("members") or [],
+        team = self.call(
+            TeamWriteSerializer,
+            lambda data: team_services.team_create(
+                actor=request.user,
+                name=data.get("name", ""),
+                description=data.get("description", ""),
+                leads=data.get("leads") or [],
+                members=data.get("members") or [],
+            ),
+            partial=False,
         )
         return Response(self.output(team), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=TeamWriteSerializer, responses={200: TeamSerializer, **ERROR_RESPONSES})
     def partial_update(self, request: Request, pk: str | None = None) -> Response:
         team = self.get_object()
-        changes = self.parse(TeamWriteSerializer, partial=True)
-        team = team_services.team_update(actor=request.user, team=team, changes=changes)
+        team = self.call(
+            TeamWriteSerializer,
+            lambda changes: team_services.team_update(
+                actor=request.user, team=team, changes=changes
+            ),
+            partial=True,
+        )
         return Response(self.output(team))

@@ -1,13 +1,14 @@
 """API routes (DESIGN section 7). Each resource module registers its viewsets here."""
 
+from django.contrib.auth.decorators import login_required
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from governance.api import agents as agent_api
 from governance.api.agreements import AgreementViewSet
 from governance.api.audit import AuditEntryViewSet
+from governance.api.auth import ObtainTokenView
 from governance.api.capacity import InstanceTypeViewSet, QueueViewSet
 from governance.api.exceptions import PriorityExceptionViewSet
 from governance.api.jobs import JobViewSet
@@ -48,8 +49,14 @@ agent_urls = [
 
 urlpatterns = [
     *agent_urls,
-    path("auth/token/", obtain_auth_token, name="api-token"),
+    path("auth/token/", ObtainTokenView.as_view(), name="api-token"),
+    # Signed-in users only; the docs page sends a browser to the sign-in page first. The
+    # split view serves Swagger UI's start-up script as a file (no inline script: CSP).
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path(
+        "docs/",
+        login_required(SpectacularSwaggerSplitView.as_view(url_name="api-schema")),
+        name="api-docs",
+    ),
     *router.urls,
 ]

@@ -1,7 +1,7 @@
 """Governance data, one module per aggregate (DESIGN section 1 gives the meanings)."""
 
 from governance.models.agreements import Agreement, AgreementVersion
-from governance.models.audit import AuditEntry, AuditEvent, DecisionRule
+from governance.models.audit import AuditChainHead, AuditEntry, AuditEvent, DecisionRule
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
 from governance.models.exceptions import ExceptionState, PriorityException
 from governance.models.idempotency import IdempotencyKey
@@ -18,6 +18,7 @@ from governance.models.teams import Membership, MembershipRole, Team
 __all__ = [
     "Agreement",
     "AgreementVersion",
+    "AuditChainHead",
     "AuditEntry",
     "AuditEvent",
     "DecisionRule",

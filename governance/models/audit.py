@@ -57,6 +57,30 @@ class AuditEvent(models.TextChoices):
     JOB_CHECKPOINTED = "job.checkpointed"
     JOB_COMPLETED = "job.completed"
     JOB_LOST = "job.lost"
+    USER_CREATED = "user.created"
+    USER_UPDATED = "user.updated"
+    USER_ROLES_CHANGED = "user.roles_changed"
+    USER_DEACTIVATED = "user.deactivated"
+    USER_REACTIVATED = "user.reactivated"
+    TOKEN_CREATED = "user.token_created"
+    TOKEN_REVOKED = "user.token_revoked"
+
+
+GENESIS_HASH = "0" * 64
+
+
+class AuditChainHead(models.Model):
+    """The chain's newest link: one row (id 1), locked by each committing writer.
+
+    Written only by the database trigger of migration 0008, never by Python code.
+    """
+
+    id = models.SmallIntegerField(primary_key=True, default=1)
+    last_seq = models.BigIntegerField(default=0)
+    last_hash = models.CharField(max_length=64, default=GENESIS_HASH)
+
+    def __str__(self) -> str:
+        return f"audit chain at {self.last_seq}: {self.last_hash[:12]}"
 
 
 class AppendOnlyError(Exception):
@@ -109,6 +133,14 @@ class AuditEntry(models.Model):
     after = models.JSONField(null=True, blank=True)
     reason = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(db_index=True)
+    # The hash chain (migration 0008): set by the database when the writing transaction
+    # commits, so they stay null on the object ``create`` returns. ``chain_seq`` is the
+    # entry's place in the chain (commit order, which may differ from id order);
+    # ``hash`` = sha256(``prev_hash`` + the entry's content). ``audit_verify`` checks them.
+    # Null (not "") means not sealed yet: only inside the writing transaction.
+    chain_seq = models.BigIntegerField(null=True, blank=True, editable=False)
+    prev_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001
+    hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -73,6 +73,15 @@ class Job(models.Model):
     run = models.PositiveIntegerField(default=0)
     # External agents: who claimed the current run, and the stop order after a preemption.
     agent = models.CharField(max_length=100, blank=True, default="")
+    # The credential (an ``agent`` group user) that claimed the current run: only it may
+    # report on the run or acknowledge its stop order (DESIGN section 9).
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
     claimed_at = models.DateTimeField(null=True, blank=True)
     stop_requested_run = models.PositiveIntegerField(null=True, blank=True)
 

@@ -6,7 +6,9 @@ from django.db.models import Prefetch, QuerySet
 
 from governance.models import Job, JobEvent, JobQueue
 from governance.models.capacity import Executor
+from governance.roles import AnyUser
 from governance.services.errors import NotFound, ValidationFailed
+from governance.services.limits import valid_id
 
 
 def jobs() -> QuerySet[Job]:
@@ -26,7 +28,7 @@ def job_with_events(job_id: int) -> Job | None:
 
 def agent_queue(queue_id: int) -> JobQueue:
     """The queue an agent serves; it must be run by agents."""
-    queue = JobQueue.objects.filter(pk=queue_id).first()
+    queue = JobQueue.objects.filter(pk=queue_id).first() if valid_id(queue_id) else None
     if queue is None:
         raise NotFound({"detail": [f"no queue {queue_id}"]})
     if queue.executor != Executor.AGENT:
@@ -40,9 +42,14 @@ def agent_queue(queue_id: int) -> JobQueue:
     return queue
 
 
-def stop_orders(queue: JobQueue, *, agent: str | None = None) -> QuerySet[Job]:
-    """Runs of ``queue`` the scheduler preempted that their agent must still stop."""
+def stop_orders(
+    queue: JobQueue, *, agent: str | None = None, claimed_by: AnyUser | None = None
+) -> QuerySet[Job]:
+    """Runs of ``queue`` the scheduler preempted that their agent must still stop
+    (``claimed_by``: only those these credentials claimed)."""
     jobs = Job.objects.filter(queue=queue, stop_requested_run__isnull=False)
+    if claimed_by is not None:
+        jobs = jobs.filter(claimed_by_id=claimed_by.pk)
     if agent:
         jobs = jobs.filter(agent=agent)
     return jobs.order_by("id")

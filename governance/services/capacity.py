@@ -6,6 +6,7 @@ as type names, so a rename would silently re-point history. Create a new type in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -16,6 +17,7 @@ from governance.models import AuditEvent, InstanceType, JobQueue, QueueCapacity,
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.services import audit, hooks
+from governance.services import limits as limits_
 from governance.services.counts import write_type_counts
 from governance.services.errors import Errors, NotFound, ValidationFailed
 from governance.services.kit import is_int, require_admin
@@ -47,13 +49,22 @@ def _clean_type_fields(values: Mapping[str, Any], errors: Errors) -> dict[str, A
         clean["accelerated"] = values["accelerated"]
     if "accelerators" in values:
         value = values["accelerators"]
-        if not is_int(value) or value < 0:
-            errors.add("accelerators", "Must be an integer >= 0.")
+        if not is_int(value) or not 0 <= value <= limits_.MAX_ACCELERATORS:
+            errors.add("accelerators", f"Must be an integer from 0 to {limits_.MAX_ACCELERATORS}.")
         clean["accelerators"] = value
     if "speed" in values:
         value = values["speed"]
-        if not isinstance(value, int | float | Decimal) or isinstance(value, bool) or value <= 0:
-            errors.add("speed", "Must be a number > 0 (1.0 is the reference speed).")
+        if (
+            not isinstance(value, int | float | Decimal)
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+            or not 0 < value <= limits_.MAX_SPEED
+        ):
+            errors.add(
+                "speed",
+                f"Must be a number > 0 and at most {limits_.MAX_SPEED} "
+                "(1.0 is the reference speed).",
+            )
         clean["speed"] = value
     if "hourly_price" in values:
         value = values["hourly_price"]
@@ -210,8 +221,11 @@ def _clean_capacity(capacity: Any, errors: Errors) -> dict[InstanceType, int]:
         if type_name not in types:
             errors.add("capacity", f"{type_name}: no such instance type.")
             continue
-        if not is_int(count) or count < 0:
-            errors.add("capacity", f"{type_name}: the count must be an integer >= 0.")
+        if not is_int(count) or not 0 <= count <= limits_.MAX_INSTANCES:
+            errors.add(
+                "capacity",
+                f"{type_name}: the count must be an integer from 0 to {limits_.MAX_INSTANCES}.",
+            )
             continue
         clean[types[type_name]] = count
     return clean

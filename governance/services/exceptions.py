@@ -23,7 +23,7 @@ from governance.models.jobs import ACTIVE_STATES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.roles import AnyUser
 from governance.selectors import priorities as priority_selectors
-from governance.services import audit, hooks, notifications
+from governance.services import audit, hooks, limits, notifications
 from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
 from governance.services.jobs import apply_priority_change
 from governance.services.kit import is_int, lock_job
@@ -86,7 +86,7 @@ def exception_file(
     """
     team_id = team.pk if isinstance(team, Team) else team
     with transaction.atomic():
-        team_obj = Team.objects.filter(pk=team_id).first() if is_int(team_id) else None
+        team_obj = Team.objects.filter(pk=team_id).first() if limits.valid_id(team_id) else None
         if team_obj is None:
             raise ValidationFailed({"team": [f"No team with id {team_id}."]})
         if not roles.is_lead_of(actor, team_obj):
@@ -103,7 +103,11 @@ def exception_file(
             errors.add("job", message)
             errors.add("share", message)
         elif job_id is not None:
-            job_obj = Job.objects.select_related("share").filter(pk=job_id).first()
+            job_obj = (
+                Job.objects.select_related("share").filter(pk=job_id).first()
+                if limits.valid_id(job_id)
+                else None
+            )
             if job_obj is None:
                 errors.add("job", f"No job with id {job_id}.")
             elif job_obj.share.team_id != team_obj.pk:
@@ -113,7 +117,11 @@ def exception_file(
                     "job", f"Job {job_obj.pk} is {job_obj.state}; only active jobs can be raised."
                 )
         else:
-            share_obj = Share.objects.filter(pk=cast(int, share_id)).first()
+            share_obj = (
+                Share.objects.filter(pk=cast(int, share_id)).first()
+                if limits.valid_id(share_id)
+                else None
+            )
             if share_obj is None:
                 errors.add("share", f"No share with id {share_id}.")
             elif share_obj.team_id != team_obj.pk:

@@ -34,7 +34,7 @@ from governance.models.jobs import ACTIVE_STATES, MAX_PREFERENCES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.roles import AnyUser
 from governance.selectors import priorities as priority_selectors
-from governance.services import audit, hooks
+from governance.services import audit, hooks, limits
 from governance.services.errors import Errors, PermissionDenied, ValidationFailed
 from governance.services.kit import is_int, job_event, lock_job
 
@@ -125,8 +125,8 @@ def _resolve_preferences(
     Errors use the key ``preferences`` (messages name the 0-based index, as in
     ``preferences[1].count``) or ``count`` for the job-level count.
     """
-    if count is not None and (not is_int(count) or count < 1):
-        errors.add("count", "count must be an integer of at least 1, or null.")
+    if count is not None and (not is_int(count) or not 1 <= count <= limits.MAX_INSTANCES):
+        errors.add("count", f"count must be null or an integer from 1 to {limits.MAX_INSTANCES}.")
         count_ok = False
     else:
         count_ok = True
@@ -175,8 +175,11 @@ def _resolve_preferences(
             without_count.append(index)
         else:
             with_count += 1
-            if not is_int(pref_count) or pref_count < 1:
-                errors.add("preferences", f"{key}.count must be an integer of at least 1.")
+            if not is_int(pref_count) or not 1 <= pref_count <= limits.MAX_INSTANCES:
+                errors.add(
+                    "preferences",
+                    f"{key}.count must be an integer from 1 to {limits.MAX_INSTANCES}.",
+                )
         resolved.append({"instance_type": type_name, "count": pref_count})
     if count is not None and with_count:
         errors.add(
@@ -198,8 +201,7 @@ def _resolve_preferences(
 
 
 def _optional_positive(errors: Errors, field: str, value: Any) -> None:
-    if value is not None and (not is_int(value) or value < 1):
-        errors.add(field, f"{field} must be null or an integer of at least 1.")
+    limits.check_int(errors, field, value, minimum=1, maximum=limits.MAX_SECONDS, nullable=True)
 
 
 def _check_priority_range(errors: Errors, priority: Any) -> bool:
@@ -240,7 +242,7 @@ def job_submit(
     with transaction.atomic():
         share_obj = (
             Share.objects.select_related("queue", "team").filter(pk=share_id).first()
-            if is_int(share_id)
+            if limits.valid_id(share_id)
             else None
         )
         if share_obj is None:

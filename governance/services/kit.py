@@ -1,5 +1,5 @@
 """What every service needs and no service should write again: the admin check, integer
-checks, locking a job row, a job's timeline event."""
+checks (from ``limits``, re-exported), locking a job row, a job's timeline event."""
 
 from __future__ import annotations
 
@@ -9,17 +9,15 @@ from typing import Any
 from governance.models import Job, JobEvent
 from governance.roles import AnyUser, is_admin
 from governance.services.errors import NotFound, PermissionDenied
+from governance.services.limits import is_int, valid_id
+
+__all__ = ["is_int", "job_event", "lock_job", "require_admin", "valid_id"]
 
 
 def require_admin(actor: AnyUser, action: str) -> None:
     """Refuse ``action`` ("change capacity") to anyone but an admin."""
     if not is_admin(actor):
         raise PermissionDenied({"detail": [f"Only admins may {action}."]})
-
-
-def is_int(value: Any) -> bool:
-    """An integer, and not a bool (``True`` is an int to Python, never to a user)."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def lock_job(job: Job | int, *related: str) -> Job:
@@ -30,6 +28,8 @@ def lock_job(job: Job | int, *related: str) -> Job:
         .select_related(*related)
         .filter(pk=job_id)
         .first()
+        if valid_id(job_id)
+        else None
     )
     if found is None:
         raise NotFound({"detail": [f"No job with id {job_id}."]})

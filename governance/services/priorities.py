@@ -133,7 +133,8 @@ def priority_definition_create(
         "min_priority": min_priority,
         "max_priority": max_priority,
         "criteria": criteria if criteria is not None else "",
-        "usable_by": list(usable_by) if not isinstance(usable_by, str) else usable_by,
+        # Anything but a list or tuple is kept as given, for _validate to name the field.
+        "usable_by": list(usable_by) if isinstance(usable_by, list | tuple) else usable_by,
         "exception_owner": exception_owner,
     }
     with transaction.atomic():

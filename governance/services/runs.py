@@ -5,6 +5,13 @@ functions inside its cycle transaction with ``actor=None`` (the system); executo
 simulated fleet and external agents) report progress through the ``run_*`` reports.
 Every report names the job's ``run``: a late report from a run that was preempted since
 is refused, so it can never complete or checkpoint the next run.
+
+Executors act only on runs of their own queues that they hold (DESIGN section 9): a
+report with an ``actor`` (an agent's credentials) must be about a job of a queue run by
+agents, and about a run that this credential claimed (under the ``agent`` name it
+claimed with, when the report names one). ``actor=None`` is the system: the scheduler
+and the simulated fleet. Every refusal of a run that is over has one shape, a 409 with
+``{"run": [why], "current": {"job", "run", "state", "stop"}}``.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from governance.models import AuditEvent, DecisionRule, Job, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.services import audit, notifications
-from governance.services.errors import Conflict, ValidationFailed
+from governance.services.errors import Conflict, PermissionDenied, ValidationFailed
 from governance.services.hooks import queue_changed
 from governance.services.kit import job_event, lock_job
 from scheduler.engine import work
@@ -101,6 +108,7 @@ def run_admit(
     job.progress_at = None
     job.started_at = job.started_at or now
     job.agent = ""
+    job.claimed_by_id = None
     job.claimed_at = None
     job.last_heartbeat_at = None
     job.save(
@@ -114,6 +122,7 @@ def run_admit(
             "progress_at",
             "started_at",
             "agent",
+            "claimed_by",
             "claimed_at",
             "last_heartbeat_at",
         ]
@@ -267,21 +276,84 @@ def run_time_out(*, job: Job, now: datetime, explanation: str) -> Job:
     return job
 
 
-def _locked_running(job_id: int, run: int) -> Job:
-    job = lock_job(job_id, "share__team", "instance_type")
-    if job.run != run:
-        raise Conflict({"run": [f"run {run} is over; the job is on run {job.run}"]})
-    if job.state != JobState.RUNNING:
-        raise Conflict({"state": [f"the job is {job.state}, not RUNNING"]})
+def _locked_job(job_id: int) -> Job:
+    return lock_job(job_id, "share__team", "instance_type", "queue")
+
+
+def _run_conflict(job: Job, message: str) -> Conflict:
+    """The one 409 of the agent protocol: the run named is not one the agent can act on
+    any more; ``current`` says where the job is and whether to stop the run."""
+    return Conflict(
+        {"run": [message]},
+        current={
+            "job": job.pk,
+            "run": job.run,
+            "state": job.state,
+            "stop": True,
+        },
+    )
+
+
+def _check_agent_queue(job: Job, actor: AnyUser | None) -> None:
+    """Agent credentials act only on jobs of queues run by agents."""
+    if actor is not None and job.queue.executor != Executor.AGENT:
+        raise PermissionDenied(
+            {
+                "detail": [
+                    f"job {job.pk} is in queue {job.queue.name}, run by the "
+                    f"{job.queue.executor} executor: agents act only on queues run by agents"
+                ]
+            }
+        )
+
+
+def _check_holder(job: Job, actor: AnyUser | None, agent: str | None) -> None:
+    """Agent credentials act on a run only as the agent that claimed it."""
+    if actor is None:
+        return
+    if not job.agent or job.claimed_by_id is None:
+        raise PermissionDenied(
+            {"detail": [f"run {job.run} of job {job.pk} is held by no agent: claim it first"]}
+        )
+    if job.claimed_by_id != actor.pk or (agent and agent != job.agent):
+        raise PermissionDenied(
+            {
+                "detail": [
+                    f"run {job.run} of job {job.pk} is held by agent {job.agent}"
+                    f"{' under other credentials' if job.claimed_by_id != actor.pk else ''}, "
+                    "not by you"
+                ]
+            }
+        )
+
+
+def _locked_running(
+    job_id: int, run: int, actor: AnyUser | None = None, agent: str | None = None
+) -> Job:
+    """The job, locked, when ``run`` is its current, running run held by ``actor``."""
+    job = _locked_job(job_id)
+    _check_agent_queue(job, actor)
+    if job.run != run or job.state != JobState.RUNNING:
+        raise _run_conflict(
+            job,
+            f"run {run} of job {job.pk} is over: the job is {job.state} on run {job.run}; stop it",
+        )
+    _check_holder(job, actor, agent)
     return job
 
 
 @transaction.atomic
 def run_complete(
-    *, actor: AnyUser | None, job_id: int, run: int, now: datetime, work: float | None = None
+    *,
+    actor: AnyUser | None,
+    job_id: int,
+    run: int,
+    now: datetime,
+    work: float | None = None,
+    agent: str | None = None,
 ) -> Job:
     """The executor reports the run finished its work: the job succeeds and frees capacity."""
-    job = _locked_running(job_id, run)
+    job = _locked_running(job_id, run, actor, agent)
     before = _snapshot(job)
     job.state = JobState.SUCCEEDED
     job.finished_at = now
@@ -305,9 +377,17 @@ def run_complete(
 
 
 @transaction.atomic
-def run_fail(*, actor: AnyUser | None, job_id: int, run: int, now: datetime, message: str) -> Job:
+def run_fail(
+    *,
+    actor: AnyUser | None,
+    job_id: int,
+    run: int,
+    now: datetime,
+    message: str,
+    agent: str | None = None,
+) -> Job:
     """The executor reports the job's own failure (not a preemption): it ends as FAILED."""
-    job = _locked_running(job_id, run)
+    job = _locked_running(job_id, run, actor, agent)
     before = _snapshot(job)
     job.state = JobState.FAILED
     job.finished_at = now
@@ -339,6 +419,7 @@ def run_report(
     kind: str,
     now: datetime,
     work: float | None = None,
+    agent: str | None = None,
 ) -> Job:
     """A running job's ``started``, ``heartbeat`` or ``checkpoint`` report.
 
@@ -353,7 +434,7 @@ def run_report(
         raise ValidationFailed({"kind": [f"must be one of {', '.join(RUNNING_REPORTS)}"]})
     if kind == "checkpoint" and work is None:
         raise ValidationFailed({"progress": ["a checkpoint must report progress >= 0"]})
-    job = _locked_running(job_id, run)
+    job = _locked_running(job_id, run, actor, agent)
     if work is not None:
         if work < 0:
             raise ValidationFailed({"progress": ["must be >= 0"]})
@@ -424,9 +505,10 @@ def run_claim(
     )
     for job in jobs:
         job.agent = agent
+        job.claimed_by_id = actor.pk if actor.is_authenticated else None
         job.claimed_at = now
         job.last_heartbeat_at = now
-        job.save(update_fields=["agent", "claimed_at", "last_heartbeat_at"])
+        job.save(update_fields=["agent", "claimed_by", "claimed_at", "last_heartbeat_at"])
         job_event(job, now, "claimed", f"Claimed by agent {agent}.", run=job.run, agent=agent)
         if start:
             _record_started(job, actor, now)
@@ -434,11 +516,15 @@ def run_claim(
 
 
 @transaction.atomic
-def run_stop_acknowledged(*, actor: AnyUser | None, job_id: int, run: int, now: datetime) -> Job:
-    """The agent stopped a preempted run; the stop order is done."""
-    job = lock_job(job_id)
+def run_stop_acknowledged(
+    *, actor: AnyUser | None, job_id: int, run: int, now: datetime, agent: str | None = None
+) -> Job:
+    """The agent that held a preempted run stopped it; the stop order is done."""
+    job = _locked_job(job_id)
+    _check_agent_queue(job, actor)
     if job.stop_requested_run != run:
-        raise Conflict({"run": [f"no stop order is open for run {run}"]})
+        raise _run_conflict(job, f"no stop order is open for run {run} of job {job.pk}")
+    _check_holder(job, actor, agent)
     job.stop_requested_run = None
     job.save(update_fields=["stop_requested_run"])
     job_event(job, now, "stopped", f"Agent stopped run {run}.", run=run)
@@ -466,6 +552,7 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
     job.run_started_at = None
     job.progress_at = None
     job.agent = ""
+    job.claimed_by_id = None
     job.borrowed = 0
     job.save(
         update_fields=[
@@ -475,6 +562,7 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
             "run_started_at",
             "progress_at",
             "agent",
+            "claimed_by",
             "borrowed",
         ]
     )

@@ -28,6 +28,7 @@ from governance.models.jobs import ACTIVE_STATES
 from governance.models.shares import MAX_LIMITS_PER_SHARE, MAX_SHARES_PER_QUEUE
 from governance.roles import AnyUser
 from governance.services import audit, hooks, notifications
+from governance.services import limits as limits_
 from governance.services.counts import write_type_counts
 from governance.services.errors import (
     Conflict,
@@ -72,9 +73,15 @@ def share_snapshot(share: Share) -> dict[str, Any]:
     }
 
 
-def _lock_queue(queue: JobQueue | int) -> JobQueue:
-    queue_id = queue if isinstance(queue, int) else queue.pk
-    locked = JobQueue.objects.select_for_update().filter(pk=queue_id).first()
+def _lock_queue(queue: JobQueue | int | None) -> JobQueue:
+    if queue is None:
+        raise ValidationFailed({"queue": ["Choose the queue of the share."]})
+    queue_id = queue.pk if isinstance(queue, JobQueue) else queue
+    locked = (
+        JobQueue.objects.select_for_update().filter(pk=queue_id).first()
+        if limits_.valid_id(queue_id)
+        else None
+    )
     if locked is None:
         raise ValidationFailed({"queue": ["No such queue."]})
     return locked
@@ -106,11 +113,11 @@ def _validate(
 
     borrow_limit = values["borrow_limit"]
     if policy == Policy.LEND_AND_BORROW:
-        if not is_int(borrow_limit) or borrow_limit < -1:
+        if not is_int(borrow_limit) or not -1 <= borrow_limit <= limits_.MAX_BORROW_PERCENT:
             errors.add(
                 "borrow_limit",
-                "Must be -1 (unlimited) or a percent >= 0 of each limit "
-                "(200 = up to twice the limit on top).",
+                f"Must be -1 (unlimited) or a percent from 0 to {limits_.MAX_BORROW_PERCENT} "
+                "of each limit (200 = up to twice the limit on top).",
             )
     elif borrow_limit is not None and policy in Policy.values:
         errors.add(
@@ -119,8 +126,11 @@ def _validate(
         )
 
     retries = values["preemption_retries"]
-    if retries is not None and (not is_int(retries) or retries < 0):
-        errors.add("preemption_retries", "Must be empty (unlimited) or an integer >= 0.")
+    if retries is not None and (not is_int(retries) or not 0 <= retries <= limits_.MAX_RETRIES):
+        errors.add(
+            "preemption_retries",
+            f"Must be empty (unlimited) or an integer >= 0 (at most {limits_.MAX_RETRIES}).",
+        )
 
     for flag in ("in_share_preemption", "enabled"):
         if not isinstance(values[flag], bool):
@@ -146,8 +156,11 @@ def _validate(
                 f"{type_name}: queue {queue.name!r} has no capacity for this type "
                 f"(it has: {', '.join(sorted(capacity)) or 'none'}).",
             )
-        elif not is_int(count) or count < 0:
-            errors.add("limits", f"{type_name}: the limit must be an integer >= 0.")
+        elif not is_int(count) or not 0 <= count <= limits_.MAX_INSTANCES:
+            errors.add(
+                "limits",
+                f"{type_name}: the limit must be an integer from 0 to {limits_.MAX_INSTANCES}.",
+            )
         else:
             clean[capacity[type_name]] = count
     return clean

@@ -7,10 +7,10 @@ Page modules register their routes here (namespace ``web``); the navigation in
 
 from django.urls import path
 
+from governance.web import account, jobs, overview, queues, shares
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
 from governance.web import exceptions as exception_pages
-from governance.web import jobs, overview, queues, shares
 from governance.web import notifications as notification_pages
 from governance.web import priorities as priority_pages
 
@@ -39,6 +39,9 @@ urlpatterns: list = [
     path("jobs/<int:job_id>/partials/status/", jobs.job_status_partial, name="job-status-partial"),
     path("jobs/<int:job_id>/priority/", jobs.job_reprioritise, name="job-reprioritise"),
     path("jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job-cancel"),
+    # The signed-in user's API tokens.
+    path("account/tokens/", account.token_list, name="tokens"),
+    path("account/tokens/<str:key>/revoke/", account.token_revoke, name="token-revoke"),
 ]
 
 # Governance pages (exceptions, priorities, agreements, audit trail).

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from governance.models import AuditEntry, AuditEvent, Job, JobState
@@ -36,7 +36,7 @@ def world(celery_worker_process: Any) -> Any:
     share = make_share(queue, team, "live-share", {G5: 1}, in_share_preemption=True)
     lead = make_lead(team, "live_lead")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=lead).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {AuthToken.objects.create(user=lead)[1]}")
     return SimpleNamespace(queue=queue, share=share, lead=lead, client=client)
 
 

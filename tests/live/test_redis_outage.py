@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from celery import Celery
 from django.db import connection
-from rest_framework.authtoken.models import Token
+from knox.models import AuthToken
 from rest_framework.test import APIClient
 
 from governance.celery import app
@@ -160,7 +160,7 @@ def test_jobs_submitted_while_redis_is_down_are_admitted_once_it_is_back(
         share = make_share(queue, team, "outage-share", {G5: 20})
         lead = make_lead(team, "outage_lead")
         client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=lead).key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {AuthToken.objects.create(user=lead)[1]}")
 
         def submit(label: str) -> int:
             body = {

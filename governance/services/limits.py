@@ -1,0 +1,67 @@
+"""Upper bounds of every number a user can give, checked before anything is written.
+
+Each bound is what the quantity can sensibly be, and never more than its database column
+holds, so an absurd value is a 400 naming the field, not a server error or a job that
+waits forever.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from governance.services.errors import Errors
+
+# PostgreSQL ``integer`` (Django's IntegerField and PositiveIntegerField).
+DB_INT_MAX = 2**31 - 1
+# PostgreSQL ``bigint``: every primary key.
+DB_BIGINT_MAX = 2**63 - 1
+# Instances of one type a queue can hold, and so the largest count any share limit,
+# borrow limit or job preference can ask for: a count above every possible capacity
+# could never be placed.
+MAX_INSTANCES = 100_000
+# A borrow limit, in percent of each limit (10,000: up to a hundred times the limit).
+MAX_BORROW_PERCENT = 10_000
+# An instance type's speed relative to the reference type (1.0).
+MAX_SPEED = 1000.0
+# Accelerators on one instance.
+MAX_ACCELERATORS = 1024
+# Times in seconds (durations, checkpoint intervals, pending times): up to the column.
+MAX_SECONDS = DB_INT_MAX
+# Retries a share allows before a preempted job fails.
+MAX_RETRIES = 10_000
+# Versions of an optimistic-locking counter.
+MAX_VERSION = DB_INT_MAX
+
+
+def is_int(value: Any) -> bool:
+    """A JSON integer (``True`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(
+    errors: Errors,
+    field: str,
+    value: Any,
+    *,
+    minimum: int,
+    maximum: int,
+    nullable: bool = False,
+    label: str | None = None,
+) -> bool:
+    """Add an error for ``field`` unless ``value`` is an integer within bounds (or null
+    when ``nullable``); True when it is valid."""
+    if value is None and nullable:
+        return True
+    if is_int(value) and minimum <= value <= maximum:
+        return True
+    name = label or field
+    errors.add(
+        field,
+        f"{name} must be {'null or ' if nullable else ''}an integer from {minimum} to {maximum}.",
+    )
+    return False
+
+
+def valid_id(value: Any) -> bool:
+    """An integer that can name a row (a primary key); anything else names nothing."""
+    return is_int(value) and 1 <= value <= DB_BIGINT_MAX
