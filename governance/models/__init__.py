@@ -11,6 +11,7 @@ from governance.models.notifications import (
     NotificationKind,
     NotificationPreference,
 )
+from governance.models.plans import CapacityPlan, PlanState
 from governance.models.priorities import PriorityDefinition
 from governance.models.shares import Policy, Share, ShareLimit
 from governance.models.teams import Membership, MembershipRole, Team
@@ -21,6 +22,7 @@ __all__ = [
     "AuditChainHead",
     "AuditEntry",
     "AuditEvent",
+    "CapacityPlan",
     "DecisionRule",
     "ExceptionState",
     "IdempotencyKey",
@@ -35,6 +37,7 @@ __all__ = [
     "Notification",
     "NotificationKind",
     "NotificationPreference",
+    "PlanState",
     "Policy",
     "PriorityDefinition",
     "PriorityException",

@@ -64,6 +64,9 @@ class AuditEvent(models.TextChoices):
     USER_REACTIVATED = "user.reactivated"
     TOKEN_CREATED = "user.token_created"
     TOKEN_REVOKED = "user.token_revoked"
+    PLAN_CREATED = "plan.created"
+    PLAN_RESIZED = "plan.resized"
+    PLAN_ENDED = "plan.ended"
 
 
 GENESIS_HASH = "0" * 64

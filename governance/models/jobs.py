@@ -37,8 +37,9 @@ class Job(models.Model):
     )
     kind = models.CharField(max_length=16, choices=JobKind.choices, default=JobKind.TRAINING)
     priority = models.PositiveIntegerField(default=0)
-    # Ordered list of {"instance_type": name, "count": n}; counts are resolved at submission
-    # (a common count is copied into every preference and also kept in ``count``).
+    # Ordered list of {"instance_type": name, "count": n}, or {"plan": name, "count": n}
+    # for a capacity plan of the share (training jobs only); counts are resolved at
+    # submission (a common count is copied into every preference and kept in ``count``).
     preferences = models.JSONField()
     count = models.PositiveIntegerField(null=True, blank=True)
     max_pending = models.PositiveIntegerField(null=True, blank=True)
@@ -51,6 +52,14 @@ class Job(models.Model):
         InstanceType, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     preference = models.PositiveSmallIntegerField(null=True, blank=True)
+    # The capacity plan the current (or last) run was admitted on; null for on-demand.
+    plan = models.ForeignKey(
+        "governance.CapacityPlan",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+    )
     borrowed = models.PositiveIntegerField(default=0)
     preemptions = models.PositiveIntegerField(default=0)
     # Preemptions that count against the share's retry limit (lost capacity does not).

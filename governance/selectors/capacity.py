@@ -129,8 +129,10 @@ def queues_usage(queue_list: list[JobQueue]) -> list[QueueUsage]:
     ):
         shares_by_queue[share.queue_id].append(share)
     running_by_queue: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    # Jobs on a capacity plan hold the plan's instances, not the queue's: they count
+    # neither in a share's usage against its limits nor in the type's total (DESIGN 10).
     for job in Job.objects.filter(
-        queue_id__in=ids, state=JobState.RUNNING, instance_type__isnull=False
+        queue_id__in=ids, state=JobState.RUNNING, instance_type__isnull=False, plan__isnull=True
     ).values("queue_id", "share_id", "instance_type__name", "preferences", "preference", "count"):
         running_by_queue[job["queue_id"]].append(job)
     pending_by_queue: dict[int, list[Mapping[str, Any]]] = defaultdict(list)

@@ -20,6 +20,7 @@ from django.utils import timezone
 from governance import roles
 from governance.models import (
     AuditEvent,
+    CapacityPlan,
     ExceptionState,
     Job,
     JobKind,
@@ -59,6 +60,13 @@ def job_snapshot(job: Job) -> dict[str, Any]:
         "submitter": job.submitter_id,
         "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
     }
+
+
+def preference_text(pref: dict[str, Any]) -> str:
+    """A preference as people read it: "2 x ml.g5.xlarge" or "2 on plan vision-dec"."""
+    if pref.get("plan"):
+        return f"{pref.get('count')} on plan {pref['plan']}"
+    return f"{pref.get('count')} x {pref.get('instance_type')}"
 
 
 def _bands_configured() -> bool:
@@ -119,12 +127,22 @@ def _resolve_preferences(
     preferences: Any,
     count: Any,
     share_types: list[str],
+    *,
+    kind: Any = JobKind.TRAINING,
+    share_plans: dict[str, CapacityPlan] | None = None,
+    now: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Validate the preference list and return it with every count filled in.
 
-    Errors use the key ``preferences`` (messages name the 0-based index, as in
-    ``preferences[1].count``) or ``count`` for the job-level count.
+    Errors use the key ``preferences`` (messages name the 0-based index and the field,
+    as in ``preferences[1].count`` or ``preferences[0].plan``) or ``count`` for the
+    job-level count. A preference ``{"plan": NAME, "count": n}`` names a capacity plan
+    of the job's share (DESIGN section 10): only training jobs may name one, the plan
+    must not have ended, and ``instance_type`` may not be given with it (the plan's
+    type is implied). ``share_plans`` maps the share's plan names to the plans.
     """
+    share_plans = share_plans or {}
+    now = now or timezone.now()
     if count is not None and (not is_int(count) or not 1 <= count <= limits.MAX_INSTANCES):
         errors.add("count", f"count must be null or an integer from 1 to {limits.MAX_INSTANCES}.")
         count_ok = False
@@ -151,9 +169,27 @@ def _resolve_preferences(
         if not isinstance(pref, dict):
             errors.add("preferences", f'{key} must be an object {{"instance_type", "count"}}.')
             continue
-        unknown = sorted(set(pref) - {"instance_type", "count"})
+        unknown = sorted(set(pref) - {"instance_type", "count", "plan"})
         if unknown:
             errors.add("preferences", f"{key} has unknown field(s): {', '.join(unknown)}.")
+        if "plan" in pref:
+            plan_key = _check_plan_preference(errors, key, pref, kind, share_plans, now)
+            if plan_key is not None and plan_key in seen:
+                errors.add("preferences", f"{key}.plan {pref['plan']} is listed twice.")
+            if plan_key is not None:
+                seen.add(plan_key)
+            pref_count = pref.get("count")
+            if pref_count is None:
+                without_count.append(index)
+            else:
+                with_count += 1
+                if not is_int(pref_count) or not 1 <= pref_count <= limits.MAX_INSTANCES:
+                    errors.add(
+                        "preferences",
+                        f"{key}.count must be an integer from 1 to {limits.MAX_INSTANCES}.",
+                    )
+            resolved.append({"plan": pref.get("plan"), "count": pref_count})
+            continue
         type_name = pref.get("instance_type")
         if not isinstance(type_name, str) or not type_name:
             errors.add("preferences", f"{key}.instance_type is required.")
@@ -198,6 +234,47 @@ def _resolve_preferences(
         for pref in resolved:
             pref["count"] = count
     return resolved
+
+
+def _check_plan_preference(
+    errors: Errors,
+    key: str,
+    pref: dict[str, Any],
+    kind: Any,
+    share_plans: dict[str, CapacityPlan],
+    now: datetime,
+) -> str | None:
+    """Check a plan preference; its key in the list's duplicate check, or None."""
+    plan_name = pref.get("plan")
+    if "instance_type" in pref:
+        errors.add(
+            "preferences",
+            f"{key}.instance_type must not be given with a plan: the plan's type is used.",
+        )
+    if not isinstance(plan_name, str) or not plan_name:
+        errors.add("preferences", f"{key}.plan must be the name of one of the share's plans.")
+        return None
+    if kind != JobKind.TRAINING:
+        errors.add(
+            "preferences",
+            f"{key}.plan: only training jobs may name a capacity plan; a {kind} job uses "
+            "on-demand instance types.",
+        )
+    plan = share_plans.get(plan_name)
+    if plan is None:
+        names = ", ".join(sorted(n for n, p in share_plans.items() if p.end > now)) or "none"
+        errors.add(
+            "preferences",
+            f"{key}.plan {plan_name} is not a plan of this share; its active and upcoming "
+            f"plans are: {names}.",
+        )
+    elif plan.end <= now:
+        errors.add(
+            "preferences",
+            f"{key}.plan {plan_name} ended at {plan.end:%Y-%m-%d %H:%M} UTC; name an active "
+            "or upcoming plan.",
+        )
+    return "plan:" + plan_name
 
 
 def _optional_positive(errors: Errors, field: str, value: Any) -> None:
@@ -278,7 +355,10 @@ def job_submit(
             .order_by("instance_type__name")
             .values_list("instance_type__name", flat=True)
         )
-        resolved = _resolve_preferences(errors, preferences, count, share_types)
+        share_plans = {p.name: p for p in CapacityPlan.objects.filter(share=share_obj)}
+        resolved = _resolve_preferences(
+            errors, preferences, count, share_types, kind=kind, share_plans=share_plans
+        )
         for field, value in (
             ("max_pending", max_pending),
             ("checkpoint_interval", checkpoint_interval),
@@ -309,7 +389,7 @@ def job_submit(
             state=JobState.PENDING,
             submitted_at=now,
         )
-        prefs_text = ", ".join(f"{p['count']} x {p['instance_type']}" for p in resolved)
+        prefs_text = ", ".join(preference_text(p) for p in resolved)
         submitted = job_event(
             job,
             now,

@@ -1,0 +1,112 @@
+"""Reads of capacity plans for the API and the pages: lists, the plans a job may name,
+and each plan's usage (instances its running jobs hold), kept apart from on-demand."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, TypedDict
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from governance.models import CapacityPlan, Job, JobState, Share
+from governance.selectors.capacity import job_instances
+
+
+class PlanUsage(TypedDict):
+    id: int
+    name: str
+    share: int
+    share_name: str
+    instance_type: str
+    count: int
+    usage: int
+    state: str
+    start: str
+    end: str
+
+
+def plans() -> QuerySet[CapacityPlan]:
+    return CapacityPlan.objects.select_related("queue", "share", "share__team", "instance_type")
+
+
+def nameable_plans(share: Share | int, now: datetime | None = None) -> list[CapacityPlan]:
+    """The share's active and upcoming plans: what its training jobs may name."""
+    share_id = share.pk if isinstance(share, Share) else share
+    return list(
+        plans().filter(share_id=share_id, end__gt=now or timezone.now()).order_by("start", "name")
+    )
+
+
+def usage_by_plan(plan_ids: Iterable[int]) -> dict[int, int]:
+    """Instances held by the running jobs on each plan."""
+    out: dict[int, int] = defaultdict(int)
+    for job in Job.objects.filter(plan_id__in=list(plan_ids), state=JobState.RUNNING).values(
+        "plan_id", "preferences", "preference", "count"
+    ):
+        out[job["plan_id"]] += job_instances(job)
+    return dict(out)
+
+
+def queue_plans_usage(
+    queue_ids: Iterable[int], now: datetime | None = None
+) -> dict[int, list[PlanUsage]]:
+    """Per queue, every plan that has not ended (and those ended in the last day), with
+    its usage: plan capacity, shown apart from the queue's on-demand capacity."""
+    now = now or timezone.now()
+    found = list(
+        plans()
+        .filter(queue_id__in=list(queue_ids), end__gt=now - timedelta(days=1))
+        .order_by("start", "name")
+    )
+    usage = usage_by_plan(p.pk for p in found)
+    out: dict[int, list[PlanUsage]] = defaultdict(list)
+    for plan in found:
+        out[plan.queue_id].append(plan_usage_row(plan, usage.get(plan.pk, 0), now))
+    return dict(out)
+
+
+def plan_usage_row(plan: CapacityPlan, usage: int, now: datetime) -> PlanUsage:
+    return PlanUsage(
+        id=plan.pk,
+        name=plan.name,
+        share=plan.share_id,
+        share_name=plan.share.name,
+        instance_type=plan.instance_type.name,
+        count=plan.count,
+        usage=usage,
+        state=plan.state_at(now).value,
+        start=plan.start.isoformat(),
+        end=plan.end.isoformat(),
+    )
+
+
+def timeline(plan_list: list[CapacityPlan], now: datetime) -> dict[str, Any]:
+    """Layout of a plans timeline: each plan's bar as percentages of a window that spans
+    the plans shown (and now), for a server-rendered chart without JavaScript."""
+    if not plan_list:
+        return {"rows": [], "now_pct": None, "from": None, "to": None}
+    lo = min([now, *(p.start for p in plan_list)])
+    hi = max([now, *(p.end for p in plan_list)])
+    span = (hi - lo).total_seconds() or 1.0
+    usage = usage_by_plan(p.pk for p in plan_list)
+
+    def pct(moment: datetime) -> float:
+        return round(100 * (moment - lo).total_seconds() / span, 2)
+
+    rows = []
+    for plan in plan_list:
+        used = usage.get(plan.pk, 0)
+        rows.append(
+            {
+                "plan": plan,
+                "left": pct(plan.start),
+                "width": max(0.5, round(pct(plan.end) - pct(plan.start), 2)),
+                "usage": used,
+                "used_pct": round(100 * used / plan.count) if plan.count else 0,
+                "state": plan.state_at(now).value,
+            }
+        )
+    return {"rows": rows, "now_pct": pct(now), "from": lo, "to": hi}
