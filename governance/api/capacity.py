@@ -140,11 +140,29 @@ class TypeTotalsSerializer(serializers.Serializer):
     oversubscribed = serializers.BooleanField()
 
 
+class PlanUsageSerializer(serializers.Serializer):
+    """A capacity plan beside the queue's on-demand capacity (DESIGN section 10)."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    share = serializers.IntegerField()
+    share_name = serializers.CharField()
+    instance_type = serializers.CharField()
+    count = serializers.IntegerField()
+    usage = serializers.IntegerField(help_text="instances its running jobs hold")
+    state = serializers.CharField(help_text="upcoming, active or ended")
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+
+
 class QueueUsageSerializer(serializers.Serializer):
     queue = serializers.IntegerField()
     name = serializers.CharField()
-    types = TypeTotalsSerializer(many=True)
-    shares = ShareUsageSerializer(many=True)
+    types = TypeTotalsSerializer(many=True, help_text="on-demand capacity per type")
+    shares = ShareUsageSerializer(many=True, help_text="on-demand usage per share and type")
+    plans = PlanUsageSerializer(
+        many=True, help_text="capacity plans not ended (or ended within a day), apart"
+    )
 
 
 class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewSet):
@@ -193,6 +211,7 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
     @extend_schema(responses={200: QueueUsageSerializer, **ERROR_RESPONSES})
     @action(detail=True, methods=["get"], filterset_fields=[], pagination_class=None)
     def usage(self, request: Request, pk: str | None = None) -> Response:
-        """Per share and type: limit, usage, own, borrowed, lent, idle, pending."""
+        """Per share and type: limit, usage, own, borrowed, lent, idle, pending (on-demand
+        capacity); ``plans``: each capacity plan's count and usage, apart."""
         queue = self.get_object()
         return Response(capacity_selectors.queue_usage(queue))

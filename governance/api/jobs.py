@@ -22,9 +22,11 @@ from governance.services.errors import NotFound
 
 
 class PreferenceSerializer(serializers.Serializer):
-    """Schema of one preference; the job service validates the list itself."""
+    """Schema of one preference: an instance type, or a capacity plan of the job's share
+    (training jobs only; no ``instance_type`` then). The job service validates the list."""
 
-    instance_type = serializers.CharField()
+    instance_type = serializers.CharField(required=False)
+    plan = serializers.CharField(required=False, help_text="a capacity plan's name")
     count = serializers.IntegerField(required=False, allow_null=True)
 
 
@@ -49,6 +51,12 @@ class JobSerializer(serializers.ModelSerializer):
     submitter = serializers.CharField(source="submitter.username", read_only=True)
     team = serializers.IntegerField(source="share.team_id", read_only=True)
     preferences = serializers.SerializerMethodField()
+    plan: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="name",
+        read_only=True,
+        allow_null=True,
+        help_text="The capacity plan the current (or last) run was admitted on, if any.",
+    )
 
     class Meta:
         model = Job
@@ -67,6 +75,7 @@ class JobSerializer(serializers.ModelSerializer):
             "duration",
             "state",
             "instance_type",
+            "plan",
             "preference",
             "preemptions",
             "borrowed",

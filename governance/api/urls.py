@@ -13,6 +13,7 @@ from governance.api.capacity import InstanceTypeViewSet, QueueViewSet
 from governance.api.exceptions import PriorityExceptionViewSet
 from governance.api.jobs import JobViewSet
 from governance.api.notifications import NotificationViewSet
+from governance.api.plans import PlanViewSet
 from governance.api.priorities import PriorityDefinitionViewSet
 from governance.api.shares import ShareViewSet
 from governance.api.teams import TeamViewSet
@@ -30,6 +31,7 @@ router.register("exceptions", PriorityExceptionViewSet, basename="exception")
 router.register("agreements", AgreementViewSet, basename="agreement")
 router.register("audit", AuditEntryViewSet, basename="audit")
 router.register("notifications", NotificationViewSet, basename="notification")
+router.register("plans", PlanViewSet, basename="plan")
 
 
 agent_urls = [

@@ -15,18 +15,31 @@ so what people see is what the scheduler decides with:
   still follow this rule; the queue is then shown as oversubscribed.
 - ``pending(S,T)``: how many PENDING jobs of S have T as their *first* preference, so
   every pending job is counted once per share.
+- ``plans``: the queue's capacity plans (not ended, or ended within a day) with their
+  count and usage. Jobs running on a plan hold the plan's instances: they are in none
+  of the figures above (DESIGN section 10).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 from django.db.models import Count, Prefetch, QuerySet
 from django.db.models.fields.json import KT
+from django.utils import timezone
 
-from governance.models import InstanceType, Job, JobQueue, JobState, QueueCapacity, Share
+from governance.models import (
+    CapacityPlan,
+    InstanceType,
+    Job,
+    JobQueue,
+    JobState,
+    QueueCapacity,
+    Share,
+)
 from governance.models.shares import ShareLimit
 from governance.selectors.scheduling import ShareOnType, account_type
 
@@ -62,11 +75,45 @@ class TypeTotals(TypedDict):
     oversubscribed: bool
 
 
+class PlanUsage(TypedDict):
+    id: int
+    name: str
+    share: int
+    share_name: str
+    instance_type: str
+    count: int
+    usage: int
+    state: str
+    start: str
+    end: str
+
+
 class QueueUsage(TypedDict):
     queue: int
     name: str
     types: list[TypeTotals]
     shares: list[ShareUsage]
+    plans: list[PlanUsage]
+
+
+# Plans ended within this long still show beside the queue's usage (what just ended).
+RECENTLY_ENDED = timedelta(days=1)
+
+
+def plan_usage_row(plan: CapacityPlan, usage: int, now: datetime) -> PlanUsage:
+    """A plan's count and usage (its running jobs' instances), apart from on-demand."""
+    return PlanUsage(
+        id=plan.pk,
+        name=plan.name,
+        share=plan.share_id,
+        share_name=plan.share.name,
+        instance_type=plan.instance_type.name,
+        count=plan.count,
+        usage=usage,
+        state=plan.state_at(now).value,
+        start=plan.start.isoformat(),
+        end=plan.end.isoformat(),
+    )
 
 
 def instance_types() -> QuerySet[InstanceType]:
@@ -110,7 +157,7 @@ def queue_usage(queue: JobQueue) -> QueueUsage:
 
 
 def queues_usage(queue_list: list[JobQueue]) -> list[QueueUsage]:
-    """``queue_usage`` for several queues in a constant number of queries (five), so a page
+    """``queue_usage`` for several queues in a constant number of queries (six), so a page
     showing every queue does not run queries per queue. Same arithmetic, one source."""
     ids = [q.pk for q in queue_list]
     capacities: dict[int, dict[str, int]] = defaultdict(dict)
@@ -131,10 +178,30 @@ def queues_usage(queue_list: list[JobQueue]) -> list[QueueUsage]:
     running_by_queue: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     # Jobs on a capacity plan hold the plan's instances, not the queue's: they count
     # neither in a share's usage against its limits nor in the type's total (DESIGN 10).
+    on_plans: dict[int, int] = defaultdict(int)
     for job in Job.objects.filter(
-        queue_id__in=ids, state=JobState.RUNNING, instance_type__isnull=False, plan__isnull=True
-    ).values("queue_id", "share_id", "instance_type__name", "preferences", "preference", "count"):
-        running_by_queue[job["queue_id"]].append(job)
+        queue_id__in=ids, state=JobState.RUNNING, instance_type__isnull=False
+    ).values(
+        "queue_id",
+        "share_id",
+        "instance_type__name",
+        "preferences",
+        "preference",
+        "count",
+        "plan_id",
+    ):
+        if job["plan_id"] is not None:
+            on_plans[job["plan_id"]] += job_instances(job)
+        else:
+            running_by_queue[job["queue_id"]].append(job)
+    now = timezone.now()
+    plans_by_queue: dict[int, list[PlanUsage]] = defaultdict(list)
+    for plan in (
+        CapacityPlan.objects.filter(queue_id__in=ids, end__gt=now - RECENTLY_ENDED)
+        .select_related("share", "instance_type")
+        .order_by("start", "name")
+    ):
+        plans_by_queue[plan.queue_id].append(plan_usage_row(plan, on_plans[plan.pk], now))
     pending_by_queue: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     for row in (
         Job.objects.filter(queue_id__in=ids, state=JobState.PENDING)
@@ -151,6 +218,7 @@ def queues_usage(queue_list: list[JobQueue]) -> list[QueueUsage]:
             shares_by_queue[queue.pk],
             running_by_queue[queue.pk],
             pending_by_queue[queue.pk],
+            plans_by_queue[queue.pk],
         )
         for queue in queue_list
     ]
@@ -162,6 +230,7 @@ def _usage_of(
     share_list: list[Share],
     running: list[Mapping[str, Any]],
     first_choice: list[Mapping[str, Any]],
+    plan_rows: list[PlanUsage],
 ) -> QueueUsage:
     limits: dict[int, dict[str, int]] = {
         s.pk: {row.instance_type.name: row.count for row in s.limits.all()} for s in share_list
@@ -243,4 +312,5 @@ def _usage_of(
             )
             for share in share_list
         ],
+        plans=plan_rows,
     )

@@ -10,14 +10,17 @@ from typing import Any
 
 import django_filters
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from governance.models import (
     AuditEntry,
     AuditEvent,
+    CapacityPlan,
     ExceptionState,
     Job,
     JobKind,
     JobState,
+    PlanState,
     PriorityException,
 )
 from governance.models.jobs import ACTIVE_STATES
@@ -93,3 +96,27 @@ class AuditFilter(django_filters.FilterSet):
         self, queryset: QuerySet[AuditEntry], name: str, value: str
     ) -> QuerySet[AuditEntry]:
         return user_filter(queryset, "actor", value)
+
+
+class PlanFilter(django_filters.FilterSet):
+    """Capacity plans: by queue, share, team, type, and state at the time of asking."""
+
+    queue = django_filters.NumberFilter(field_name="queue_id")
+    share = django_filters.NumberFilter(field_name="share_id")
+    team = django_filters.NumberFilter(field_name="share__team_id")
+    instance_type = django_filters.CharFilter(field_name="instance_type__name")
+    state = django_filters.ChoiceFilter(choices=PlanState.choices, method="filter_state")
+
+    class Meta:
+        model = CapacityPlan
+        fields = ["queue", "share", "team", "instance_type", "state"]
+
+    def filter_state(
+        self, queryset: QuerySet[CapacityPlan], name: str, value: str
+    ) -> QuerySet[CapacityPlan]:
+        now = timezone.now()
+        if value == PlanState.UPCOMING:
+            return queryset.filter(start__gt=now)
+        if value == PlanState.ACTIVE:
+            return queryset.filter(start__lte=now, end__gt=now)
+        return queryset.filter(end__lte=now)

@@ -13,7 +13,9 @@ from governance.services.limits import valid_id
 
 def jobs() -> QuerySet[Job]:
     """Every job, newest first, with what its listing shows loaded in the same query."""
-    return Job.objects.select_related("queue", "share", "share__team", "submitter", "instance_type")
+    return Job.objects.select_related(
+        "queue", "share", "share__team", "submitter", "instance_type", "plan"
+    )
 
 
 def job_with_events(job_id: int) -> Job | None:

@@ -5,27 +5,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from datetime import datetime
+from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from governance.models import CapacityPlan, Job, JobState, Share
-from governance.selectors.capacity import job_instances
-
-
-class PlanUsage(TypedDict):
-    id: int
-    name: str
-    share: int
-    share_name: str
-    instance_type: str
-    count: int
-    usage: int
-    state: str
-    start: str
-    end: str
+from governance.selectors.capacity import (
+    RECENTLY_ENDED,
+    PlanUsage,
+    job_instances,
+    plan_usage_row,
+)
 
 
 def plans() -> QuerySet[CapacityPlan]:
@@ -58,7 +50,7 @@ def queue_plans_usage(
     now = now or timezone.now()
     found = list(
         plans()
-        .filter(queue_id__in=list(queue_ids), end__gt=now - timedelta(days=1))
+        .filter(queue_id__in=list(queue_ids), end__gt=now - RECENTLY_ENDED)
         .order_by("start", "name")
     )
     usage = usage_by_plan(p.pk for p in found)
@@ -66,21 +58,6 @@ def queue_plans_usage(
     for plan in found:
         out[plan.queue_id].append(plan_usage_row(plan, usage.get(plan.pk, 0), now))
     return dict(out)
-
-
-def plan_usage_row(plan: CapacityPlan, usage: int, now: datetime) -> PlanUsage:
-    return PlanUsage(
-        id=plan.pk,
-        name=plan.name,
-        share=plan.share_id,
-        share_name=plan.share.name,
-        instance_type=plan.instance_type.name,
-        count=plan.count,
-        usage=usage,
-        state=plan.state_at(now).value,
-        start=plan.start.isoformat(),
-        end=plan.end.isoformat(),
-    )
 
 
 def timeline(plan_list: list[CapacityPlan], now: datetime) -> dict[str, Any]:
