@@ -20,11 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.engine import (
+    JOB_KINDS,
+    TRAINING,
     Decision,
     Engine,
     InstanceType,
     Job,
     JobState,
+    Plan,
     Policy,
     Preference,
     ShareConfig,
@@ -37,7 +40,16 @@ MAX_LIMITS = 5
 MAX_PREFERENCES = 5
 MAX_PRIORITY = 9999
 
-_TOP_KEYS = {"instance_types", "shares", "jobs", "actions", "until", "version", "description"}
+_TOP_KEYS = {
+    "instance_types",
+    "shares",
+    "plans",
+    "jobs",
+    "actions",
+    "until",
+    "version",
+    "description",
+}
 _TYPE_KEYS = {"name", "capacity", "accelerated", "speed", "hourly_price"}
 _SHARE_KEYS = {
     "name",
@@ -58,12 +70,15 @@ _JOB_KEYS = {
     "checkpoint_interval",
     "restart_overhead",
     "max_pending",
+    "kind",
 }
+_PLAN_KEYS = {"name", "instance_type", "count", "share", "start", "end", "hourly_price"}
 _ACTION_KEYS = {
     "set_priority": {"at", "type", "job", "priority"},
     "set_share": {"at", "type", "share"} | (_SHARE_KEYS - {"name"}),
     "set_capacity": {"at", "type", "instance_type", "capacity"},
     "cancel": {"at", "type", "job"},
+    "set_plan": {"at", "type", "plan", "count"},
 }
 
 
@@ -248,6 +263,7 @@ def validate(data: object) -> list[str]:
             acc = item.get("accelerated")
             if acc is True or (acc is None and InstanceType(item["name"], 0).is_accelerated):
                 accelerated_types.add(item["name"])
+    plans = _validate_plans(v, data, types, shares)
     job_ids: set[str] = set()
     raw_jobs = data.get("jobs")
     if not isinstance(raw_jobs, list):
@@ -277,6 +293,9 @@ def validate(data: object) -> list[str]:
         v.number_field(path, item, "checkpoint_interval", nullable=True)
         v.int_field(path, item, "restart_overhead")
         v.int_field(path, item, "max_pending", nullable=True)
+        kind = item.get("kind", TRAINING)
+        if kind not in JOB_KINDS:
+            v.add(f"{path}.kind", f"must be one of {', '.join(JOB_KINDS)} (got {kind!r})")
         common = "count" in item
         if common:
             v.int_field(path, item, "count", minimum=1)
@@ -289,9 +308,11 @@ def validate(data: object) -> list[str]:
             if not isinstance(pref, dict):
                 v.add(ppath, "must be an object")
                 continue
-            v.unknown(ppath, pref, {"instance_type", "count"})
+            v.unknown(ppath, pref, {"instance_type", "count", "plan"})
             type_name = pref.get("instance_type")
-            if type_name is None:
+            if "plan" in pref:
+                _validate_plan_preference(v, ppath, pref, plans, share, kind)
+            elif type_name is None:
                 v.add(f"{ppath}.instance_type", "required")
             elif type_name not in types:
                 v.add(f"{ppath}.instance_type", f"unknown instance type {type_name!r}")
@@ -338,8 +359,81 @@ def validate(data: object) -> list[str]:
                 unknown = item.get("instance_type")
                 v.add(f"{path}.instance_type", f"unknown instance type {unknown!r}")
             v.int_field(path, item, "capacity", required=True)
+        elif kind == "set_plan":
+            if item.get("plan") is None:
+                v.add(f"{path}.plan", "required")
+            elif not isinstance(item["plan"], str) or item["plan"] not in plans:
+                v.add(f"{path}.plan", f"unknown plan {item['plan']!r}")
+            v.int_field(path, item, "count", required=True)
     v.int_field("", data, "until", nullable=True)
     return v.problems
+
+
+def _validate_plans(
+    v: _Validator, data: Mapping[str, Any], types: set[str], shares: set[str]
+) -> dict[str, str]:
+    """Check the top-level ``plans`` (DESIGN section 10); return plan name -> share."""
+    plans: dict[str, str] = {}
+    raw_plans = data.get("plans", [])
+    if raw_plans is None:
+        raw_plans = []
+    if not isinstance(raw_plans, list):
+        v.add("plans", "must be a list")
+        raw_plans = []
+    for i, item in enumerate(raw_plans):
+        path = f"plans[{i}]"
+        if not isinstance(item, dict):
+            v.add(path, "must be an object")
+            continue
+        v.unknown(path, item, _PLAN_KEYS)
+        name = item.get("name")
+        if not isinstance(name, str) or not name:
+            v.add(f"{path}.name", "required non-empty string")
+            name = None
+        elif name in plans:
+            v.add(f"{path}.name", f"duplicate plan {name!r}")
+            name = None
+        type_name = item.get("instance_type")
+        if type_name is None:
+            v.add(f"{path}.instance_type", "required")
+        elif type_name not in types:
+            v.add(f"{path}.instance_type", f"unknown instance type {type_name!r}")
+        share = item.get("share")
+        if share is None:
+            v.add(f"{path}.share", "required")
+        elif share not in shares:
+            v.add(f"{path}.share", f"unknown share {share!r}")
+        v.int_field(path, item, "count", required=True)
+        v.int_field(path, item, "start", required=True)
+        v.int_field(path, item, "end", required=True)
+        start, end = item.get("start"), item.get("end")
+        if isinstance(start, int) and isinstance(end, int) and _is_int(end) and end <= start:
+            v.add(f"{path}.end", f"must be after start ({start})")
+        v.number_field(path, item, "hourly_price", positive=False)
+        if name is not None:
+            plans[name] = share if isinstance(share, str) else ""
+    return plans
+
+
+def _validate_plan_preference(
+    v: _Validator,
+    ppath: str,
+    pref: Mapping[str, Any],
+    plans: Mapping[str, str],
+    share: object,
+    kind: object,
+) -> None:
+    """A preference ``{"plan", "count"}``: a known plan of the job's share, named by a
+    training job, without ``instance_type`` (it has the plan's type)."""
+    if "instance_type" in pref:
+        v.add(f"{ppath}.instance_type", "must not be given with a plan (it has the plan's type)")
+    name = pref["plan"]
+    if not isinstance(name, str) or name not in plans:
+        v.add(f"{ppath}.plan", f"unknown plan {name!r}")
+    elif kind != TRAINING:
+        v.add(f"{ppath}.plan", f"only training jobs may name a plan (this job is {kind!r})")
+    elif plans[name] != share:
+        v.add(f"{ppath}.plan", f"plan {name!r} belongs to share {plans[name]!r}, not {share!r}")
 
 
 # ---------------------------------------------------------------------------- running
@@ -374,11 +468,28 @@ def _build(data: Mapping[str, Any], incremental: bool = True) -> tuple[Engine, l
         )
         for s in data["shares"]
     ]
+    plans = [
+        Plan(
+            name=p["name"],
+            instance_type=p["instance_type"],
+            count=p["count"],
+            share=p["share"],
+            start=p["start"],
+            end=p["end"],
+            hourly_price=p.get("hourly_price", 0.0),
+        )
+        for p in data.get("plans") or []
+    ]
+    plan_types = {plan.name: plan.instance_type for plan in plans}
     specs = []
     for index, raw in enumerate(data["jobs"]):
         common = raw.get("count")
         prefs = tuple(
-            Preference(p["instance_type"], p["count"] if common is None else common)
+            Preference(
+                plan_types[p["plan"]] if "plan" in p else p["instance_type"],
+                p["count"] if common is None else common,
+                p.get("plan"),
+            )
             for p in raw["preferences"]
         )
         interval = raw.get("checkpoint_interval")
@@ -392,9 +503,11 @@ def _build(data: Mapping[str, Any], incremental: bool = True) -> tuple[Engine, l
             checkpoint_interval=exact(interval) if interval is not None else None,
             restart_overhead=raw.get("restart_overhead", 0),
             duration=exact(raw["duration"]),
+            kind=raw.get("kind", TRAINING),
+            order=index,
         )
         specs.append(_Spec(index, raw["id"], job))
-    return Engine(types, shares, incremental=incremental), specs
+    return Engine(types, shares, plans=plans, incremental=incremental), specs
 
 
 def run(
@@ -468,6 +581,7 @@ def run(
             done.append((index, job_id))
         for _, job_id in sorted(done):
             emit(engine.complete(job_id, now))
+        emit(engine.advance_plans(now))  # plan ends, then plan starts (DESIGN section 10)
         while next_act < len(actions) and actions[next_act][1]["at"] == now:
             action = actions[next_act][1]
             _apply_action(engine, action, now, by_id, submitted, cancelled_early, emit)
@@ -505,6 +619,8 @@ def _apply_action(
         engine.set_share(action["share"], **fields)
     elif kind == "set_capacity":
         emit(engine.set_capacity(action["instance_type"], action["capacity"], now))
+    elif kind == "set_plan":
+        emit(engine.set_plan(action["plan"], action["count"], now))
     elif kind == "cancel":
         job_id = str(action["job"])
         if job_id in submitted:

@@ -20,42 +20,61 @@ Reading order (each module names one part of DESIGN section 2)
    rules over every pending job, what ``Engine(incremental=False)`` runs.
 8. :mod:`~scheduler.engine.facade`: :class:`Engine`, the thin object callers use;
    :mod:`~scheduler.engine.explain` words the reasons from public accounting.
+9. :mod:`~scheduler.engine.plans`: capacity plans (DESIGN section 10), a pool of their
+   own with its fit, victims and count drop; :mod:`~scheduler.engine.plan_life` their
+   start, resize and end.
 
 Public API
 ----------
 Data: :class:`InstanceType` ``(name, capacity, speed=1, accelerated=None,
 hourly_price=0)``, :class:`ShareConfig` ``(name, limits, policy=RESERVE,
 borrow_limit=-1, in_share_preemption=False, preemption_retries=None)``, :class:`Job`,
-:class:`Preference` ``(instance_type, count)``, :class:`Decision`, :class:`Reason`.
+:class:`Preference` ``(instance_type, count, plan=None)`` (a plan preference gives the
+plan's type), :class:`Plan` ``(name, instance_type, count, share, start, end,
+hourly_price=0)``, :class:`Decision` (``plan`` set for a run on a plan),
+:class:`Reason`. A job's ``kind`` is ``training`` (the default) or ``processing``; only
+training jobs of the plan's share may name a plan (``submit`` raises ValueError).
 
-State and rules: :class:`Engine` ``(instance_types, shares)``
+State and rules: :class:`Engine` ``(instance_types, shares, *, plans=())``
 
 * ``submit(job)``, ``restore(jobs)`` (any state, for the live bridge)
 * ``complete(job_id, now)``, ``cancel(job_id, now)`` -> decisions
 * ``set_priority(job_id, priority)``, ``set_share(name, **fields)``,
   ``set_capacity(type, capacity, now)`` -> ``capacity_lost`` decisions
 * ``report_progress(job_id, now, work_done, last_checkpoint=None)``
-* ``schedule(now)`` -> decisions of the cycles at ``now`` (run to a fixpoint)
-* ``timeouts(now)`` -> ``timed_out`` decisions; ``next_deadline()``
+* ``add_plan(plan)``; ``set_plan(name, count, now)`` -> ``capacity_lost`` decisions;
+  ``advance_plans(now)`` -> ``plan_ended`` decisions (and activates started plans)
+* ``schedule(now)`` -> decisions of the cycles at ``now`` (run to a fixpoint), after
+  ``advance_plans(now)`` if not yet done at ``now``
+* ``timeouts(now)`` -> ``timed_out`` decisions; ``next_deadline()`` (max pending
+  deadlines, plan starts and ends)
 * ``explain(job_id)`` -> one :class:`Reason` per preference
+* ``plans``, ``plan_usage(name)`` -> :class:`PlanUsage` (count, usage, active, jobs):
+  plan capacity apart from on-demand, which ``accounting`` never includes
 * ``accounting(type)`` -> per-share limit/usage/own/borrowed/idle/free;
   ``type_account(type)`` the whole :class:`~scheduler.engine.accounting.TypeAccount`
 * ``job(id)``, ``jobs()``, ``pending_jobs()``, ``pending_count()``, ``instance_types``,
   ``shares``, ``work_at``/``lost_work_at``/``finish_time``
 * ``copy()`` -> independent engine for what-if previews
 
-Order within one instant (the caller's job): completions, actions (priority, share,
-capacity changes, cancellations), submissions, ``schedule(now)``, ``timeouts(now)``.
+Order within one instant (the caller's job): completions, ``advance_plans(now)`` (plan
+ends), actions (priority, share, capacity and plan changes, cancellations), submissions,
+``schedule(now)``, ``timeouts(now)``.
 """
 
-from scheduler.engine.facade import Engine, Placement, ShareUsage
+from scheduler.engine.facade import Engine, Placement, PlanUsage, ShareUsage
 from scheduler.engine.model import (
+    JOB_KINDS,
+    PLAN_REASON_CODES,
+    PROCESSING,
     REASON_CODES,
+    TRAINING,
     UNLIMITED,
     Decision,
     InstanceType,
     Job,
     JobState,
+    Plan,
     Policy,
     Preference,
     Reason,
@@ -64,10 +83,15 @@ from scheduler.engine.model import (
     default_accelerated,
     exact,
     plain,
+    plan_pool,
 )
 
 __all__ = [
+    "JOB_KINDS",
+    "PLAN_REASON_CODES",
+    "PROCESSING",
     "REASON_CODES",
+    "TRAINING",
     "UNLIMITED",
     "Decision",
     "Engine",
@@ -75,6 +99,8 @@ __all__ = [
     "Job",
     "JobState",
     "Placement",
+    "Plan",
+    "PlanUsage",
     "Policy",
     "Preference",
     "Reason",
@@ -84,4 +110,5 @@ __all__ = [
     "default_accelerated",
     "exact",
     "plain",
+    "plan_pool",
 ]

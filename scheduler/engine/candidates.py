@@ -35,13 +35,14 @@ def cycle_key(job: Job) -> Key:
 
 
 def smallest_counts(job: Job) -> dict[str, int]:
-    """Per type of a job's preferences, the smallest count it asks there: the job may
-    fit on the type exactly when that count may (a fit is monotone in the count)."""
+    """Per pool of a job's preferences (a type, or a plan), the smallest count it asks
+    there: the job may fit on the pool exactly when that count may (a fit is monotone in
+    the count)."""
     counts: dict[str, int] = {}
     for pref in job.preferences:
-        old = counts.get(pref.instance_type)
+        old = counts.get(pref.pool)
         if old is None or pref.count < old:
-            counts[pref.instance_type] = pref.count
+            counts[pref.pool] = pref.count
     return counts
 
 

@@ -37,6 +37,9 @@ from scheduler.engine.placement import (
 from scheduler.engine.state import CycleStart, Pool, PoolFacts, QueueState
 from scheduler.engine.work import checkpoint_at, lost_work_at, norm
 
+UNCOUNTED_RULES = frozenset({"capacity_lost", "plan_ended"})
+"""Preemptions the job did not yield to anyone for: not counted against its retries."""
+
 MAX_CYCLES_PER_INSTANT = 100_000
 """Safety net only: cycles at one instant stop on their own when nothing changes."""
 
@@ -57,9 +60,9 @@ def preempt(
     state: QueueState, victim: Job, rule: str, by: str | None, now: int, out: list[Decision]
 ) -> None:
     """Stop a running job: it keeps its last checkpoint, loses the rest, and is requeued
-    with its original submission time unless its retries are exhausted."""
-    assert victim.instance_type is not None
-    speed = state.pools[victim.instance_type].speed
+    with its original submission time unless its retries are exhausted. Lost capacity
+    and a plan's end are not counted against the retries (UNCOUNTED_RULES)."""
+    speed = state.pool_of(victim).speed
     saved = checkpoint_at(victim, speed, now)
     lost = lost_work_at(victim, speed, now)
     state.stop_running(victim)
@@ -68,7 +71,7 @@ def preempt(
     victim.progress_at = now
     victim.recomputed = norm(victim.recomputed + lost)
     victim.preemptions += 1
-    if rule != "capacity_lost":
+    if rule not in UNCOUNTED_RULES:
         victim.counted_preemptions += 1
     out.append(
         Decision(
@@ -80,6 +83,7 @@ def preempt(
             rule=rule,
             by=by,
             lost_work=lost,
+            plan=victim.plan,
         )
     )
     retries = state.shares[victim.share].preemption_retries
@@ -99,6 +103,7 @@ def admit(state: QueueState, job: Job, placement: Placement, now: int, out: list
     state.remove_pending(job)
     job.state = JobState.RUNNING
     job.instance_type = name
+    job.plan = placement.plan
     job.count = placement.count
     job.preference = placement.preference
     job.borrowed = placement.borrowed
@@ -108,7 +113,12 @@ def admit(state: QueueState, job: Job, placement: Placement, now: int, out: list
     job.progress_at = now
     job.run_overhead = job.restart_overhead if job.preemptions else 0
     state.start_running(job)
-    if state.pools[name].usage[job.share] > state.shares[job.share].limits.get(name, 0):
+    key = placement.pool or name
+    if placement.plan is not None:
+        # only the plan's share runs there: it gains a possible in-share victim, if any
+        in_share = state.shares[job.share].in_share_preemption
+        state.touch(key, only_for=job.share, eases=in_share)
+    elif state.pools[name].usage[job.share] > state.shares[job.share].limits.get(name, 0):
         state.touch(name)  # a new borrower: more to reclaim for everyone
     else:
         # within its limit: every other share only sees usage grow (less room, the same
@@ -126,6 +136,7 @@ def admit(state: QueueState, job: Job, placement: Placement, now: int, out: list
             preference=placement.preference,
             borrowed=placement.borrowed,
             rule="borrow" if placement.borrowed else "own",
+            plan=placement.plan,
         )
     )
 
@@ -160,7 +171,7 @@ def reference_cycle(state: QueueState, now: int, out: list[Decision]) -> bool:
     for job in order:
         if job.state is not JobState.PENDING:
             continue  # admitted, or preempted again after it: the next cycle decides
-        if any(state.version.get(p.instance_type, 0) > stamp for p in job.preferences):
+        if any(state.version.get(p.pool, 0) > stamp for p in job.preferences):
             placement = choose(state.shares, job, resolve, state.time_sensitive)
         else:
             placement = tentative[job.id]  # its types are as they were: the same choice
@@ -250,7 +261,7 @@ class _Cycle:
         """The pair's classes whose first job may fit: asking no more than the share
         could place at all, and not yet proven not to fit."""
         state = self.state
-        pool = state.pools.get(pair[0])
+        pool = state.pool(pair[0])
         if pool is None:
             return []  # an unknown type: nothing ever fits there
         classes = state.index.classes_of(pair)
@@ -289,6 +300,7 @@ class _Cycle:
         index = state.index
         shares = state.shares
         pools = state.pools
+        plans = state.plans
         heap = self.heap
         done = self.done
         deferred = self.borrows if group == 0 else {}
@@ -308,7 +320,7 @@ class _Cycle:
                 continue
             job = jobs[at]
             share = cls.share
-            pool = pools[cls.pool]
+            pool = pools.get(cls.pool) or plans[cls.pool]
             pair = (cls.pool, share)
             if group == 0 and not own_possible(shares, pool, share, cls.count, job.priority):
                 if self._borrows(share):
@@ -360,14 +372,14 @@ class _Cycle:
     def _leave(self, job: Job) -> None:
         self.done.add(job.id)
         for pref in job.preferences:
-            self.unresolved.add((pref.instance_type, job.share))
+            self.unresolved.add((pref.pool, job.share))
 
     def _tentative(self, job: Job) -> Placement | None:
         """Record whether the job's tentative placement borrows; return its placement
         now when that is the same (none of its pools changed in this cycle)."""
         state = self.state
         starts = self.starts
-        if not any(p.instance_type in starts for p in job.preferences):
+        if not any(p.pool in starts for p in job.preferences):
             placement = choose(state.shares, job, state.resolve, state.time_sensitive)
             self.borrows[job.id] = placement is not None and placement.borrowed > 0
             return placement
@@ -393,10 +405,12 @@ class _Cycle:
     def _admit(self, job: Job, placement: Placement) -> None:
         """Admit, keeping the pool's state at the cycle's start for later tentatives."""
         state = self.state
-        name = placement.instance_type
+        name = placement.pool or placement.instance_type
         start = self.starts.get(name)
         if start is None:
-            start = self.starts[name] = CycleStart(state.pools[name])
+            pool = state.pool(name)
+            assert pool is not None
+            start = self.starts[name] = CycleStart(pool)
         for victim, _ in placement.victims:
             start.victims[victim.id] = (victim, state.lost_work(victim))
             self.done.add(victim.id)

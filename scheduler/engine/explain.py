@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from scheduler.engine.accounting import ShareAccount, TypeAccount
 from scheduler.engine.model import Job, Policy, Preference, Reason, ShareConfig
+from scheduler.engine.plans import PlanPool
 
 
 def _plural(count: int, word: str = "instance") -> str:
@@ -89,4 +90,32 @@ def reason_for(
         f"Share '{share.name}' may borrow {count} {type_name}, but only {free} of the queue's "
         f"{capacity} are free to it ({in_use} in use, {reserved} kept idle for RESERVE "
         "shares): wait for capacity to free up, or ask lenders to lend.",
+    )
+
+
+def plan_reason(pool: PlanPool, index: int, pref: Preference) -> Reason:
+    """Why a plan preference waits (DESIGN section 10): the first of plan_not_active,
+    plan_too_small, else plan_full; section 4's codes never apply to a plan."""
+    plan = pool.plan
+    count = pref.count
+    if not pool.active:
+        return Reason(
+            index,
+            "plan_not_active",
+            f"Plan '{plan.name}' runs from {plan.start} to {plan.end} and is not active now: "
+            "the job runs on its other preferences meanwhile, or waits for the plan's start.",
+        )
+    if count > pool.capacity:
+        return Reason(
+            index,
+            "plan_too_small",
+            f"Plan '{plan.name}' has {_plural(pool.capacity)} of {plan.instance_type} and this "
+            f"preference asks for {count}: lower the count or grow the plan.",
+        )
+    return Reason(
+        index,
+        "plan_full",
+        f"Plan '{plan.name}' has {_plural(pool.capacity)} of {plan.instance_type}, "
+        f"{pool.total} in use by the share's jobs, so {count} more do not fit: wait for "
+        "them to finish, or let the job fall back to an on-demand preference.",
     )

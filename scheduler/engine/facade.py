@@ -16,28 +16,31 @@ import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from scheduler.engine import accounting, cycle, preemption, work
-from scheduler.engine.explain import reason_for
+from scheduler.engine import accounting, cycle, plan_life, preemption, work
+from scheduler.engine.explain import plan_reason, reason_for
 from scheduler.engine.model import (
     FINAL_STATES,
     Decision,
     InstanceType,
     Job,
     JobState,
+    Plan,
     Policy,
     Reason,
     ShareConfig,
     Work,
     exact,
+    plan_pool,
 )
 from scheduler.engine.placement import Placement
+from scheduler.engine.plans import PlanPool
 from scheduler.engine.state import Pool, QueueState
 
 _SHARE_FIELDS = frozenset(
     {"policy", "borrow_limit", "limits", "in_share_preemption", "preemption_retries"}
 )
 
-__all__ = ["Engine", "Placement", "ShareUsage"]
+__all__ = ["Engine", "Placement", "PlanUsage", "ShareUsage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,20 @@ class ShareUsage:
     free: int
 
 
+@dataclass(frozen=True, slots=True)
+class PlanUsage:
+    """A capacity plan now (DESIGN section 10): its count, the instances its jobs hold,
+    and whether it is active; for pages and API (plan capacity apart from on-demand)."""
+
+    plan: str
+    instance_type: str
+    share: str
+    count: int
+    usage: int
+    active: bool
+    jobs: tuple[str, ...]
+
+
 class Engine:
     """Scheduling state of one job queue and every rule that changes it.
 
@@ -67,14 +84,18 @@ class Engine:
         instance_types: Iterable[InstanceType],
         shares: Iterable[ShareConfig],
         *,
+        plans: Iterable[Plan] = (),
         incremental: bool = True,
     ) -> None:
         """``incremental=False`` makes every cycle examine every pending job as DESIGN
-        words it; same decisions, only slower: it exists so tests can prove exactly that."""
+        words it; same decisions, only slower: it exists so tests can prove exactly that.
+        ``plans`` are added in order (:meth:`add_plan`)."""
         self._incremental = incremental
         self._state = QueueState(list(instance_types), list(shares))
         self._deadlines: list[tuple[int, int, str]] = []
         self._accounts: dict[str, tuple[int, accounting.TypeAccount[str]]] = {}
+        for plan in plans:
+            self.add_plan(plan)
 
     # ------------------------------------------------------------------ reading
 
@@ -87,6 +108,27 @@ class Engine:
     def shares(self) -> dict[str, ShareConfig]:
         """Current share configurations (copies: change them with ``set_share``)."""
         return {n: replace(s, limits=dict(s.limits)) for n, s in self._state.shares.items()}
+
+    @property
+    def plans(self) -> dict[str, Plan]:
+        """Capacity plans by name, in the order added, with their current count."""
+        return {
+            pool.plan.name: replace(pool.plan, count=pool.capacity)
+            for pool in plan_life.plan_pools(self._state)
+        }
+
+    def plan_usage(self, name: str) -> PlanUsage:
+        """A plan's count, usage, activity and running jobs (apart from on-demand)."""
+        pool = plan_life.find(self._state, name)
+        return PlanUsage(
+            plan=name,
+            instance_type=pool.plan.instance_type,
+            share=pool.plan.share,
+            count=pool.capacity,
+            usage=pool.total,
+            active=pool.active,
+            jobs=tuple(sorted(job.id for job in pool.jobs())),
+        )
 
     def job(self, job_id: str) -> Job:
         """The job record (live object: read it, do not mutate it directly)."""
@@ -144,8 +186,7 @@ class Engine:
         ]
 
     def _speed(self, job: Job) -> Work:
-        assert job.instance_type is not None
-        return self._state.pools[job.instance_type].speed
+        return self._state.pool_of(job).speed
 
     def work_at(self, job: Job, now: int) -> Work:
         """Work the job has done by ``now`` (extrapolated at its type's speed)."""
@@ -171,14 +212,16 @@ class Engine:
         return work.finish_time(job, self._speed(job))
 
     def next_deadline(self) -> int | None:
-        """Earliest max-pending deadline still to come (for event-driven callers)."""
+        """Earliest time-driven instant still to come (for event-driven callers): a
+        max-pending deadline, or a plan's start or end the engine has not passed."""
+        plan_at = plan_life.next_instant(self._state)
         while self._deadlines:
             deadline, _, job_id = self._deadlines[0]
             job = self._state.jobs.get(job_id)
             if job is not None and job.state is JobState.PENDING and job.started_at is None:
-                return deadline
+                return deadline if plan_at is None else min(deadline, plan_at)
             heapq.heappop(self._deadlines)
-        return None
+        return plan_at
 
     def explain(self, job_id: str) -> list[Reason]:
         """One reason per preference why a pending job waits (DESIGN section 4)."""
@@ -186,6 +229,9 @@ class Engine:
         share = self._state.shares[job.share]
         reasons = []
         for index, pref in enumerate(job.preferences):
+            if pref.plan is not None:
+                reasons.append(plan_reason(plan_life.find(self._state, pref.plan), index, pref))
+                continue
             account = row = None
             if pref.instance_type in self._state.pools:
                 account = self.type_account(pref.instance_type)
@@ -202,18 +248,22 @@ class Engine:
             raise ValueError(f"job {job.id!r} exists")
         if job.share not in st.shares:
             raise ValueError(f"job {job.id!r}: unknown share {job.share!r}")
+        plan_life.check_preferences(st, job)
+        if job.state is JobState.RUNNING:
+            if job.instance_type is None or job.instance_type not in st.pools:
+                raise ValueError(f"running job {job.id!r} needs a known instance_type")
+            if job.plan is not None and plan_pool(job.plan) not in st.plans:
+                raise ValueError(f"running job {job.id!r} runs on unknown plan {job.plan!r}")
+            if job.run_started_at is None:
+                raise ValueError(f"running job {job.id!r} needs run_started_at")
         st.seq += 1
         job.seq = st.seq
         st.jobs[job.id] = job
         if job.state is JobState.RUNNING:
-            if job.instance_type is None or job.instance_type not in st.pools:
-                raise ValueError(f"running job {job.id!r} needs a known instance_type")
-            if job.run_started_at is None:
-                raise ValueError(f"running job {job.id!r} needs run_started_at")
             if job.progress_at is None:
                 job.progress_at = job.run_started_at
             st.start_running(job)
-            st.touch(job.instance_type)
+            st.touch(st.pool_of(job).name)
         elif job.state is JobState.PENDING:
             st.add_pending(job)
             self._register_deadline(job)
@@ -234,7 +284,7 @@ class Engine:
         if last_checkpoint is not None:
             job.last_checkpoint = exact(last_checkpoint)
         if job.state is JobState.RUNNING and job.instance_type is not None:
-            self._state.touch(job.instance_type)  # victim order may change
+            self._state.touch(self._state.pool_of(job).name)  # victim order may change
 
     def complete(self, job_id: str, now: int) -> list[Decision]:
         """A running job finished its work."""
@@ -269,9 +319,10 @@ class Engine:
         st = self._state
         job = st.jobs[job_id]
         if job.state is JobState.RUNNING and job.instance_type is not None:
-            st.pools[job.instance_type].reprioritise(job, priority)
+            pool = st.pool_of(job)
+            pool.reprioritise(job, priority)
             job.priority = priority
-            st.touch(job.instance_type)
+            st.touch(pool.name)
         elif job.state is JobState.PENDING:
             st.remove_pending(job)
             job.priority = priority
@@ -305,6 +356,9 @@ class Engine:
         for type_name in sorted(touched):
             if type_name in st.pools:
                 st.touch(type_name)
+        for on_plan in plan_life.plan_pools(st):
+            if on_plan.plan.share == name:
+                st.touch(on_plan.name)  # in-share preemption on the plan may change
 
     def set_capacity(self, instance_type: str, capacity: int, now: int) -> list[Decision]:
         """Change a type's capacity. A drop below usage stops jobs at once
@@ -324,13 +378,33 @@ class Engine:
             cycle.preempt(st, victim, "capacity_lost", None, now, out)
         return out
 
+    def add_plan(self, plan: Plan) -> None:
+        """Add a capacity plan (DESIGN section 10). Its start and end are instants of
+        the run (:meth:`next_deadline`); it is active in ``[start, end)``."""
+        plan_life.add(self._state, plan)
+
+    def set_plan(self, name: str, count: int, now: int) -> list[Decision]:
+        """Change a plan's count like capacity: a drop below the plan's usage stops
+        jobs on it at once (``capacity_lost``, not counted against retries)."""
+        return plan_life.set_count(self._state, name, count, now)
+
+    def advance_plans(self, now: int) -> list[Decision]:
+        """The plans' instants up to ``now``: jobs on plans whose end has come are
+        preempted (``plan_ended``, not counted against retries; plans and their jobs in
+        file order), plans whose start has come become active. Call it after the
+        instant's completions; :meth:`schedule` calls it too (a no-op when done)."""
+        return plan_life.advance(self._state, now)
+
     def schedule(self, now: int) -> list[Decision]:
         """Run cycles at ``now`` until one admits and preempts nothing.
 
         Returns admitted, preempted and failed decisions in the order they happened
-        (a victim's ``preempted`` before its preemptor's ``admitted``).
+        (a victim's ``preempted`` before its preemptor's ``admitted``), after any
+        ``plan_ended`` preemptions of :meth:`advance_plans` not yet made at ``now``.
         """
-        return cycle.schedule(self._state, now, self._incremental)
+        out = plan_life.advance(self._state, now)
+        out.extend(cycle.schedule(self._state, now, self._incremental))
+        return out
 
     def timeouts(self, now: int) -> list[Decision]:
         """Time out never-started jobs that have waited their max pending time.
@@ -360,6 +434,11 @@ class Engine:
         cst = clone._state
         for name, pool in st.pools.items():
             cst.pools[name] = Pool(pool.spec, cst.shares, pool.capacity)
+        for key, pool in st.plans.items():
+            assert isinstance(pool, PlanPool)
+            fresh = PlanPool(pool.plan, pool.spec, cst.shares, pool.capacity)
+            fresh.active, fresh.started, fresh.ended = pool.active, pool.started, pool.ended
+            cst.plans[key] = fresh
         cst.clock = st.clock
         cst.version = dict(st.version)
         cst.now = st.now

@@ -100,7 +100,8 @@ class ShareConfig:
     """Percent of each limit that may be borrowed on top; -1 is unlimited."""
     in_share_preemption: bool = False
     preemption_retries: int | None = None
-    """Preemptions (lost capacity excluded) a job survives; None is unlimited."""
+    """Preemptions (lost capacity and plan ends excluded) a job survives; None is
+    unlimited."""
 
     def __post_init__(self) -> None:
         self.policy = Policy(self.policy)  # accept plain strings from callers
@@ -119,12 +120,62 @@ class ShareConfig:
         return self.limits.get(instance_type, 0) * self.borrow_limit // 100
 
 
+PLAN_POOL_PREFIX = "\x00plan:"
+"""Prefix of a plan's pool key: no instance type name starts with a NUL character, so a
+plan's pool and a type's pool never share a key in the engine's indices."""
+
+
+def plan_pool(name: str) -> str:
+    """The pool key of plan ``name`` (an instance type's pool key is its name)."""
+    return PLAN_POOL_PREFIX + name
+
+
 @dataclass(frozen=True, slots=True)
 class Preference:
-    """One (instance type, count) option of a job's ordered preference list."""
+    """One option of a job's ordered preference list: ``count`` instances of a type, or,
+    when ``plan`` is given, of that capacity plan (DESIGN section 10), in which case
+    ``instance_type`` is the plan's type.
+
+    ``pool`` is where the option runs: the type's name, or the plan's pool key. It is a
+    field (computed once) rather than a property because the cycle reads it per job.
+    """
 
     instance_type: str
     count: int
+    plan: str | None = None
+    pool: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        key = self.instance_type if self.plan is None else plan_pool(self.plan)
+        object.__setattr__(self, "pool", key)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A capacity plan (DESIGN section 10): ``count`` instances of ``instance_type``
+    bought for ``share`` during ``[start, end)``, in addition to the queue's capacity.
+    Only training jobs of ``share`` that name it run on it; it is never lent."""
+
+    name: str
+    instance_type: str
+    count: int
+    share: str
+    start: int
+    end: int
+    hourly_price: float = 0.0
+
+    @property
+    def pool(self) -> str:
+        return plan_pool(self.name)
+
+    def active_at(self, now: int) -> bool:
+        return self.start <= now < self.end
+
+
+TRAINING = "training"
+PROCESSING = "processing"
+JOB_KINDS = (TRAINING, PROCESSING)
+"""A job's kind: only training jobs may name a plan; it has no other effect."""
 
 
 @dataclass(slots=True, eq=False)
@@ -148,10 +199,17 @@ class Job:
     restart_overhead: int = 0
     duration: Work | None = None
     """Total work; only the simulator needs it (to know when the job completes)."""
+    kind: str = TRAINING
+    """``training`` or ``processing``: only training jobs may name a plan."""
+    order: int | None = None
+    """The caller's order of jobs (file order in the simulator) where DESIGN says "in
+    file order" (jobs preempted at a plan's end); None falls back to ``seq``."""
 
     state: JobState = JobState.PENDING
     instance_type: str | None = None
     """Type of the current run (RUNNING), else of the last run."""
+    plan: str | None = None
+    """Plan of the current run (RUNNING), else of the last run; None: on-demand."""
     count: int = 0
     preference: int | None = None
     """Index of the preference last placed."""
@@ -181,7 +239,7 @@ class Decision:
     """Something the engine decided or recorded; the simulator prints it as an event.
 
     ``kind`` is one of admitted, preempted, failed, completed, cancelled, timed_out.
-    ``rule``: own/borrow (admitted); reclaim/priority/capacity_lost (preempted);
+    ``rule``: own/borrow (admitted); reclaim/priority/capacity_lost/plan_ended (preempted);
     preemption_retries_exhausted (failed). ``by`` is the preempting job (None for lost
     capacity). ``borrowed`` is how many of the job's instances lie beyond its limit.
     """
@@ -196,11 +254,15 @@ class Decision:
     rule: str | None = None
     by: str | None = None
     lost_work: Work | None = None
+    plan: str | None = None
+    """The plan of the run admitted or preempted (None: on-demand capacity)."""
 
     def to_event(self) -> dict[str, object]:
         """The JSON event of DESIGN section 3 (an admission's rule is implied by
-        ``borrowed``: own when 0, borrow otherwise)."""
+        ``borrowed``: own when 0, borrow otherwise); a run on a plan carries ``plan``."""
         event: dict[str, object] = {"at": self.at, "type": self.kind, "job": self.job}
+        if self.plan is not None and self.kind in ("admitted", "preempted"):
+            event["plan"] = self.plan
         if self.kind == "admitted":
             event.update(
                 instance_type=self.instance_type,
@@ -233,7 +295,11 @@ class Reason:
         return {"preference": self.preference, "reason": self.reason, "message": self.message}
 
 
+PLAN_REASON_CODES = ("plan_not_active", "plan_too_small", "plan_full")
+"""Reasons of a plan preference (DESIGN section 10); section 4's never apply to it."""
+
 REASON_CODES = (
+    *PLAN_REASON_CODES,
     "no_limit_for_type",
     "capacity_unavailable",
     "no_preemptible_victims",

@@ -9,6 +9,10 @@ that fits with preemption (:func:`scheduler.engine.preemption.search`).
 :func:`bound` and :func:`largest_possible` are exact necessary conditions the candidate
 index uses to rule out whole classes of jobs at once; :func:`own_possible` says whether
 any placement of a class could stay within the share's limit.
+
+A plan's pool (:class:`~scheduler.engine.plans.PlanPool`) has its own rules
+(:mod:`scheduler.engine.plans`); each function here hands a plan's pool to them, so the
+cycle and the candidate index treat both kinds alike. A plan placement never borrows.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 
 from scheduler.engine import accounting
 from scheduler.engine.model import Job, Policy, ShareConfig
+from scheduler.engine.plans import PlanPool, plan_search
 from scheduler.engine.preemption import LostWork, reclaim_terms, search
 from scheduler.engine.state import Bound, Pool, PoolFacts
 
@@ -34,10 +39,16 @@ class Placement:
     borrowed: int
     victims: tuple[tuple[Job, str], ...] = ()
     """(victim, rule) in pick order; rule is ``reclaim`` or ``priority``."""
+    plan: str | None = None
+    """The plan it runs on (None: on-demand capacity of ``instance_type``)."""
+    pool: str = ""
+    """The pool key it runs on (the type's name, or the plan's pool key)."""
 
 
 def maxfit(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str) -> int:
     """Largest count the share can place on the pool without preemption (-1: none)."""
+    if isinstance(pool, PlanPool):
+        return pool.room(share)
     room = facts.maxfit.get(share)
     if room is None:
         _room(shares, pool, facts, share)
@@ -47,6 +58,8 @@ def maxfit(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: 
 
 def borrowed_after(shares: dict[str, ShareConfig], pool: Pool, share: str, count: int) -> int:
     """How many of ``count`` more instances would lie beyond the share's limit."""
+    if pool.is_plan:
+        return 0
     lim = shares[share].limits.get(pool.name, 0)
     used = pool.usage.get(share, 0)
     return accounting.borrowed(lim, used + count) - accounting.borrowed(lim, used)
@@ -66,6 +79,8 @@ def largest_possible(
 ) -> int:
     """Largest count any job of the share could place on the pool now, whatever its
     priority, with or without preemption (-1: none): a job asking more surely fails."""
+    if isinstance(pool, PlanPool):
+        return pool.largest(share)
     found = facts.largest.get(share)
     if found is None:
         _room(shares, pool, facts, share)
@@ -117,6 +132,8 @@ def own_possible(
 ) -> bool:
     """Could a job of the share asking ``count`` (or more) be placed within the share's
     limit, its in-share victims set aside? False rules out a non-borrowing placement."""
+    if pool.is_plan:
+        return True  # a plan placement never borrows: whether it fits is all that counts
     cfg = shares[share]
     lim = cfg.limits.get(pool.name)
     if lim is None:
@@ -147,6 +164,8 @@ def fits(
     preemption? Monotone: true for any smaller count and any higher priority."""
     if count <= maxfit(shares, pool, facts, share):
         return True
+    if isinstance(pool, PlanPool):
+        return plan_search(pool, facts, lost, share, count, priority) is not None
     b = bound(shares, pool, facts, share)
     found = search(shares, pool, facts, lost, b, share, count, priority, time_sensitive)
     return found is not None
@@ -155,7 +174,7 @@ def fits(
 def _options(job: Job, resolve: Resolve) -> Iterator[tuple[int, int, Pool, PoolFacts, LostWork]]:
     """(index, count, pool, facts, lost work) of each preference on a known type."""
     for index, pref in enumerate(job.preferences):
-        found = resolve(pref.instance_type)
+        found = resolve(pref.pool)
         if found is not None:
             yield (index, pref.count, *found)
 
@@ -167,8 +186,15 @@ def first_without_preemption(
     for index, count, pool, facts, _ in _options(job, resolve):
         if count <= maxfit(shares, pool, facts, job.share):
             borrowed = borrowed_after(shares, pool, job.share, count)
-            return Placement(index, pool.name, count, borrowed)
+            return _placement(index, pool, count, borrowed)
     return None
+
+
+def _placement(
+    index: int, pool: Pool, count: int, borrowed: int, victims: tuple[tuple[Job, str], ...] = ()
+) -> Placement:
+    plan = pool.plan.name if isinstance(pool, PlanPool) else None
+    return Placement(index, pool.spec.name, count, borrowed, victims, plan, pool.name)
 
 
 def first_with_preemption(
@@ -176,13 +202,16 @@ def first_with_preemption(
 ) -> Placement | None:
     """The first preference that fits with preemption, and its victims."""
     for index, count, pool, facts, lost in _options(job, resolve):
-        b = bound(shares, pool, facts, job.share)
-        result = search(
-            shares, pool, facts, lost, b, job.share, count, job.priority, time_sensitive
-        )
+        if isinstance(pool, PlanPool):
+            result = plan_search(pool, facts, lost, job.share, count, job.priority)
+        else:
+            b = bound(shares, pool, facts, job.share)
+            result = search(
+                shares, pool, facts, lost, b, job.share, count, job.priority, time_sensitive
+            )
         if result is not None:
             victims, borrowed = result
-            return Placement(index, pool.name, count, borrowed, victims)
+            return _placement(index, pool, count, borrowed, victims)
     return None
 
 

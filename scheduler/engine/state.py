@@ -7,12 +7,12 @@ computed on demand and dropped whenever the pool changes or time moves on.
 :class:`QueueState` ties the pools, the shares and the jobs together and keeps the
 change clock every incremental structure keys on (``touch``).
 
-Capacity plans (DESIGN section 10) will be a second kind of pool: a plan's own capacity,
-running jobs and priority index, with its own fit rule (no limits, no borrowing, no
-reclaim). Everything here that is not about entitlements (the running index, victim
-order, the change clock, the candidate index keyed by pool name) is pool-kind agnostic
-for that reason; a plan pool would add its own ``Pool`` subclass or flag, its own fit in
-:mod:`~scheduler.engine.placement`, and a candidate class per (plan, share, count).
+Capacity plans (DESIGN section 10) are a second kind of pool
+(:class:`~scheduler.engine.plans.PlanPool`, kept in ``QueueState.plans``): a plan's own
+capacity, running jobs and priority index, with its own fit rule (no limits, no
+borrowing, no reclaim). Everything here that is not about entitlements (the running
+index, victim order, the change clock, the candidate index keyed by pool key) is
+pool-kind agnostic for that reason; ``QueueState.pool(key)`` finds either kind.
 """
 
 from __future__ import annotations
@@ -23,7 +23,15 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.engine import accounting
 from scheduler.engine.candidates import CandidateIndex
-from scheduler.engine.model import InstanceType, Job, JobState, ShareConfig, Work, exact
+from scheduler.engine.model import (
+    InstanceType,
+    Job,
+    JobState,
+    ShareConfig,
+    Work,
+    exact,
+    plan_pool,
+)
 from scheduler.engine.work import lost_work_at
 
 # ---------------------------------------------------------------------------- victim order
@@ -67,6 +75,9 @@ class Pool:
     bisection (in-share preemption bounds).
     """
 
+    is_plan = False
+    """Class-level: True for a plan's pool (:class:`scheduler.engine.plans.PlanPool`)."""
+
     __slots__ = (
         "accelerated",
         "borrowers",
@@ -106,6 +117,10 @@ class Pool:
         self.borrowers: set[str] = set()
         """Shares whose usage is above their limit."""
         self.recount()
+
+    def empty_like(self) -> Pool:
+        """A pool of the same kind and capacity with no running jobs."""
+        return Pool(self.spec, self.shares, self.capacity)
 
     def _settle(self, share: str, before: int, after: int) -> None:
         """Keep ``reserve_idle`` and ``borrowers`` true after the share's usage moved."""
@@ -253,6 +268,9 @@ class QueueState:
             s.name: replace(s, limits=dict(s.limits)) for s in shares
         }
         self.pools: dict[str, Pool] = {t.name: Pool(t, self.shares) for t in instance_types}
+        self.plans: dict[str, Pool] = {}
+        """Plan pools (:class:`scheduler.engine.plans.PlanPool`) by pool key, in the
+        order the plans were added (file order)."""
         self.jobs: dict[str, Job] = {}
         self.pending: dict[str, Job] = {}
         self.index = CandidateIndex()
@@ -293,13 +311,24 @@ class QueueState:
             facts.share_order = {}
             facts.search = {}
 
+    def pool(self, key: str) -> Pool | None:
+        """The pool of a key: an instance type's name or a plan's pool key."""
+        found = self.pools.get(key)
+        return found if found is not None else self.plans.get(key)
+
+    def pool_of(self, job: Job) -> Pool:
+        """The pool a running job holds (or its last run held): its plan's or its type's."""
+        if job.plan is not None:
+            return self.plans[plan_pool(job.plan)]
+        assert job.instance_type is not None
+        return self.pools[job.instance_type]
+
     def lost_work(self, job: Job) -> Work:
         """Lost work of a running job at the current instant (victim order)."""
-        assert job.instance_type is not None
-        return lost_work_at(job, self.pools[job.instance_type].speed, self.now or 0)
+        return lost_work_at(job, self.pool_of(job).speed, self.now or 0)
 
     def resolve(self, name: str) -> tuple[Pool, PoolFacts, Callable[[Job], Work]] | None:
-        pool = self.pools.get(name)
+        pool = self.pool(name)
         if pool is None:
             return None
         return pool, self.facts(pool), self.lost_work
@@ -317,19 +346,17 @@ class QueueState:
 
     def start_running(self, job: Job) -> None:
         """Index a running job on its pool (the caller touches the pool)."""
-        assert job.instance_type is not None
-        self.pools[job.instance_type].add(job)
+        self.pool_of(job).add(job)
 
     def stop_running(self, job: Job) -> None:
         """Take a running job off its pool. The room it leaves helps every share, unless
         it stays RESERVE idle of the job's own share: then, for everyone else, free room,
         borrowers and victims are as before, and only that share may gain."""
-        assert job.instance_type is not None
-        pool = self.pools[job.instance_type]
+        pool = self.pool_of(job)
         before = pool.reserve_idle
         pool.remove(job)
         kept = pool.reserve_idle - before == job.count
-        self.touch(job.instance_type, only_for=job.share if kept else None)
+        self.touch(pool.name, only_for=job.share if kept else None)
 
 
 class CycleStart:
@@ -348,7 +375,7 @@ class CycleStart:
 
     def light(self, state: QueueState) -> tuple[Pool, PoolFacts]:
         if self._light is None:
-            pool = Pool(self.pool.spec, state.shares, self.pool.capacity)
+            pool = self.pool.empty_like()
             pool.usage = dict(self.usage)
             pool.total = self.total
             pool.recount()
@@ -357,7 +384,7 @@ class CycleStart:
 
     def full(self, state: QueueState) -> tuple[Pool, PoolFacts, Callable[[Job], Work]]:
         if self._full is None:
-            pool = Pool(self.pool.spec, state.shares, self.pool.capacity)
+            pool = self.pool.empty_like()
             for job in self.pool.jobs() + [job for job, _ in self.victims.values()]:
                 if job.id not in self.admitted:
                     pool.add(job)

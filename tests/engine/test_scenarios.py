@@ -25,7 +25,7 @@ SHARED_ABSENT = f"{SCENARIOS} is absent: the shared conformance files are not in
 def _shared_files() -> list[Any]:
     if not SCENARIOS.is_dir():
         return [pytest.param(None, id="absent", marks=pytest.mark.skip(reason=SHARED_ABSENT))]
-    return [pytest.param(path, id=path.stem) for path in sorted(SCENARIOS.glob("*.json"))]
+    return [pytest.param(path, id=path.stem) for path in sorted(SCENARIOS.rglob("*.json"))]
 
 
 def _assert_passes(path: Path) -> None:
@@ -56,7 +56,7 @@ def test_example_scenario_says_what_it_shows_and_what_to_expect(path: Path) -> N
 def test_shared_scenarios_exist_where_mounted() -> None:
     if not SCENARIOS.is_dir():
         pytest.skip(SHARED_ABSENT)
-    assert sorted(SCENARIOS.glob("*.json")), f"no scenarios found in {SCENARIOS}"
+    assert sorted(SCENARIOS.rglob("*.json")), f"no scenarios found in {SCENARIOS}"
 
 
 @pytest.mark.parametrize("path", _shared_files())
