@@ -20,9 +20,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from governance.models import (
+    CapacityPlan,
     DecisionRule,
     InstanceType,
     Job,
@@ -48,6 +50,7 @@ JOB_FIELDS = (
     "id",
     "state",
     "share_id",
+    "kind",
     "priority",
     "submitted_at",
     "preferences",
@@ -62,6 +65,7 @@ JOB_FIELDS = (
     "checkpoint_work",
     "work_done",
     "instance_type_id",
+    "plan_id",
     "preference",
     "run_started_at",
     "progress_at",
@@ -110,6 +114,8 @@ class Loaded:
     shares: dict[str, Share]
     type_ids: dict[str, int]
     capacity: dict[str, int]
+    plans: dict[str, CapacityPlan] = field(default_factory=dict)
+    """The queue's capacity plans the engine knows, by name (DESIGN section 10)."""
     disabled_pending: list[Job] = field(default_factory=list)
     completions: list[tuple[Job, datetime]] = field(default_factory=list)
 
@@ -127,7 +133,30 @@ def _share_config(share: Share) -> eng.ShareConfig:
 
 def row_job(row: dict[str, Any]) -> Job:
     """An unsaved Job carrying the row's fields (for the progress arithmetic of runs)."""
-    return Job(**{name: value for name, value in row.items() if name != "type_name"})
+    return Job(
+        **{name: value for name, value in row.items() if name not in ("type_name", "plan_name")}
+    )
+
+
+def _preference(p: dict[str, Any], plan_types: dict[str, str]) -> eng.Preference:
+    """A stored preference as the engine's: a type, or a plan (with the plan's type)."""
+    if p.get("plan"):
+        return eng.Preference(
+            instance_type=plan_types[p["plan"]], count=int(p["count"]), plan=p["plan"]
+        )
+    return eng.Preference(instance_type=p["instance_type"], count=int(p["count"]))
+
+
+def _plan(plan: CapacityPlan, count: int) -> eng.Plan:
+    return eng.Plan(
+        name=plan.name,
+        instance_type=plan.instance_type.name,
+        count=count,
+        share=plan.share.name,
+        start=to_ms(plan.start),
+        end=to_ms(plan.end),
+        hourly_price=float(plan.hourly_price),
+    )
 
 
 def _engine_job(
@@ -136,13 +165,11 @@ def _engine_job(
     now: datetime,
     factor: float,
     speeds: dict[str, float],
+    plan_types: dict[str, str],
     *,
     simulated_fleet: bool,
 ) -> eng.Job:
-    preferences = tuple(
-        eng.Preference(instance_type=p["instance_type"], count=int(p["count"]))
-        for p in row["preferences"]
-    )
+    preferences = tuple(_preference(p, plan_types) for p in row["preferences"])
     max_pending, interval, duration = (
         row["max_pending"],
         row["checkpoint_interval"],
@@ -151,6 +178,7 @@ def _engine_job(
     ej = eng.Job(
         id=str(row["id"]),
         share=share_name,
+        kind=row["kind"],
         priority=row["priority"],
         submitted_at=to_ms(row["submitted_at"]),
         preferences=preferences,
@@ -170,6 +198,7 @@ def _engine_job(
     if row["state"] == JobState.RUNNING and row["instance_type_id"] is not None:
         ej.state = eng.JobState.RUNNING
         ej.instance_type = row["type_name"]
+        ej.plan = row.get("plan_name")
         ej.preference = row["preference"]
         ej.count = int(row["preferences"][row["preference"] or 0]["count"])
         ej.run_started_at = to_ms(row["run_started_at"] or now)
@@ -204,6 +233,24 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
     if lock:
         jobs_qs = jobs_qs.select_for_update(of=("self",))
     rows = list(jobs_qs.values(*JOB_FIELDS))
+    # The plans the engine must know: those not ended yet (their start or end is still
+    # to come), those active jobs name (a pending job may name one that just ended) and
+    # those running jobs are on (their end stops them as plan_ended).
+    named = {
+        p["plan"]
+        for row in rows
+        for p in row["preferences"]
+        if isinstance(p, dict) and p.get("plan")
+    }
+    on_plans = {row["plan_id"] for row in rows if row["plan_id"] is not None}
+    plan_list = list(
+        CapacityPlan.objects.filter(queue=queue)
+        .filter(Q(end__gt=now) | Q(name__in=named) | Q(pk__in=on_plans))
+        .select_related("share", "instance_type")
+        .order_by("start", "id")
+    )
+    plan_names = {plan.pk: plan.name for plan in plan_list}
+    plan_types = {plan.name: plan.instance_type.name for plan in plan_list}
     factor = simulated.time_factor(queue)
     # The simulated fleet completes runs and checkpoints by itself, whatever its speed
     # (DEMO_TIME_FACTOR may be 1); other executors report both.
@@ -212,6 +259,8 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
     for share in shares:
         for limit in share.limits.all():
             itypes.setdefault(limit.instance_type.name, limit.instance_type)
+    for plan in plan_list:  # a plan's type needs no capacity of the queue
+        itypes.setdefault(plan.instance_type.name, plan.instance_type)
     # Running jobs may sit on a type the queue no longer lists: it has capacity 0 now.
     known = {itype.pk for itype in itypes.values()}
     unknown = {r["instance_type_id"] for r in rows if r["instance_type_id"] is not None} - known
@@ -222,6 +271,7 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
     speeds = {name: float(itype.speed) for name, itype in itypes.items()}
 
     usage: dict[str, int] = {}
+    plan_usage: dict[str, int] = {}
     share_by_id = {s.pk: s for s in shares}
     active_rows: dict[str, dict[str, Any]] = {}
     loaded = Loaded(
@@ -232,6 +282,7 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
         shares={s.name: s for s in shares},
         type_ids=type_ids,
         capacity={name: count for name, (count, _) in capacity.items()},
+        plans={plan.name: plan for plan in plan_list},
     )
     engine_jobs: list[eng.Job] = []
     disabled: list[int] = []
@@ -245,7 +296,12 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
                     loaded.completions.append((job, done_at))
                     continue
             count = int(row["preferences"][row["preference"] or 0]["count"])
-            usage[name] = usage.get(name, 0) + count
+            if row["plan_id"] is not None:
+                # A run on a plan holds the plan's instances, not the queue's.
+                plan_name = row["plan_name"] = plan_names[row["plan_id"]]
+                plan_usage[plan_name] = plan_usage.get(plan_name, 0) + count
+            else:
+                usage[name] = usage.get(name, 0) + count
         elif not share_by_id[row["share_id"]].enabled:
             disabled.append(row["id"])
             continue
@@ -257,6 +313,7 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
                 now,
                 factor,
                 speeds,
+                plan_types,
                 simulated_fleet=simulated_fleet,
             )
         )
@@ -278,7 +335,13 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
         )
         for name in sorted(itypes)
     ]
-    engine = eng.Engine(types, [_share_config(s) for s in shares])
+    # Plans too are built with room for what runs on them, then set to their stored
+    # count by ``play_instant`` (a drop is the engine's capacity_lost within the plan).
+    engine = eng.Engine(
+        types,
+        [_share_config(s) for s in shares],
+        plans=[_plan(plan, max(plan.count, plan_usage.get(plan.name, 0))) for plan in plan_list],
+    )
     engine.restore(engine_jobs)
     loaded.engine = engine
     return loaded
@@ -294,8 +357,13 @@ def play_instant(loaded: Loaded, engine: eng.Engine | None = None) -> list[eng.D
     engine = engine if engine is not None else loaded.engine
     ms = to_ms(loaded.now)
     decisions: list[eng.Decision] = []
+    # Plan ends first (DESIGN section 10, order within an instant), then the stored
+    # capacities and plan counts, then the cycles (which start the plans due).
+    decisions += engine.advance_plans(ms)
     for name in sorted(loaded.type_ids):
         decisions += engine.set_capacity(name, loaded.capacity.get(name, 0), ms)
+    for plan in loaded.plans.values():
+        decisions += engine.set_plan(plan.name, plan.count, ms)
     decisions += engine.schedule(ms)
     return decisions
 
@@ -311,6 +379,13 @@ def _versions(loaded: Loaded, *share_keys: str | None) -> dict[str, int]:
 
 def _admission_text(loaded: Loaded, job: Job, d: eng.Decision) -> str:
     share = job.share
+    if d.plan is not None:
+        plan = loaded.plans[d.plan]
+        return (
+            f"Started on {d.count} x {d.instance_type} of capacity plan {d.plan} "
+            f"({_choice(d.preference)}), {share.name}'s own instances until "
+            f"{plan.end:%Y-%m-%d %H:%M} UTC."
+        )
     limit = loaded.engine.shares[job.share.name].limits.get(d.instance_type or "", 0)
     where = f"{d.count} x {d.instance_type} (preference {(d.preference or 0) + 1})"
     if d.borrowed:
@@ -321,7 +396,25 @@ def _admission_text(loaded: Loaded, job: Job, d: eng.Decision) -> str:
     return f"Started on {where} within {share.name}'s own limit of {limit}."
 
 
+def _choice(index: int | None) -> str:
+    words = ("first", "second", "third", "fourth", "fifth")
+    position = index or 0
+    return f"{words[position]} choice" if position < len(words) else f"choice {position + 1}"
+
+
 def _preemption_text(loaded: Loaded, job: Job, d: eng.Decision) -> str:
+    if d.rule == DecisionRule.PLAN_ENDED:
+        return (
+            f"Stopped: capacity plan {d.plan} ended; the job waits again and may start on "
+            "its other preferences (not counted against the share's retries)."
+        )
+    if d.rule == DecisionRule.CAPACITY_LOST and d.plan is not None:
+        plan = loaded.plans.get(d.plan)
+        count = plan.count if plan is not None else "fewer"
+        return (
+            f"Stopped: capacity plan {d.plan} was resized to {count}, below what was "
+            "running on it (not counted against the share's retries)."
+        )
     if d.rule == DecisionRule.CAPACITY_LOST:
         return (
             f"Stopped: the queue's {d.instance_type} capacity dropped to "
@@ -353,6 +446,10 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
         job = loaded.jobs[d.job]
         if d.kind == "admitted":
             assert d.instance_type is not None and d.count is not None
+            if d.plan is not None:
+                rule = DecisionRule.PLAN
+            else:
+                rule = DecisionRule.BORROW if d.borrowed else DecisionRule.OWN
             runs.run_admit(
                 job=job,
                 instance_type_id=loaded.type_ids[d.instance_type],
@@ -360,7 +457,9 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
                 count=d.count,
                 preference=d.preference or 0,
                 borrowed=d.borrowed or 0,
-                rule=DecisionRule.BORROW if d.borrowed else DecisionRule.OWN,
+                rule=rule,
+                plan_id=loaded.plans[d.plan].pk if d.plan is not None else None,
+                plan_name=d.plan,
                 share_versions=_versions(loaded, job.share.name),
                 now=now,
                 explanation=_admission_text(loaded, job, d),
@@ -376,7 +475,9 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
                 lost_work=lost,
                 saved_work=float(engine_job.last_checkpoint) / MS,
                 fail=d.job in failed,
-                counts_against_retries=d.rule != DecisionRule.CAPACITY_LOST,
+                # Lost capacity and plan ends are nobody's doing (DESIGN 2 and 10).
+                counts_against_retries=d.rule
+                not in (DecisionRule.CAPACITY_LOST, DecisionRule.PLAN_ENDED),
                 share_versions=_versions(loaded, job.share.name, by.share.name if by else None),
                 now=now,
                 explanation=_preemption_text(loaded, job, d),

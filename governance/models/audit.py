@@ -17,6 +17,8 @@ class DecisionRule(models.TextChoices):
     RECLAIM = "reclaim", "reclaim"
     PRIORITY = "priority", "higher priority"
     CAPACITY_LOST = "capacity_lost", "capacity lost"
+    PLAN = "plan", "on its share's capacity plan"
+    PLAN_ENDED = "plan_ended", "capacity plan ended"
     TIMEOUT = "timeout", "max pending time reached"
     RETRIES_EXHAUSTED = "preemption_retries_exhausted", "preemption retries exhausted"
     HEARTBEAT_LOST = "heartbeat_lost", "agent stopped reporting"

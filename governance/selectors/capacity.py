@@ -15,7 +15,8 @@ so what people see is what the scheduler decides with:
   still follow this rule; the queue is then shown as oversubscribed.
 - ``pending(S,T)``: how many PENDING jobs of S have T as their *first* preference, so
   every pending job is counted once per share.
-- ``plans``: the queue's capacity plans (not ended, or ended within a day) with their
+- ``plans``: the queue's capacity plans (not ended, ended within a day, or with jobs
+  still on them until the scheduler's next cycle stops them) with their
   count and usage. Jobs running on a plan hold the plan's instances: they are in none
   of the figures above (DESIGN section 10).
 """
@@ -27,7 +28,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
@@ -197,7 +198,8 @@ def queues_usage(queue_list: list[JobQueue]) -> list[QueueUsage]:
     now = timezone.now()
     plans_by_queue: dict[int, list[PlanUsage]] = defaultdict(list)
     for plan in (
-        CapacityPlan.objects.filter(queue_id__in=ids, end__gt=now - RECENTLY_ENDED)
+        CapacityPlan.objects.filter(queue_id__in=ids)
+        .filter(Q(end__gt=now - RECENTLY_ENDED) | Q(pk__in=list(on_plans)))
         .select_related("share", "instance_type")
         .order_by("start", "name")
     ):

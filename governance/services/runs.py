@@ -96,11 +96,15 @@ def run_admit(
     share_versions: dict[str, int],
     now: datetime,
     explanation: str,
+    plan_id: int | None = None,
+    plan_name: str | None = None,
 ) -> Job:
-    """Start a pending job on one of its preferences (a scheduler decision)."""
+    """Start a pending job on one of its preferences (a scheduler decision); on a
+    capacity plan when ``plan_id`` is given (the run records its plan)."""
     before = _snapshot(job)
     job.state = JobState.RUNNING
     job.instance_type_id = instance_type_id
+    job.plan_id = plan_id
     job.preference = preference
     job.borrowed = borrowed
     job.run += 1
@@ -115,6 +119,7 @@ def run_admit(
         update_fields=[
             "state",
             "instance_type",
+            "plan",
             "preference",
             "borrowed",
             "run",
@@ -138,9 +143,12 @@ def run_admit(
         borrowed=borrowed,
         rule=rule,
         run=job.run,
+        plan=plan_name,
     )
     after = _snapshot(job, instance_type_name)
-    after.update({"rule": rule, "count": count, "share_versions": share_versions})
+    after.update(
+        {"rule": rule, "count": count, "share_versions": share_versions, "plan": plan_name}
+    )
     audit.record_job(
         event_type=AuditEvent.JOB_ADMITTED,
         actor=None,
