@@ -133,7 +133,8 @@ def _fleet_work(rng: random.Random) -> list[str]:
         max_pending=6 * 3600,
     )
     return [
-        f"{share.team.name} submits {name} on {', '.join(t['instance_type'] for t in preferences)}"
+        f"{share.team.name} submits {name} on "
+        + ", ".join(str(t.get("instance_type") or f"plan {t.get('plan')}") for t in preferences)
     ]
 
 

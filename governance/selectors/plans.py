@@ -32,6 +32,36 @@ def nameable_plans(share: Share | int, now: datetime | None = None) -> list[Capa
     )
 
 
+def nameable_plans_of(share_ids: list[int], now: datetime | None = None) -> list[CapacityPlan]:
+    """``nameable_plans`` of several shares at once (the job form's choices)."""
+    return list(
+        plans()
+        .filter(share_id__in=share_ids, end__gt=now or timezone.now())
+        .order_by("share__name", "start", "name")
+    )
+
+
+def plan_choices(plan_list: list[CapacityPlan]) -> list[tuple[str, str]]:
+    """(name, label) of each plan for a preference choice, e.g.
+    "red-december: 4 x ml.p4d.24xlarge for share red, until 2026-12-15 (active)"."""
+    now = timezone.now()
+    seen: set[str] = set()
+    out = []
+    for plan in plan_list:
+        if plan.name in seen:  # same name in two of the user's queues: one choice
+            continue
+        seen.add(plan.name)
+        out.append(
+            (
+                plan.name,
+                f"{plan.name}: {plan.count} x {plan.instance_type.name} for share "
+                f"{plan.share.name}, until {plan.end:%Y-%m-%d %H:%M} UTC "
+                f"({plan.state_at(now).label.lower()})",
+            )
+        )
+    return out
+
+
 def usage_by_plan(plan_ids: Iterable[int]) -> dict[int, int]:
     """Instances held by the running jobs on each plan."""
     out: dict[int, int] = defaultdict(int)

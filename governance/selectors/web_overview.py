@@ -8,7 +8,7 @@ scheduling audit entries into sentences a team lead reads.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection
@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 from governance.models import AuditEntry, AuditEvent, DecisionRule, JobQueue, Share, Team
 from governance.models.shares import Policy
 from governance.selectors import capacity as capacity_selectors
+from governance.selectors.capacity import PlanUsage
 
 FEED_EVENTS = (
     AuditEvent.JOB_ADMITTED,
@@ -35,6 +36,8 @@ SEGMENTS = (
     ("lent", "lent out"),
     ("idle_lend", "idle, lendable"),
     ("idle_reserved", "idle, reserved"),
+    ("plan_used", "in use on the plan"),
+    ("plan_idle", "plan idle (paid for, unused)"),
 )
 
 POLICY_WORDS: dict[str, str] = {
@@ -91,6 +94,24 @@ class TypeBlock:
 
 
 @dataclass
+class PlanBar:
+    """A capacity plan's bar: its usage in the plan colour over its count, apart from
+    the on-demand bars (DESIGN section 10)."""
+
+    plan_id: int
+    name: str
+    share_id: int
+    share: str
+    instance_type: str
+    count: int
+    usage: int
+    state: str
+    start: str
+    end: str
+    segments: list[Segment]
+
+
+@dataclass
 class QueueBlock:
     queue_id: int
     name: str
@@ -98,6 +119,7 @@ class QueueBlock:
     types: list[TypeBlock]
     pending: int
     running_instances: int
+    plans: list[PlanBar] = field(default_factory=list)
     shares: list[Any] = field(default_factory=list)
 
 
@@ -199,9 +221,34 @@ def usage_blocks(queue_list: list[JobQueue]) -> list[QueueBlock]:
                 pending=pending_total,
                 running_instances=sum(t.usage for t in types),
                 shares=list(share_info.values()),
+                plans=[_plan_bar(plan) for plan in usage["plans"]],
             )
         )
     return blocks
+
+
+def _utc_text(iso: str) -> str:
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _plan_bar(plan: PlanUsage) -> PlanBar:
+    idle = max(0, plan["count"] - plan["usage"]) if plan["state"] == "active" else 0
+    segments, _ = _segments(
+        [("plan_used", plan["usage"]), ("plan_idle", idle)], max(plan["count"], 1)
+    )
+    return PlanBar(
+        plan_id=plan["id"],
+        name=plan["name"],
+        share_id=plan["share"],
+        share=plan["share_name"],
+        instance_type=plan["instance_type"],
+        count=plan["count"],
+        usage=plan["usage"],
+        state=plan["state"],
+        start=_utc_text(plan["start"]),
+        end=_utc_text(plan["end"]),
+        segments=segments,
+    )
 
 
 def overview_queues() -> list[JobQueue]:

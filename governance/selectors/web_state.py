@@ -1,8 +1,9 @@
 """A fingerprint of a queue's scheduling state, and a cache of answers derived from it.
 
 The live regions (usage bars) and the reasons jobs wait are pure functions of stored
-rows: the queues, their active (PENDING/RUNNING) jobs, shares, limits, capacity, instance
-types and teams. One query digests those rows' ids and ``xmin`` (PostgreSQL gives every
+rows: the queues, their active (PENDING/RUNNING) jobs, shares, limits, capacity, capacity
+plans, instance types and teams. One query digests those rows' ids and ``xmin`` (PostgreSQL
+gives every
 new row version a new ``xmin``, so any insert, update or delete changes the digest, and
 the digest is read in the same snapshot as a page's other reads). An answer cached under
 the digest is therefore never the answer for another state: a change shows on the next
@@ -19,7 +20,15 @@ from typing import Any, TypeVar
 from django.core.cache import caches
 from django.db import connection
 
-from governance.models import InstanceType, Job, JobQueue, QueueCapacity, Share, Team
+from governance.models import (
+    CapacityPlan,
+    InstanceType,
+    Job,
+    JobQueue,
+    QueueCapacity,
+    Share,
+    Team,
+)
 from governance.models.shares import ShareLimit
 
 CACHE_ALIAS = "shared"
@@ -35,6 +44,7 @@ SELECT md5(concat_ws('|',
     JOIN {share} s ON s.id = l.share_id WHERE {share_queue_filter}),
   (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {capacity}
     WHERE {queue_id_filter}),
+  (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {plan} WHERE {queue_id_filter}),
   (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {itype}),
   (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {team})
 ))
@@ -51,6 +61,7 @@ def queue_state_fingerprint(queue_id: int | None = None) -> str:
         limit=ShareLimit._meta.db_table,
         capacity=QueueCapacity._meta.db_table,
         itype=InstanceType._meta.db_table,
+        plan=CapacityPlan._meta.db_table,
         team=Team._meta.db_table,
         queue_filter="id = %(q)s" if queue_id is not None else "TRUE",
         queue_id_filter="queue_id = %(q)s" if queue_id is not None else "TRUE",

@@ -15,6 +15,8 @@ from governance.models.jobs import MAX_PREFERENCES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 
 PREFERENCE_ROWS = MAX_PREFERENCES
+# A preference row's value naming a capacity plan rather than an instance type.
+PLAN_PREFIX = "plan:"
 
 STATE_CHOICES = [("", "any state"), ("active", "pending or running"), *JobState.choices]
 KIND_CHOICES = [("", "any kind"), *JobKind.choices]
@@ -97,11 +99,16 @@ class JobSubmitForm(forms.Form):
         *args: Any,
         shares: list[tuple[int, str]],
         type_names: list[str],
+        plans: list[tuple[str, str]] | None = None,
         **kwargs: Any,
     ) -> None:
+        """``plans``: (name, label) of the capacity plans the user's shares may name
+        (active and upcoming); offered as ``plan:NAME`` beside the instance types."""
         super().__init__(*args, **kwargs)
         self.fields["share"].choices = [("", "choose a share"), *shares]  # type: ignore[attr-defined]
-        type_choices = [("", "—")] + [(name, name) for name in type_names]
+        self.plan_options = [(PLAN_PREFIX + name, label) for name, label in plans or []]
+        self.type_options = [(name, name) for name in type_names]
+        type_choices = [("", "—"), *self.plan_options, *self.type_options]
         for i in range(PREFERENCE_ROWS):
             self.fields[f"pref_type_{i}"] = forms.ChoiceField(
                 choices=type_choices, required=False, label=f"Preference {i + 1}"
@@ -124,7 +131,11 @@ class JobSubmitForm(forms.Form):
             if not type_name:
                 self.add_error(f"pref_type_{i}", "Choose an instance type for this count.")
                 continue
-            pref: dict[str, Any] = {"instance_type": type_name}
+            pref: dict[str, Any] = (
+                {"plan": type_name.removeprefix(PLAN_PREFIX)}
+                if type_name.startswith(PLAN_PREFIX)
+                else {"instance_type": type_name}
+            )
             if count is not None:
                 pref["count"] = count
             prefs.append(pref)

@@ -19,6 +19,7 @@ from governance.models import Job, JobState
 from governance.models.jobs import ACTIVE_STATES
 from governance.selectors import capacity as capacity_selectors
 from governance.selectors import jobs as job_selectors
+from governance.selectors import plans as plan_selectors
 from governance.selectors import priorities as priority_selectors
 from governance.selectors import scheduling, web_jobs
 from governance.selectors import shares as share_selectors
@@ -182,9 +183,13 @@ def job_new(request: HttpRequest) -> HttpResponse:
         raise DjangoPermissionDenied("Only members and leads of a team, and admins, submit jobs.")
     share_choices = _submittable_shares(request)
     type_names = [t.name for t in capacity_selectors.instance_types()]
+    share_plans = plan_selectors.nameable_plans_of([pk for pk, _ in share_choices])
+    plan_choices = plan_selectors.plan_choices(share_plans)
     status = 200
     if request.method == "POST":
-        form = JobSubmitForm(request.POST, shares=share_choices, type_names=type_names)
+        form = JobSubmitForm(
+            request.POST, shares=share_choices, type_names=type_names, plans=plan_choices
+        )
         if form.is_valid():
             try:
                 job = job_services.job_submit(actor=request.user, **form.service_kwargs())
@@ -200,7 +205,9 @@ def job_new(request: HttpRequest) -> HttpResponse:
         initial: dict[str, Any] = {}
         if request.GET.get("share", "").isdigit():
             initial["share"] = int(request.GET["share"])
-        form = JobSubmitForm(initial=initial, shares=share_choices, type_names=type_names)
+        form = JobSubmitForm(
+            initial=initial, shares=share_choices, type_names=type_names, plans=plan_choices
+        )
     share_limits = share_selectors.limit_types([pk for pk, _ in share_choices])
     context = {
         "form": form,
@@ -208,5 +215,6 @@ def job_new(request: HttpRequest) -> HttpResponse:
             (label, ", ".join(share_limits.get(pk, []))) for pk, label in share_choices
         ],
         "bands": list(priority_selectors.priority_definitions()),
+        "share_plans": share_plans,
     }
     return render(request, "jobs/new.html", context, status=status)

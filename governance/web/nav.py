@@ -22,6 +22,7 @@ from governance.selectors.notifications import unread_count
 NAV: list[tuple[str, str, str]] = [
     ("web:overview", "Overview", "all"),
     ("web:queues", "Queues", "all"),
+    ("web:plans", "Plans", "all"),
     ("web:jobs", "Jobs", "all"),
     ("web:exceptions", "Exceptions", "all"),
     ("web:priorities", "Priorities", "all"),

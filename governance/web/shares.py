@@ -165,6 +165,8 @@ def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
         "history": history,
         "agreements": list(share.agreements.order_by("title")),
         "can_edit": roles.is_admin(request.user),
+        # Its capacity plans beside its limits: not ended, or ended in the last 30 days.
+        "plans": [bar for bar in block.plans if bar.share_id == share.pk],
     }
     return render(request, "shares/detail.html", context)
 

@@ -7,7 +7,7 @@ Page modules register their routes here (namespace ``web``); the navigation in
 
 from django.urls import path
 
-from governance.web import account, jobs, overview, queues, shares
+from governance.web import account, jobs, overview, plans, queues, shares
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
 from governance.web import exceptions as exception_pages
@@ -32,6 +32,11 @@ urlpatterns: list = [
     path("shares/<int:share_id>/", shares.share_detail, name="share"),
     path("shares/<int:share_id>/edit/", shares.share_edit, name="share-edit"),
     path("shares/<int:share_id>/preview/", shares.share_preview, name="share-preview"),
+    # Capacity plans.
+    path("plans/", plans.plan_list, name="plans"),
+    path("plans/new/", plans.plan_new, name="plan-new"),
+    path("plans/<int:plan_id>/resize/", plans.plan_resize, name="plan-resize"),
+    path("plans/<int:plan_id>/end/", plans.plan_end, name="plan-end"),
     # Jobs.
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/new/", jobs.job_new, name="job-new"),

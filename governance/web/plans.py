@@ -1,0 +1,153 @@
+"""Capacity plans (DESIGN section 10): everyone sees each queue's plans on a timeline
+with their usage; admins create, resize and end them through ``services.plans``."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from governance import roles
+from governance.models import CapacityPlan, JobQueue, Share
+from governance.selectors import capacity as capacity_selectors
+from governance.selectors import plans as plan_selectors
+from governance.services import plans as plan_services
+from governance.services.errors import ServiceError
+from governance.web.errors import apply_service_errors
+from governance.web.forms_plans import PlanCreateForm, PlanEndForm, PlanResizeForm
+
+# How far back the page shows ended plans.
+SHOW_ENDED_DAYS = 30
+
+
+def queue_timelines(now: Any) -> list[dict[str, Any]]:
+    """Per queue, its plans (not ended, or ended in the last ``SHOW_ENDED_DAYS`` days)
+    laid out on one timeline, with their usage."""
+    since = now - timedelta(days=SHOW_ENDED_DAYS)
+    found = list(plan_selectors.plans().filter(end__gt=since).order_by("queue__name", "start"))
+    by_queue: dict[int, list[CapacityPlan]] = {}
+    for plan in found:
+        by_queue.setdefault(plan.queue_id, []).append(plan)
+    queues = {q.pk: q for q in JobQueue.objects.filter(pk__in=list(by_queue))}
+    return [
+        {"queue": queues[queue_id], **plan_selectors.timeline(plans, now)}
+        for queue_id, plans in sorted(by_queue.items(), key=lambda kv: queues[kv[0]].name)
+    ]
+
+
+def _share_choices() -> list[tuple[int, str]]:
+    return [
+        (s.pk, f"{s.queue.name} / {s.name} ({s.team.name})")
+        for s in Share.objects.select_related("queue", "team").order_by("queue__name", "name")
+    ]
+
+
+def _create_form(request: HttpRequest) -> PlanCreateForm:
+    type_names = [t.name for t in capacity_selectors.instance_types()]
+    return PlanCreateForm(
+        request.POST if request.method == "POST" else None,
+        shares=_share_choices(),
+        type_names=type_names,
+        initial={"share": request.GET.get("share")},
+    )
+
+
+@login_required
+def plan_list(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    context = {
+        "timelines": queue_timelines(now),
+        "is_admin": roles.is_admin(request.user),
+        "now": now,
+    }
+    return render(request, "plans/list.html", context)
+
+
+@login_required
+def plan_new(request: HttpRequest) -> HttpResponse:
+    if not roles.is_admin(request.user):
+        return HttpResponseForbidden("Only admins create capacity plans.")
+    form = _create_form(request)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            data = form.cleaned_data
+            share = Share.objects.filter(pk=data["share"]).first()
+            try:
+                plan = plan_services.plan_create(
+                    actor=request.user,
+                    queue=share.queue_id if share else None,
+                    share=data["share"],
+                    name=data["name"],
+                    instance_type=data["instance_type"],
+                    count=data["count"],
+                    start=data["start"],
+                    end=data["end"],
+                    hourly_price=data.get("hourly_price"),
+                    reason=data.get("reason") or "",
+                )
+            except ServiceError as exc:
+                apply_service_errors(form, exc)
+                status = exc.status
+            else:
+                messages.success(request, f"Capacity plan {plan.name} created.")
+                return redirect(f"/plans/#plan-{plan.pk}")
+        else:
+            status = 400
+    return render(request, "plans/new.html", {"form": form}, status=status)
+
+
+@login_required
+@require_POST
+def plan_resize(request: HttpRequest, plan_id: int) -> HttpResponse:
+    form = PlanResizeForm(request.POST)
+    if not form.is_valid():
+        for field, problems in form.errors.items():
+            messages.error(request, f"{field}: {' '.join(str(e) for e in problems)}")
+        return redirect(f"/plans/#plan-{plan_id}")
+    try:
+        plan = plan_services.plan_resize(
+            actor=request.user,
+            plan=plan_id,
+            count=form.cleaned_data["count"],
+            reason=form.cleaned_data["reason"],
+        )
+    except ServiceError as exc:
+        if exc.status == 403:
+            return HttpResponseForbidden("Only admins resize capacity plans.")
+        for field, errors in exc.errors.items():
+            messages.error(request, f"{field}: {' '.join(errors)}")
+    else:
+        messages.success(request, f"Plan {plan.name} now has {plan.count} instances.")
+    return redirect(f"/plans/#plan-{plan_id}")
+
+
+@login_required
+@require_POST
+def plan_end(request: HttpRequest, plan_id: int) -> HttpResponse:
+    form = PlanEndForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "reason: say why the plan ends (it goes to the audit trail).")
+        return redirect(f"/plans/#plan-{plan_id}")
+    try:
+        plan = plan_services.plan_end(
+            actor=request.user, plan=plan_id, reason=form.cleaned_data["reason"]
+        )
+    except ServiceError as exc:
+        if exc.status == 403:
+            return HttpResponseForbidden("Only admins end capacity plans.")
+        for field, errors in exc.errors.items():
+            messages.error(request, f"{field}: {' '.join(errors)}")
+    else:
+        messages.success(
+            request,
+            f"Plan {plan.name} ended. Jobs still on it are stopped at the next cycle and "
+            "may start on their other preferences.",
+        )
+    return redirect(f"/plans/#plan-{plan_id}")
