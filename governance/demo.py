@@ -2,7 +2,9 @@
 
 Two queues: the AWS worked example (three shares of one ml.g5.xlarge each) and a
 realistic fleet of four teams on five instance types, with priority bands, an agreement
-per share, exceptions in every state and users for each role. Passwords equal user
+per share, exceptions in every state, a capacity plan for vision on the contended
+ml.p5.48xlarge (active now, named first by vision's training jobs) and users for each
+role. Passwords equal user
 names: this is a demo.
 """
 
@@ -18,10 +20,20 @@ from django.utils import timezone
 
 from governance.models import JobQueue, Share
 from governance.roles import ADMIN_GROUP, AGENT_GROUP, REVIEWER_GROUP
-from governance.services import agreements, capacity, exceptions, jobs, priorities, shares, teams
+from governance.services import (
+    agreements,
+    capacity,
+    exceptions,
+    jobs,
+    plans,
+    priorities,
+    shares,
+    teams,
+)
 from governance.services import users as user_services
 
 MARKER_QUEUE = "aws-worked-example"
+DEMO_PLAN = "vision-p5-reserved"
 
 INSTANCE_TYPES: list[dict[str, Any]] = [
     {"name": "ml.g5.xlarge", "accelerators": 1, "speed": 1.0, "hourly_price": "1.4080"},
@@ -208,6 +220,21 @@ def load(data_dir: Path | None = None) -> list[str]:
             reason="Initial allocation, Q4 planning.",
         )
 
+    # A capacity plan for vision on the fleet's most contended type (ml.p5.48xlarge:
+    # the shares' limits take all 4), active now; vision's training jobs name it first.
+    plans.plan_create(
+        actor=admin,
+        queue=fleet,
+        share=fleet_shares["vision"],
+        name=DEMO_PLAN,
+        instance_type="ml.p5.48xlarge",
+        count=2,
+        start=timezone.now() - timedelta(hours=1),
+        end=timezone.now() + timedelta(days=14),
+        hourly_price="62.5000",
+        reason="Reserved for the detector-v7 milestone at a committed-use price.",
+    )
+
     _agreements(
         admin,
         leads,
@@ -313,8 +340,22 @@ def _jobs_and_exceptions(
             duration=3600,
             checkpoint_interval=600,
         )
+    # A preference is (type, count), or ("plan:NAME", count) for a capacity plan.
     specs = [
-        ("vision", "detector-v7-train", 40, [("ml.p5.48xlarge", 2), ("ml.p4d.24xlarge", 2)], 14400),
+        (
+            "vision",
+            "detector-v7-train",
+            40,
+            [(f"plan:{DEMO_PLAN}", 2), ("ml.p5.48xlarge", 2), ("ml.p4d.24xlarge", 2)],
+            14400,
+        ),
+        (
+            "vision",
+            "detector-v7-ablation",
+            30,
+            [(f"plan:{DEMO_PLAN}", 1), ("ml.p4d.24xlarge", 1)],
+            7200,
+        ),
         ("vision", "segmenter-sweep-a", 10, [("ml.g5.48xlarge", 2), ("ml.p4d.24xlarge", 1)], 3600),
         ("vision", "segmenter-sweep-b", 10, [("ml.g5.48xlarge", 2), ("ml.p4d.24xlarge", 1)], 3600),
         (
@@ -335,7 +376,12 @@ def _jobs_and_exceptions(
             share=fleet[team],
             name=name,
             priority=priority,
-            preferences=[{"instance_type": t, "count": c} for t, c in prefs],
+            preferences=[
+                {"plan": t.removeprefix("plan:"), "count": c}
+                if t.startswith("plan:")
+                else {"instance_type": t, "count": c}
+                for t, c in prefs
+            ],
             duration=duration,
             checkpoint_interval=900,
             max_pending=86400,
