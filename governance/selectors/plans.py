@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from governance.models import CapacityPlan, Job, JobState, Share
+from governance.models import CapacityPlan, Job, JobQueue, JobState, Share
 from governance.selectors.capacity import (
     RECENTLY_ENDED,
     PlanUsage,
@@ -117,3 +117,15 @@ def timeline(plan_list: list[CapacityPlan], now: datetime) -> dict[str, Any]:
             }
         )
     return {"rows": rows, "now_pct": pct(now), "from": lo, "to": hi}
+
+
+# How far back the plan timelines show ended plans.
+SHOW_ENDED_DAYS = 30
+
+
+def queue_timeline(queue: JobQueue, now: datetime) -> dict[str, Any]:
+    """One queue's plans (not ended, or ended in the last ``SHOW_ENDED_DAYS`` days) on
+    its timeline (``timeline``)."""
+    since = now - timedelta(days=SHOW_ENDED_DAYS)
+    found = list(plans().filter(queue=queue, end__gt=since).order_by("start", "name"))
+    return {"queue": queue, **timeline(found, now)}

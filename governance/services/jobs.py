@@ -40,6 +40,7 @@ from governance.services.errors import Errors, PermissionDenied, ValidationFaile
 from governance.services.kit import is_int, job_event, lock_job
 
 NAME_MAX_LENGTH = 200
+PLAN_NAME_MAX_LENGTH = 100  # CapacityPlan.name
 
 
 def job_snapshot(job: Job) -> dict[str, Any]:
@@ -251,8 +252,12 @@ def _check_plan_preference(
             "preferences",
             f"{key}.instance_type must not be given with a plan: the plan's type is used.",
         )
-    if not isinstance(plan_name, str) or not plan_name:
-        errors.add("preferences", f"{key}.plan must be the name of one of the share's plans.")
+    if not isinstance(plan_name, str) or not plan_name or len(plan_name) > PLAN_NAME_MAX_LENGTH:
+        errors.add(
+            "preferences",
+            f"{key}.plan must be the name of one of the share's plans "
+            f"(at most {PLAN_NAME_MAX_LENGTH} characters).",
+        )
         return None
     if kind != JobKind.TRAINING:
         errors.add(

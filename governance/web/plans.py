@@ -22,14 +22,12 @@ from governance.services.errors import ServiceError
 from governance.web.errors import apply_service_errors
 from governance.web.forms_plans import PlanCreateForm, PlanEndForm, PlanResizeForm
 
-# How far back the page shows ended plans.
-SHOW_ENDED_DAYS = 30
-
 
 def queue_timelines(now: Any) -> list[dict[str, Any]]:
-    """Per queue, its plans (not ended, or ended in the last ``SHOW_ENDED_DAYS`` days)
+    """Per queue, its plans (not ended, or ended in the last ``SHOW_ENDED_DAYS`` days:
+    ``selectors.plans``)
     laid out on one timeline, with their usage."""
-    since = now - timedelta(days=SHOW_ENDED_DAYS)
+    since = now - timedelta(days=plan_selectors.SHOW_ENDED_DAYS)
     found = list(plan_selectors.plans().filter(end__gt=since).order_by("queue__name", "start"))
     by_queue: dict[int, list[CapacityPlan]] = {}
     for plan in found:

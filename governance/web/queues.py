@@ -8,11 +8,13 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from governance.models import JobQueue, JobState
 from governance.selectors import capacity as capacity_selectors
 from governance.selectors import jobs as job_selectors
+from governance.selectors import plans as plan_selectors
 from governance.selectors import scheduling, web_jobs, web_overview, web_state
 from governance.selectors import shares as share_selectors
 from governance.web import regions
@@ -72,6 +74,7 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
         "queue_live_html": queue_live_html(queue, fingerprint),
         "shares": [{"share": s, "limits": share_selectors.limits_of(s)} for s in shares],
         "jobs_html": jobs_html,
+        "plan_timeline": plan_selectors.queue_timeline(queue, timezone.now()),
     }
     return render(request, "queues/detail.html", context)
 

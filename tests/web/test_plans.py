@@ -179,3 +179,26 @@ def test_job_form_offers_active_and_upcoming_plans(world):
     assert response.status_code == 400
     assert "only training jobs may name a capacity plan" in response.content.decode()
     assert Job.objects.count() == 1
+
+
+def test_queue_page_shows_its_plans_timeline(world):
+    make_plan(world)
+    body = client_for(world.red_member).get(f"/queues/{world.queue.pk}/").content.decode()
+    assert "Capacity plans over time" in body
+    assert 'class="timeline"' in body
+    assert "red-december" in body
+
+
+def test_waiting_on_a_plan_says_why(world):
+    """A job asking more than the plan has waits with plan_too_small, in words."""
+    make_plan(world)
+    from governance.services import jobs as job_services
+
+    submitted = job_services.job_submit(
+        actor=world.red_lead,
+        share=world.red_share,
+        name="too-big",
+        preferences=[{"plan": "red-december", "count": 3}],
+    )
+    body = client_for(world.red_lead).get(f"/jobs/{submitted.pk}/").content.decode()
+    assert "the capacity plan has fewer instances than asked" in body
