@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 
 from governance.models import (
     AuditEvent,
+    CapacityPlan,
     InstanceType,
     Job,
     JobQueue,
@@ -358,7 +359,7 @@ def share_update(
 
 
 def share_delete(*, actor: AnyUser, share: Share | int, reason: str = "") -> None:
-    """Delete a share that never had jobs or exceptions.
+    """Delete a share that never had jobs, exceptions or capacity plans.
 
     Finished jobs keep pointing at their share (their history and accounting need it),
     and exceptions are part of the review trail, so a share that has any is refused:
@@ -388,6 +389,16 @@ def share_delete(*, actor: AnyUser, share: Share | int, reason: str = "") -> Non
                     "share": [
                         f"Share {locked.name!r} has finished jobs whose history refers to it. "
                         "Disable the share (enabled: false) instead of deleting it."
+                    ]
+                }
+            )
+        if CapacityPlan.objects.filter(share=locked).exists():
+            raise ValidationFailed(
+                {
+                    "share": [
+                        f"Share {locked.name!r} has capacity plans on record (their history "
+                        "and cost refer to it). Disable the share (enabled: false) instead "
+                        "of deleting it."
                     ]
                 }
             )

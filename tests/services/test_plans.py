@@ -310,3 +310,13 @@ def test_plan_usage_apart_from_on_demand(world):
     assert [(r["name"], r["count"], r["usage"], r["state"]) for r in rows] == [
         ("red-december", 2, 2, "active")
     ]
+
+
+def test_a_share_with_plans_cannot_be_deleted(world):
+    from governance.services import shares as share_services
+
+    share = make_share(world.queue, TeamFactory(name="green"), "green")
+    create(world, share=share, name="green-plan")
+    with pytest.raises(ValidationFailed) as exc_info:
+        share_services.share_delete(actor=world.admin, share=share, reason="tidy")
+    assert "capacity plans" in errors_of(exc_info)["share"][0]
