@@ -44,10 +44,13 @@ class JobFilter(django_filters.FilterSet):
     q = django_filters.CharFilter(method="filter_name", label="name contains")
     kind = django_filters.ChoiceFilter(choices=JobKind.choices)
     submitter = django_filters.CharFilter(method="filter_submitter", label="username or id")
+    plan = django_filters.NumberFilter(
+        field_name="plan_id", label="capacity plan id (its current or last run)"
+    )
 
     class Meta:
         model = Job
-        fields = ["queue", "share", "team", "state", "kind", "submitter", "q"]
+        fields = ["queue", "share", "team", "state", "kind", "submitter", "q", "plan"]
 
     def filter_state(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
         if value == "active":

@@ -262,7 +262,7 @@ def _check_plan_preference(
     if kind != JobKind.TRAINING:
         errors.add(
             "preferences",
-            f"{key}.plan: only training jobs may name a capacity plan; a {kind} job uses "
+            f"{key}.plan: only training jobs may name a capacity plan; other jobs use "
             "on-demand instance types.",
         )
     plan = share_plans.get(plan_name)

@@ -221,3 +221,30 @@ def test_usage_api_shows_plans_apart(world):
     ]
     capacity = {t["instance_type"]: t["capacity"] for t in data["types"]}
     assert capacity["ml.p4d.24xlarge"] == 2  # on-demand capacity, the plan apart
+
+
+def test_jobs_filter_by_plan(world):
+    from governance.models import CapacityPlan, JobState
+
+    client_for(world.admin).post("/api/plans/", body(world), format="json")
+    plan = CapacityPlan.objects.get()
+    lead = client_for(world.red_lead)
+    ids = []
+    for name in ("on-plan", "on-demand"):
+        ids.append(
+            lead.post(
+                "/api/jobs/",
+                {
+                    "share": world.red_share.pk,
+                    "name": name,
+                    "preferences": [{"plan": "red-december", "count": 1}],
+                },
+                format="json",
+            ).json()["id"]
+        )
+    Job.objects.filter(pk=ids[0]).update(
+        state=JobState.RUNNING, plan=plan, instance_type=plan.instance_type, preference=0
+    )
+    data = lead.get(f"/api/jobs/?plan={plan.pk}").json()
+    rows = data["results"] if isinstance(data, dict) else data
+    assert [(r["name"], r["plan"]) for r in rows] == [("on-plan", "red-december")]
