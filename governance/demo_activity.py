@@ -26,9 +26,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from governance import demo
-from governance.models import Job, JobQueue, JobState, QueueCapacity, Share
+from governance.models import CapacityPlan, Job, JobQueue, JobState, QueueCapacity, Share
 from governance.services import capacity, jobs
 from governance.services.errors import ServiceError
 
@@ -118,8 +119,19 @@ def _fleet_work(rng: random.Random) -> list[str]:
         share.limits.order_by("instance_type__name").values_list("instance_type__name", flat=True)
     )
     rng.shuffle(types)
-    preferences = [{"instance_type": t} for t in types[: rng.randint(1, len(types))]]
+    preferences: list[dict[str, str]] = [
+        {"instance_type": t} for t in types[: rng.randint(1, len(types))]
+    ]
     kind = rng.choice(["sweep", "train", "eval", "finetune"])
+    # Training work of a share with a capacity plan names the plan first, with the
+    # on-demand types as fallbacks (docs/scheduling.md, "Capacity plans").
+    plan = (
+        CapacityPlan.objects.filter(share=share, start__lte=timezone.now(), end__gt=timezone.now())
+        .order_by("start")
+        .first()
+    )
+    if plan is not None and kind in ("train", "finetune"):
+        preferences = [{"plan": plan.name}, *preferences]
     name = f"{share.team.name}-{kind}-{rng.randint(100, 999)}"
     jobs.job_submit(
         actor=_user(f"member-{share.team.name}"),

@@ -41,3 +41,28 @@ def test_the_same_seed_gives_the_same_activity(tmp_path: Path) -> None:
         transaction.set_rollback(True)  # back to the same world
     assert first
     assert simulated.tick(3) == first
+
+
+@pytest.mark.django_db
+def test_vision_training_work_names_its_plan_first(tmp_path: Path) -> None:
+    """The fleet's moving weather: training work of the share with a capacity plan (the
+    demo's vision) names the plan first and keeps on-demand types as fallbacks."""
+    import random
+
+    demo.load(tmp_path)
+    found = []
+    for seed in range(200):
+        with transaction.atomic():
+            simulated._fleet_work(random.Random(seed))
+            job = Job.objects.latest("id")
+            if job.share.team.name == "vision" and (
+                "-train-" in job.name or "-finetune-" in job.name
+            ):
+                found.append(job.preferences)
+            transaction.set_rollback(True)
+        if len(found) >= 3:
+            break
+    assert found
+    for preferences in found:
+        assert preferences[0]["plan"] == demo.DEMO_PLAN
+        assert all("instance_type" in p for p in preferences[1:]) and len(preferences) > 1
