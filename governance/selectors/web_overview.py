@@ -109,6 +109,7 @@ class PlanBar:
     start: str
     end: str
     segments: list[Segment]
+    idle: int
 
 
 @dataclass
@@ -120,6 +121,7 @@ class QueueBlock:
     pending: int
     running_instances: int
     plans: list[PlanBar] = field(default_factory=list)
+    plan_instances: int = 0  # instances running on capacity plans (not in the above)
     shares: list[Any] = field(default_factory=list)
 
 
@@ -222,6 +224,7 @@ def usage_blocks(queue_list: list[JobQueue]) -> list[QueueBlock]:
                 running_instances=sum(t.usage for t in types),
                 shares=list(share_info.values()),
                 plans=[_plan_bar(plan) for plan in usage["plans"]],
+                plan_instances=sum(plan["usage"] for plan in usage["plans"]),
             )
         )
     return blocks
@@ -248,6 +251,7 @@ def _plan_bar(plan: PlanUsage) -> PlanBar:
         start=_utc_text(plan["start"]),
         end=_utc_text(plan["end"]),
         segments=segments,
+        idle=idle,
     )
 
 

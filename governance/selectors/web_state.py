@@ -2,9 +2,10 @@
 
 The live regions (usage bars) and the reasons jobs wait are pure functions of stored
 rows: the queues, their active (PENDING/RUNNING) jobs, shares, limits, capacity, capacity
-plans, instance types and teams. One query digests those rows' ids and ``xmin`` (PostgreSQL
-gives every
-new row version a new ``xmin``, so any insert, update or delete changes the digest, and
+plans (with whether each has started and ended: a plan's state changes with time alone),
+instance types and teams. One query digests those rows' ids and ``xmin`` (PostgreSQL
+gives every new row version a new ``xmin``, so any insert, update or delete changes the
+digest, and
 the digest is read in the same snapshot as a page's other reads). An answer cached under
 the digest is therefore never the answer for another state: a change shows on the next
 poll, with no invalidation to forget in any service. The cache is Django's ``shared``
@@ -44,7 +45,8 @@ SELECT md5(concat_ws('|',
     JOIN {share} s ON s.id = l.share_id WHERE {share_queue_filter}),
   (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {capacity}
     WHERE {queue_id_filter}),
-  (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {plan} WHERE {queue_id_filter}),
+  (SELECT string_agg(id || ':' || xmin || ':' || (start <= now())::text || ("end" <= now())::text,
+    ',' ORDER BY id) FROM {plan} WHERE {queue_id_filter}),
   (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {itype}),
   (SELECT string_agg(id || ':' || xmin, ',' ORDER BY id) FROM {team})
 ))

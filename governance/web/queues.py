@@ -36,6 +36,7 @@ QUEUE_ROW_COLUMNS = (
     "share__name",
     "share__team__name",
     "instance_type__name",
+    "plan__name",
 )
 
 
@@ -85,7 +86,7 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
 # their HTML is cached under both and the requested page numbers: a page view with
 # nothing changed skips the two counts, the two job queries and building 100 rows. The
 # relative times are left as slots and written at each request (web_time.fill_slots).
-JOBS_HTML_VERSION = 1
+JOBS_HTML_VERSION = 2  # 2: the plan a job runs on
 
 
 def _jobs_html(
@@ -116,7 +117,7 @@ def _jobs_context(
     queue_jobs = (
         job_selectors.jobs()
         .select_related(None)
-        .select_related("share__team", "instance_type")
+        .select_related("share__team", "instance_type", "plan")
         .only(*QUEUE_ROW_COLUMNS)
         .filter(queue=queue)
     )

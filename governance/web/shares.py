@@ -96,6 +96,7 @@ SHARE_JOB_COLUMNS = (
     "borrowed",
     "submitted_at",
     "instance_type__name",
+    "plan__name",
 )
 
 
@@ -103,7 +104,7 @@ SHARE_JOB_COLUMNS = (
 # (and count) is a function of the queue's state fingerprint (web_state; a job's queue
 # is its share's): cached under it, with the relative times left as slots written at
 # each serving (web_time.fill_slots). Saves the count, the job query and 50 rows.
-JOBS_HTML_VERSION = 1
+JOBS_HTML_VERSION = 2  # 2: the plan a job runs on
 
 
 def _jobs_html(share: Share, fingerprint: str) -> SafeString:
@@ -115,7 +116,7 @@ def _jobs_html(share: Share, fingerprint: str) -> SafeString:
         # reverse per row (governance.web.links).
         jobs = list(
             active.select_related(None)
-            .select_related("instance_type")
+            .select_related("instance_type", "plan")
             .only(*SHARE_JOB_COLUMNS)
             .order_by("state", "-priority", "submitted_at", "id")[:50]
         )

@@ -202,3 +202,25 @@ def test_waiting_on_a_plan_says_why(world):
     )
     body = client_for(world.red_lead).get(f"/jobs/{submitted.pk}/").content.decode()
     assert "the capacity plan has fewer instances than asked" in body
+
+
+def test_job_tables_show_the_plan_a_job_runs_on(world):
+    from governance.services import jobs as job_services
+    from scheduler import bridge
+
+    make_plan(world)
+    job = job_services.job_submit(
+        actor=world.red_lead,
+        share=world.red_share,
+        name="on-plan",
+        preferences=[{"plan": "red-december", "count": 2}],
+    )
+    bridge.run_cycle(world.queue.pk)
+    job.refresh_from_db()
+    assert job.plan is not None
+    client = client_for(world.red_member)
+    for url in (f"/queues/{world.queue.pk}/", f"/shares/{world.red_share.pk}/"):
+        assert "plan red-december</span>" in client.get(url).content.decode(), url
+    overview = client.get("/").content.decode()
+    assert "(and 2 on capacity plans)" in overview
+    assert 'class="plan-used"' in overview
