@@ -33,7 +33,7 @@ from scheduler.engine.model import (
     plan_pool,
 )
 from scheduler.engine.placement import Placement
-from scheduler.engine.plans import PlanPool
+from scheduler.engine.plan_life import PlanUsage
 from scheduler.engine.state import Pool, QueueState
 
 _SHARE_FIELDS = frozenset(
@@ -55,20 +55,6 @@ class ShareUsage:
     borrowed: int
     idle: int
     free: int
-
-
-@dataclass(frozen=True, slots=True)
-class PlanUsage:
-    """A capacity plan now (DESIGN section 10): its count, the instances its jobs hold,
-    and whether it is active; for pages and API (plan capacity apart from on-demand)."""
-
-    plan: str
-    instance_type: str
-    share: str
-    count: int
-    usage: int
-    active: bool
-    jobs: tuple[str, ...]
 
 
 class Engine:
@@ -119,16 +105,7 @@ class Engine:
 
     def plan_usage(self, name: str) -> PlanUsage:
         """A plan's count, usage, activity and running jobs (apart from on-demand)."""
-        pool = plan_life.find(self._state, name)
-        return PlanUsage(
-            plan=name,
-            instance_type=pool.plan.instance_type,
-            share=pool.plan.share,
-            count=pool.capacity,
-            usage=pool.total,
-            active=pool.active,
-            jobs=tuple(sorted(job.id for job in pool.jobs())),
-        )
+        return plan_life.usage(self._state, name)
 
     def job(self, job_id: str) -> Job:
         """The job record (live object: read it, do not mutate it directly)."""
@@ -230,7 +207,8 @@ class Engine:
         reasons = []
         for index, pref in enumerate(job.preferences):
             if pref.plan is not None:
-                reasons.append(plan_reason(plan_life.find(self._state, pref.plan), index, pref))
+                pool = plan_life.find_or_none(self._state, pref.plan)
+                reasons.append(plan_reason(pool, index, pref))
                 continue
             account = row = None
             if pref.instance_type in self._state.pools:
@@ -434,11 +412,7 @@ class Engine:
         cst = clone._state
         for name, pool in st.pools.items():
             cst.pools[name] = Pool(pool.spec, cst.shares, pool.capacity)
-        for key, pool in st.plans.items():
-            assert isinstance(pool, PlanPool)
-            fresh = PlanPool(pool.plan, pool.spec, cst.shares, pool.capacity)
-            fresh.active, fresh.started, fresh.ended = pool.active, pool.started, pool.ended
-            cst.plans[key] = fresh
+        plan_life.copy_plans(st, cst)
         cst.clock = st.clock
         cst.version = dict(st.version)
         cst.now = st.now
