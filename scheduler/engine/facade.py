@@ -163,7 +163,8 @@ class Engine:
         ]
 
     def _speed(self, job: Job) -> Work:
-        return self._state.pool_of(job).speed
+        assert job.instance_type is not None
+        return self._state.pools[job.instance_type].speed  # a plan runs at its type's speed
 
     def work_at(self, job: Job, now: int) -> Work:
         """Work the job has done by ``now`` (extrapolated at its type's speed)."""
@@ -191,7 +192,7 @@ class Engine:
     def next_deadline(self) -> int | None:
         """Earliest time-driven instant still to come (for event-driven callers): a
         max-pending deadline, or a plan's start or end the engine has not passed."""
-        plan_at = plan_life.next_instant(self._state)
+        plan_at = plan_life.next_instant(self._state) if self._state.plans else None
         while self._deadlines:
             deadline, _, job_id = self._deadlines[0]
             job = self._state.jobs.get(job_id)
@@ -371,6 +372,8 @@ class Engine:
         preempted (``plan_ended``, not counted against retries; plans and their jobs in
         file order), plans whose start has come become active. Call it after the
         instant's completions; :meth:`schedule` calls it too (a no-op when done)."""
+        if not self._state.plans:
+            return []
         return plan_life.advance(self._state, now)
 
     def schedule(self, now: int) -> list[Decision]:
@@ -380,6 +383,8 @@ class Engine:
         (a victim's ``preempted`` before its preemptor's ``admitted``), after any
         ``plan_ended`` preemptions of :meth:`advance_plans` not yet made at ``now``.
         """
+        if not self._state.plans:
+            return cycle.schedule(self._state, now, self._incremental)
         out = plan_life.advance(self._state, now)
         out.extend(cycle.schedule(self._state, now, self._incremental))
         return out
