@@ -62,7 +62,8 @@ def preempt(
     """Stop a running job: it keeps its last checkpoint, loses the rest, and is requeued
     with its original submission time unless its retries are exhausted. Lost capacity
     and a plan's end are not counted against the retries (UNCOUNTED_RULES)."""
-    speed = state.pool_of(victim).speed
+    assert victim.instance_type is not None
+    speed = state.pools[victim.instance_type].speed  # a plan runs at its type's speed
     saved = checkpoint_at(victim, speed, now)
     lost = lost_work_at(victim, speed, now)
     state.stop_running(victim)

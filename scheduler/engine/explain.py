@@ -93,9 +93,17 @@ def reason_for(
     )
 
 
-def plan_reason(pool: PlanPool, index: int, pref: Preference) -> Reason:
+def plan_reason(pool: PlanPool | None, index: int, pref: Preference) -> Reason:
     """Why a plan preference waits (DESIGN section 10): the first of plan_not_active,
-    plan_too_small, else plan_full; section 4's codes never apply to a plan."""
+    plan_too_small, else plan_full; section 4's codes never apply to a plan. ``pool``
+    None: the engine does not know the plan (a live caller did not load it): not active."""
+    if pool is None:
+        return Reason(
+            index,
+            "plan_not_active",
+            f"Plan '{pref.plan}' is not available in this queue now: the job runs on its "
+            "other preferences, or waits.",
+        )
     plan = pool.plan
     count = pref.count
     if not pool.active:

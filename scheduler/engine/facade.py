@@ -33,7 +33,7 @@ from scheduler.engine.model import (
     plan_pool,
 )
 from scheduler.engine.placement import Placement
-from scheduler.engine.plans import PlanPool
+from scheduler.engine.plan_life import PlanUsage
 from scheduler.engine.state import Pool, QueueState
 
 _SHARE_FIELDS = frozenset(
@@ -55,20 +55,6 @@ class ShareUsage:
     borrowed: int
     idle: int
     free: int
-
-
-@dataclass(frozen=True, slots=True)
-class PlanUsage:
-    """A capacity plan now (DESIGN section 10): its count, the instances its jobs hold,
-    and whether it is active; for pages and API (plan capacity apart from on-demand)."""
-
-    plan: str
-    instance_type: str
-    share: str
-    count: int
-    usage: int
-    active: bool
-    jobs: tuple[str, ...]
 
 
 class Engine:
@@ -119,16 +105,7 @@ class Engine:
 
     def plan_usage(self, name: str) -> PlanUsage:
         """A plan's count, usage, activity and running jobs (apart from on-demand)."""
-        pool = plan_life.find(self._state, name)
-        return PlanUsage(
-            plan=name,
-            instance_type=pool.plan.instance_type,
-            share=pool.plan.share,
-            count=pool.capacity,
-            usage=pool.total,
-            active=pool.active,
-            jobs=tuple(sorted(job.id for job in pool.jobs())),
-        )
+        return plan_life.usage(self._state, name)
 
     def job(self, job_id: str) -> Job:
         """The job record (live object: read it, do not mutate it directly)."""
@@ -186,7 +163,8 @@ class Engine:
         ]
 
     def _speed(self, job: Job) -> Work:
-        return self._state.pool_of(job).speed
+        assert job.instance_type is not None
+        return self._state.pools[job.instance_type].speed  # a plan runs at its type's speed
 
     def work_at(self, job: Job, now: int) -> Work:
         """Work the job has done by ``now`` (extrapolated at its type's speed)."""
@@ -214,7 +192,7 @@ class Engine:
     def next_deadline(self) -> int | None:
         """Earliest time-driven instant still to come (for event-driven callers): a
         max-pending deadline, or a plan's start or end the engine has not passed."""
-        plan_at = plan_life.next_instant(self._state)
+        plan_at = plan_life.next_instant(self._state) if self._state.plans else None
         while self._deadlines:
             deadline, _, job_id = self._deadlines[0]
             job = self._state.jobs.get(job_id)
@@ -230,7 +208,8 @@ class Engine:
         reasons = []
         for index, pref in enumerate(job.preferences):
             if pref.plan is not None:
-                reasons.append(plan_reason(plan_life.find(self._state, pref.plan), index, pref))
+                pool = plan_life.find_or_none(self._state, pref.plan)
+                reasons.append(plan_reason(pool, index, pref))
                 continue
             account = row = None
             if pref.instance_type in self._state.pools:
@@ -393,6 +372,8 @@ class Engine:
         preempted (``plan_ended``, not counted against retries; plans and their jobs in
         file order), plans whose start has come become active. Call it after the
         instant's completions; :meth:`schedule` calls it too (a no-op when done)."""
+        if not self._state.plans:
+            return []
         return plan_life.advance(self._state, now)
 
     def schedule(self, now: int) -> list[Decision]:
@@ -402,6 +383,8 @@ class Engine:
         (a victim's ``preempted`` before its preemptor's ``admitted``), after any
         ``plan_ended`` preemptions of :meth:`advance_plans` not yet made at ``now``.
         """
+        if not self._state.plans:
+            return cycle.schedule(self._state, now, self._incremental)
         out = plan_life.advance(self._state, now)
         out.extend(cycle.schedule(self._state, now, self._incremental))
         return out
@@ -434,11 +417,7 @@ class Engine:
         cst = clone._state
         for name, pool in st.pools.items():
             cst.pools[name] = Pool(pool.spec, cst.shares, pool.capacity)
-        for key, pool in st.plans.items():
-            assert isinstance(pool, PlanPool)
-            fresh = PlanPool(pool.plan, pool.spec, cst.shares, pool.capacity)
-            fresh.active, fresh.started, fresh.ended = pool.active, pool.started, pool.ended
-            cst.plans[key] = fresh
+        plan_life.copy_plans(st, cst)
         cst.clock = st.clock
         cst.version = dict(st.version)
         cst.now = st.now

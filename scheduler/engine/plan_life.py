@@ -11,10 +11,26 @@ stops jobs on the plan as ``capacity_lost``. Neither counts against retries.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from scheduler.engine import cycle
 from scheduler.engine.model import Decision, Job, Plan, plan_pool
 from scheduler.engine.plans import PlanPool, plan_count_drop
 from scheduler.engine.state import QueueState
+
+
+@dataclass(frozen=True, slots=True)
+class PlanUsage:
+    """A capacity plan now (DESIGN section 10): its count, the instances its jobs hold,
+    and whether it is active; for pages and API (plan capacity apart from on-demand)."""
+
+    plan: str
+    instance_type: str
+    share: str
+    count: int
+    usage: int
+    active: bool
+    jobs: tuple[str, ...]
 
 
 def plan_pools(state: QueueState) -> list[PlanPool]:
@@ -93,6 +109,35 @@ def next_instant(state: QueueState) -> int | None:
     return min(times) if times else None
 
 
+def usage(state: QueueState, name: str) -> PlanUsage:
+    """A plan's figures now (its running jobs by id)."""
+    pool = find(state, name)
+    return PlanUsage(
+        plan=name,
+        instance_type=pool.plan.instance_type,
+        share=pool.plan.share,
+        count=pool.capacity,
+        usage=pool.total,
+        active=pool.active,
+        jobs=tuple(sorted(job.id for job in pool.jobs())),
+    )
+
+
+def copy_plans(source: QueueState, target: QueueState) -> None:
+    """Empty copies of the source's plan pools in the target (for ``Engine.copy``; the
+    caller re-adds the running jobs)."""
+    for key, pool in source.plans.items():
+        assert isinstance(pool, PlanPool)
+        fresh = PlanPool(pool.plan, pool.spec, target.shares, pool.capacity)
+        fresh.active, fresh.started, fresh.ended = pool.active, pool.started, pool.ended
+        target.plans[key] = fresh
+
+
+def find_or_none(state: QueueState, name: str) -> PlanPool | None:
+    pool = state.plans.get(plan_pool(name))
+    return pool if isinstance(pool, PlanPool) else None
+
+
 def find(state: QueueState, name: str) -> PlanPool:
     pool = state.plans.get(plan_pool(name))
     if not isinstance(pool, PlanPool):
@@ -101,16 +146,18 @@ def find(state: QueueState, name: str) -> PlanPool:
 
 
 def check_preferences(state: QueueState, job: Job) -> None:
-    """A job may name a plan only when the plan exists, the job is a training job and
-    it belongs to the plan's share (DESIGN section 10); raise ValueError otherwise."""
+    """A job may name a plan only when it is a training job of the plan's share, with the
+    plan's type (DESIGN section 10); raise ValueError otherwise. A plan the engine was
+    not given (a live caller may load only current plans) is no error: the preference
+    never fits, and its reason is ``plan_not_active``."""
     for index, pref in enumerate(job.preferences):
         if pref.plan is None:
             continue
-        pool = state.plans.get(pref.pool)
-        if not isinstance(pool, PlanPool):
-            raise ValueError(f"job {job.id!r}: preference {index} names unknown plan {pref.plan!r}")
         if job.kind != "training":
             raise ValueError(f"job {job.id!r}: only training jobs may name a plan")
+        pool = state.plans.get(pref.pool)
+        if not isinstance(pool, PlanPool):
+            continue
         if pool.plan.share != job.share:
             raise ValueError(
                 f"job {job.id!r}: plan {pref.plan!r} belongs to share {pool.plan.share!r}"

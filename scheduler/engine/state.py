@@ -324,13 +324,17 @@ class QueueState:
         return self.pools[job.instance_type]
 
     def lost_work(self, job: Job) -> Work:
-        """Lost work of a running job at the current instant (victim order)."""
-        return lost_work_at(job, self.pool_of(job).speed, self.now or 0)
+        """Lost work of a running job at the current instant (victim order). A plan's
+        pool has its type's speed, so the type's pool answers for runs on plans too."""
+        assert job.instance_type is not None
+        return lost_work_at(job, self.pools[job.instance_type].speed, self.now or 0)
 
     def resolve(self, name: str) -> tuple[Pool, PoolFacts, Callable[[Job], Work]] | None:
-        pool = self.pool(name)
+        pool = self.pools.get(name)
         if pool is None:
-            return None
+            pool = self.plans.get(name)
+            if pool is None:
+                return None
         return pool, self.facts(pool), self.lost_work
 
     # -- pending and running

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.engine import Engine, InstanceType, Job, Plan, Preference, ShareConfig
+from scheduler.engine import Engine, InstanceType, Job, JobState, Plan, Preference, ShareConfig
 from scheduler.simulate import ScenarioError, run, validate
 from tests.engine.helpers import C, G, P, events, itype, reasons, share, simulate, trace
 
@@ -529,7 +529,7 @@ def test_hourly_price_defaults_to_zero_and_a_valid_plan_scenario_passes() -> Non
 def _engine() -> Engine:
     return Engine(
         [InstanceType(P, 2)],
-        [ShareConfig("llm", {P: 2}), ShareConfig("other", {P: 2})],
+        [ShareConfig("llm", {P: 2}), ShareConfig("other", {P: 0})],
         plans=[Plan("tp", P, 2, "llm", 10, 100)],
     )
 
@@ -558,13 +558,41 @@ def test_engine_next_deadline_includes_plan_start_then_end() -> None:
     [
         Job("p", "llm", 1, 0, (Preference(P, 1, "tp"),), kind="processing"),
         Job("o", "other", 1, 0, (Preference(P, 1, "tp"),)),
-        Job("u", "llm", 1, 0, (Preference(P, 1, "nope"),)),
         Job("t", "llm", 1, 0, (Preference(G, 1, "tp"),)),
     ],
-    ids=["processing", "other-share", "unknown-plan", "wrong-type"],
+    ids=["processing", "other-share", "wrong-type"],
 )
 def test_engine_refuses_a_job_that_may_not_name_the_plan(job: Job) -> None:
     engine = _engine()
     with pytest.raises(ValueError):
         engine.submit(job)
     assert list(engine.jobs()) == []
+
+
+def test_a_plan_the_engine_was_not_given_never_fits_and_is_not_active() -> None:
+    # a live caller may load only current plans: a job naming another is no error
+    engine = _engine()
+    engine.submit(Job("u", "llm", 1, 0, (Preference(P, 1, "gone"), Preference(P, 1))))
+    engine.submit(Job("v", "llm", 1, 0, (Preference(P, 1, "gone"),)))
+    decisions = engine.schedule(20)
+    assert [(d.job, d.preference, d.plan) for d in decisions] == [("u", 1, None)]
+    assert [r.reason for r in engine.explain("v")] == ["plan_not_active"]
+
+
+def test_a_restored_run_on_a_plan_is_ended_by_the_first_schedule_after_the_end() -> None:
+    # the live bridge rebuilds the engine each cycle and calls schedule(now) only
+    engine = _engine()
+    running = Job("r", "llm", 1, 0, (Preference(P, 2, "tp"), Preference(P, 2)))
+    running.state = JobState.RUNNING
+    running.instance_type, running.plan, running.count, running.preference = P, "tp", 2, 0
+    running.run_started_at = 10
+    engine.restore([running])
+    assert engine.plan_usage("tp").usage == 2
+    assert engine.accounting(P)[0].usage == 0
+    decisions = engine.schedule(130)
+    assert [(d.kind, d.rule, d.plan, d.preference) for d in decisions] == [
+        ("preempted", "plan_ended", "tp", None),
+        ("admitted", "own", None, 1),
+    ]
+    assert engine.advance_plans(130) == []  # done once per instant
+    assert engine.job("r").counted_preemptions == 0
