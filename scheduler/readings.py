@@ -45,12 +45,19 @@ def _valid_for(loaded: Loaded) -> float | None:
 
     Only time changes the answer without a stored change: a simulated run that finishes
     (``load`` completes it in memory once due) frees its instances; the earliest such
-    finish bounds the answer. Other executors' runs end by a report, a stored change.
+    finish bounds the answer. Other executors' runs end by a report, a stored change. A
+    capacity plan's next start or end (DESIGN section 10) bounds it too, whatever runs
+    the queue.
     """
-    if not simulated.runs_itself(loaded.queue):
-        return None
-    factor = simulated.time_factor(loaded.queue)
     valid_for: float | None = None
+    for plan in loaded.plans.values():
+        for moment in (plan.start, plan.end):
+            if moment > loaded.now:
+                left = (moment - loaded.now).total_seconds()
+                valid_for = left if valid_for is None else min(valid_for, left)
+    if not simulated.runs_itself(loaded.queue):
+        return valid_for
+    factor = simulated.time_factor(loaded.queue)
     for row in loaded.jobs.rows.values():
         if row["state"] == JobState.RUNNING and row.get("type_name") in loaded.type_ids:
             speed = float(loaded.engine.instance_types[row["type_name"]].speed)

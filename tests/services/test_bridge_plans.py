@@ -157,3 +157,18 @@ def test_explain_plan_reasons(w):
     reasons, _ = readings.explain_queue(w.queue.pk)
     # Before the plan's start (real now is long after T0+1000: the plan has ended).
     assert [r["reason"] for r in reasons[too_big.pk]] == ["plan_not_active"]
+
+
+def test_a_reading_holds_until_the_next_plan_instant(w):
+    """Reasons read now change at the plan's start without any stored change, so the
+    reading says it holds at most until then."""
+    from django.utils import timezone
+
+    from scheduler import readings
+
+    start = timezone.now() + timedelta(hours=1)
+    CapacityPlan.objects.filter(pk=w.plan.pk).update(start=start, end=start + timedelta(days=1))
+    waiting = job(w, "waits", [{"plan": "red-plan", "count": 1}], duration=None)
+    reasons, valid_for = readings.explain_queue(w.queue.pk)
+    assert [r["reason"] for r in reasons[waiting.pk]] == ["plan_not_active"]
+    assert valid_for is not None and 0 < valid_for <= 3600
