@@ -56,6 +56,7 @@ LIST_COLUMNS = (
     "share__team__name",
     "submitter__username",
     "instance_type__name",
+    "plan__name",
 )
 
 
@@ -78,6 +79,7 @@ class JobRow:
     team_name: str
     submitter: str
     runs_on: str  # the instance type of a job that has one and is not pending
+    plan: str = ""  # the capacity plan it runs on, if any (with ``runs_on``)
     page_url: str = ""
     share_url: str = ""
 
@@ -101,6 +103,7 @@ def job_rows(values: Iterable[tuple[Any, ...]]) -> list[JobRow]:
         team_name,
         submitter,
         instance_type,
+        plan,
     ) in values:
         rows.append(
             JobRow(
@@ -119,6 +122,7 @@ def job_rows(values: Iterable[tuple[Any, ...]]) -> list[JobRow]:
                 team_name=team_name,
                 submitter=submitter or "",
                 runs_on=instance_type if instance_type and state != JobState.PENDING else "",
+                plan=plan if plan and instance_type and state != JobState.PENDING else "",
             )
         )
     return rows

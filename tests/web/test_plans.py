@@ -224,3 +224,19 @@ def test_job_tables_show_the_plan_a_job_runs_on(world):
     overview = client.get("/").content.decode()
     assert "(and 2 on capacity plans)" in overview
     assert 'class="plan-used"' in overview
+
+
+def test_job_list_shows_the_plan(world):
+    from governance.services import jobs as job_services
+    from scheduler import bridge
+
+    make_plan(world)
+    job_services.job_submit(
+        actor=world.red_lead,
+        share=world.red_share,
+        name="on-plan",
+        preferences=[{"plan": "red-december", "count": 1}],
+    )
+    bridge.run_cycle(world.queue.pk)
+    body = client_for(world.red_member).get("/jobs/").content.decode()
+    assert "plan red-december</span>" in body
