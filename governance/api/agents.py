@@ -48,6 +48,11 @@ class ClaimedRun(serializers.Serializer[Any]):
     run = serializers.IntegerField()
     name = serializers.CharField()
     instance_type = serializers.CharField(source="instance_type.name")
+    plan = serializers.CharField(
+        source="plan.name",
+        allow_null=True,
+        help_text="the capacity plan whose reserved instances the run uses (null: on-demand)",
+    )
     count = serializers.SerializerMethodField()
     duration = serializers.IntegerField(allow_null=True)
     checkpoint_interval = serializers.IntegerField(allow_null=True)

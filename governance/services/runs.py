@@ -507,7 +507,7 @@ def run_claim(
         raise ValidationFailed({"limit": ["must be at least 1"]})
     jobs = list(
         Job.objects.select_for_update(skip_locked=True, of=("self",))
-        .select_related("instance_type", "share__team")
+        .select_related("instance_type", "share__team", "plan")
         .filter(queue_id=queue_id, state=JobState.RUNNING, agent="")
         .order_by("run_started_at", "id")[:limit]
     )

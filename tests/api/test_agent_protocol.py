@@ -143,3 +143,31 @@ def test_a_stale_run_is_refused_with_claim_next_too(w: Any) -> None:
     )
     assert response.status_code == 409
     assert Job.objects.get(pk=w.jobs[1].pk).state == JobState.PENDING
+
+
+def test_a_claimed_run_names_its_capacity_plan(w: Any) -> None:
+    """A run admitted on a capacity plan tells the agent which reservation to use."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from governance.models import CapacityPlan, InstanceType
+
+    [on_demand] = claim(w)
+    assert on_demand["plan"] is None
+    share = w.jobs[0].share
+    CapacityPlan.objects.create(
+        queue=w.queue,
+        share=share,
+        name="reserved",
+        instance_type=InstanceType.objects.get(name=G5),
+        count=1,
+        start=timezone.now() - timedelta(hours=1),
+        end=timezone.now() + timedelta(days=1),
+    )
+    planned = make_job(
+        share, w.jobs[0].submitter, name="on-plan", preferences=[{"plan": "reserved", "count": 1}]
+    )
+    bridge.run_cycle(w.queue.pk)
+    [run] = claim(w)
+    assert (run["job"], run["plan"], run["instance_type"]) == (planned.pk, "reserved", G5)
