@@ -150,6 +150,7 @@ class PlanUsageSerializer(serializers.Serializer):
     instance_type = serializers.CharField()
     count = serializers.IntegerField()
     usage = serializers.IntegerField(help_text="instances its running jobs hold")
+    pending = serializers.IntegerField(help_text="pending jobs whose first preference names it")
     state = serializers.CharField(help_text="upcoming, active or ended")
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()

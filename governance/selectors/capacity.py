@@ -14,7 +14,8 @@ so what people see is what the scheduler decides with:
   idle. RESERVE shares never lend. When capacity is below the sum of limits the figures
   still follow this rule; the queue is then shown as oversubscribed.
 - ``pending(S,T)``: how many PENDING jobs of S have T as their *first* preference, so
-  every pending job is counted once per share.
+  every pending job is counted once per share (a job whose first preference names a
+  capacity plan is counted on that plan instead).
 - ``plans``: the queue's capacity plans (not ended, ended within a day, or with jobs
   still on them until the scheduler's next cycle stops them) with their
   count and usage. Jobs running on a plan hold the plan's instances: they are in none
@@ -84,6 +85,7 @@ class PlanUsage(TypedDict):
     instance_type: str
     count: int
     usage: int
+    pending: int
     state: str
     start: str
     end: str
@@ -101,8 +103,9 @@ class QueueUsage(TypedDict):
 RECENTLY_ENDED = timedelta(days=1)
 
 
-def plan_usage_row(plan: CapacityPlan, usage: int, now: datetime) -> PlanUsage:
-    """A plan's count and usage (its running jobs' instances), apart from on-demand."""
+def plan_usage_row(plan: CapacityPlan, usage: int, now: datetime, *, pending: int = 0) -> PlanUsage:
+    """A plan's count and usage (its running jobs' instances), apart from on-demand, and
+    how many pending jobs name it as their first preference."""
     return PlanUsage(
         id=plan.pk,
         name=plan.name,
@@ -111,6 +114,7 @@ def plan_usage_row(plan: CapacityPlan, usage: int, now: datetime) -> PlanUsage:
         instance_type=plan.instance_type.name,
         count=plan.count,
         usage=usage,
+        pending=pending,
         state=plan.state_at(now).value,
         start=plan.start.isoformat(),
         end=plan.end.isoformat(),
@@ -195,6 +199,22 @@ def queues_usage(queue_list: list[JobQueue]) -> list[QueueUsage]:
             on_plans[job["plan_id"]] += job_instances(job)
         else:
             running_by_queue[job["queue_id"]].append(job)
+    pending_by_queue: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    # Pending jobs whose first preference names a plan are counted on that plan.
+    plan_first: dict[tuple[int, str], int] = defaultdict(int)
+    for row in (
+        Job.objects.filter(queue_id__in=ids, state=JobState.PENDING)
+        .annotate(
+            first_type=KT("preferences__0__instance_type"), first_plan=KT("preferences__0__plan")
+        )
+        .values("queue_id", "share_id", "first_type", "first_plan")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        if row["first_plan"]:
+            plan_first[(row["queue_id"], row["first_plan"])] += row["n"]
+        else:
+            pending_by_queue[row["queue_id"]].append(row)
     now = timezone.now()
     plans_by_queue: dict[int, list[PlanUsage]] = defaultdict(list)
     for plan in (
@@ -203,16 +223,11 @@ def queues_usage(queue_list: list[JobQueue]) -> list[QueueUsage]:
         .select_related("share", "instance_type")
         .order_by("start", "name")
     ):
-        plans_by_queue[plan.queue_id].append(plan_usage_row(plan, on_plans[plan.pk], now))
-    pending_by_queue: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
-    for row in (
-        Job.objects.filter(queue_id__in=ids, state=JobState.PENDING)
-        .annotate(first_type=KT("preferences__0__instance_type"))
-        .values("queue_id", "share_id", "first_type")
-        .annotate(n=Count("id"))
-        .order_by()
-    ):
-        pending_by_queue[row["queue_id"]].append(row)
+        plans_by_queue[plan.queue_id].append(
+            plan_usage_row(
+                plan, on_plans[plan.pk], now, pending=plan_first[(plan.queue_id, plan.name)]
+            )
+        )
     return [
         _usage_of(
             queue,

@@ -110,6 +110,7 @@ class PlanBar:
     end: str
     segments: list[Segment]
     idle: int
+    pending: int
 
 
 @dataclass
@@ -220,7 +221,7 @@ def usage_blocks(queue_list: list[JobQueue]) -> list[QueueBlock]:
                 name=queue.name,
                 description=queue.description,
                 types=types,
-                pending=pending_total,
+                pending=pending_total + sum(plan["pending"] for plan in usage["plans"]),
                 running_instances=sum(t.usage for t in types),
                 shares=list(share_info.values()),
                 plans=[_plan_bar(plan) for plan in usage["plans"]],
@@ -252,6 +253,7 @@ def _plan_bar(plan: PlanUsage) -> PlanBar:
         end=_utc_text(plan["end"]),
         segments=segments,
         idle=idle,
+        pending=plan["pending"],
     )
 
 

@@ -320,3 +320,17 @@ def test_a_share_with_plans_cannot_be_deleted(world):
     with pytest.raises(ValidationFailed) as exc_info:
         share_services.share_delete(actor=world.admin, share=share, reason="tidy")
     assert "capacity plans" in errors_of(exc_info)["share"][0]
+
+
+def test_plan_first_pending_jobs_are_counted_on_the_plan(world):
+    create(world)
+    submit(
+        world,
+        [{"plan": "red-december", "count": 1}, {"instance_type": "ml.p4d.24xlarge", "count": 1}],
+    )
+    submit(world, [{"instance_type": "ml.p4d.24xlarge", "count": 1}], name="on-demand")
+    usage = queue_usage(world.queue)
+    red = next(s for s in usage["shares"] if s["name"] == "red")
+    p4d = next(r for r in red["types"] if r["instance_type"] == "ml.p4d.24xlarge")
+    assert p4d["pending"] == 1  # the on-demand-first job only
+    assert [(p["name"], p["pending"]) for p in usage["plans"]] == [("red-december", 1)]
