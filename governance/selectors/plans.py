@@ -12,12 +12,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from governance.models import CapacityPlan, Job, JobQueue, JobState, Share
-from governance.selectors.capacity import (
-    RECENTLY_ENDED,
-    PlanUsage,
-    job_instances,
-    plan_usage_row,
-)
+from governance.selectors.capacity import job_instances
 
 
 def plans() -> QuerySet[CapacityPlan]:
@@ -26,10 +21,7 @@ def plans() -> QuerySet[CapacityPlan]:
 
 def nameable_plans(share: Share | int, now: datetime | None = None) -> list[CapacityPlan]:
     """The share's active and upcoming plans: what its training jobs may name."""
-    share_id = share.pk if isinstance(share, Share) else share
-    return list(
-        plans().filter(share_id=share_id, end__gt=now or timezone.now()).order_by("start", "name")
-    )
+    return nameable_plans_of([share.pk if isinstance(share, Share) else share], now)
 
 
 def nameable_plans_of(share_ids: list[int], now: datetime | None = None) -> list[CapacityPlan]:
@@ -69,24 +61,6 @@ def usage_by_plan(plan_ids: Iterable[int]) -> dict[int, int]:
         "plan_id", "preferences", "preference", "count"
     ):
         out[job["plan_id"]] += job_instances(job)
-    return dict(out)
-
-
-def queue_plans_usage(
-    queue_ids: Iterable[int], now: datetime | None = None
-) -> dict[int, list[PlanUsage]]:
-    """Per queue, every plan that has not ended (and those ended in the last day), with
-    its usage: plan capacity, shown apart from the queue's on-demand capacity."""
-    now = now or timezone.now()
-    found = list(
-        plans()
-        .filter(queue_id__in=list(queue_ids), end__gt=now - RECENTLY_ENDED)
-        .order_by("start", "name")
-    )
-    usage = usage_by_plan(p.pk for p in found)
-    out: dict[int, list[PlanUsage]] = defaultdict(list)
-    for plan in found:
-        out[plan.queue_id].append(plan_usage_row(plan, usage.get(plan.pk, 0), now))
     return dict(out)
 
 

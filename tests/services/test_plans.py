@@ -306,7 +306,7 @@ def test_plan_usage_apart_from_on_demand(world):
     red = next(s for s in usage["shares"] if s["name"] == "red")
     p4d = next(r for r in red["types"] if r["instance_type"] == "ml.p4d.24xlarge")
     assert p4d["usage"] == 0  # a plan's usage is not the share's usage against its limits
-    rows = plan_selectors.queue_plans_usage([world.queue.pk])[world.queue.pk]
+    rows = queue_usage(world.queue)["plans"]
     assert [(r["name"], r["count"], r["usage"], r["state"]) for r in rows] == [
         ("red-december", 2, 2, "active")
     ]
