@@ -64,15 +64,19 @@ def usage_by_plan(plan_ids: Iterable[int]) -> dict[int, int]:
     return dict(out)
 
 
-def timeline(plan_list: list[CapacityPlan], now: datetime) -> dict[str, Any]:
+def timeline(
+    plan_list: list[CapacityPlan], now: datetime, usage: dict[int, int] | None = None
+) -> dict[str, Any]:
     """Layout of a plans timeline: each plan's bar as percentages of a window that spans
-    the plans shown (and now), for a server-rendered chart without JavaScript."""
+    the plans shown (and now), for a server-rendered chart without JavaScript.
+    ``usage`` (plan id -> instances in use) is read when not given."""
     if not plan_list:
         return {"rows": [], "now_pct": None, "from": None, "to": None}
     lo = min([now, *(p.start for p in plan_list)])
     hi = max([now, *(p.end for p in plan_list)])
     span = (hi - lo).total_seconds() or 1.0
-    usage = usage_by_plan(p.pk for p in plan_list)
+    if usage is None:
+        usage = usage_by_plan(p.pk for p in plan_list)
 
     def pct(moment: datetime) -> float:
         return round(100 * (moment - lo).total_seconds() / span, 2)
@@ -103,3 +107,15 @@ def queue_timeline(queue: JobQueue, now: datetime) -> dict[str, Any]:
     since = now - timedelta(days=SHOW_ENDED_DAYS)
     found = list(plans().filter(queue=queue, end__gt=since).order_by("start", "name"))
     return {"queue": queue, **timeline(found, now)}
+
+
+def queue_timelines(now: datetime) -> list[dict[str, Any]]:
+    """Every queue's plans (as ``queue_timeline``), one timeline per queue, queues by
+    name; the usage of all of them read at once."""
+    since = now - timedelta(days=SHOW_ENDED_DAYS)
+    found = list(plans().filter(end__gt=since).order_by("queue__name", "start", "name"))
+    usage = usage_by_plan(p.pk for p in found)
+    by_queue: dict[int, list[CapacityPlan]] = {}
+    for plan in found:
+        by_queue.setdefault(plan.queue_id, []).append(plan)
+    return [{"queue": group[0].queue, **timeline(group, now, usage)} for group in by_queue.values()]

@@ -3,9 +3,6 @@ with their usage; admins create, resize and end them through ``services.plans``.
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
@@ -14,29 +11,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from governance import roles
-from governance.models import CapacityPlan, JobQueue, Share
+from governance.models import Share
 from governance.selectors import capacity as capacity_selectors
 from governance.selectors import plans as plan_selectors
 from governance.services import plans as plan_services
 from governance.services.errors import ServiceError
 from governance.web.errors import apply_service_errors
 from governance.web.forms_plans import PlanCreateForm, PlanEndForm, PlanResizeForm
-
-
-def queue_timelines(now: Any) -> list[dict[str, Any]]:
-    """Per queue, its plans (not ended, or ended in the last ``SHOW_ENDED_DAYS`` days:
-    ``selectors.plans``)
-    laid out on one timeline, with their usage."""
-    since = now - timedelta(days=plan_selectors.SHOW_ENDED_DAYS)
-    found = list(plan_selectors.plans().filter(end__gt=since).order_by("queue__name", "start"))
-    by_queue: dict[int, list[CapacityPlan]] = {}
-    for plan in found:
-        by_queue.setdefault(plan.queue_id, []).append(plan)
-    queues = {q.pk: q for q in JobQueue.objects.filter(pk__in=list(by_queue))}
-    return [
-        {"queue": queues[queue_id], **plan_selectors.timeline(plans, now)}
-        for queue_id, plans in sorted(by_queue.items(), key=lambda kv: queues[kv[0]].name)
-    ]
 
 
 def _share_choices() -> list[tuple[int, str]]:
@@ -60,7 +41,7 @@ def _create_form(request: HttpRequest) -> PlanCreateForm:
 def plan_list(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     context = {
-        "timelines": queue_timelines(now),
+        "timelines": plan_selectors.queue_timelines(now),
         "is_admin": roles.is_admin(request.user),
         "now": now,
     }
