@@ -262,9 +262,9 @@ class _Cycle:
         """The pair's classes whose first job may fit: asking no more than the share
         could place at all, and not yet proven not to fit."""
         state = self.state
-        pool = state.pool(pair[0])
+        pool = state.pools.get(pair[0]) or state.plans.get(pair[0])
         if pool is None:
-            return []  # an unknown type: nothing ever fits there
+            return []  # an unknown type (or plan): nothing ever fits there
         classes = state.index.classes_of(pair)
         if not classes:
             return []
@@ -321,7 +321,7 @@ class _Cycle:
                 continue
             job = jobs[at]
             share = cls.share
-            pool = pools.get(cls.pool) or plans[cls.pool]
+            pool = pools[cls.pool] if cls.pool in pools else plans[cls.pool]
             pair = (cls.pool, share)
             if group == 0 and not own_possible(shares, pool, share, cls.count, job.priority):
                 if self._borrows(share):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 from scheduler.engine import accounting
 from scheduler.engine.model import Job, Policy, ShareConfig
@@ -47,8 +48,8 @@ class Placement:
 
 def maxfit(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str) -> int:
     """Largest count the share can place on the pool without preemption (-1: none)."""
-    if isinstance(pool, PlanPool):
-        return pool.room(share)
+    if pool.is_plan:  # an attribute, not isinstance: this is the hottest test
+        return cast(PlanPool, pool).room(share)
     room = facts.maxfit.get(share)
     if room is None:
         _room(shares, pool, facts, share)
@@ -79,8 +80,8 @@ def largest_possible(
 ) -> int:
     """Largest count any job of the share could place on the pool now, whatever its
     priority, with or without preemption (-1: none): a job asking more surely fails."""
-    if isinstance(pool, PlanPool):
-        return pool.largest(share)
+    if pool.is_plan:
+        return cast(PlanPool, pool).largest(share)
     found = facts.largest.get(share)
     if found is None:
         _room(shares, pool, facts, share)
@@ -164,8 +165,8 @@ def fits(
     preemption? Monotone: true for any smaller count and any higher priority."""
     if count <= maxfit(shares, pool, facts, share):
         return True
-    if isinstance(pool, PlanPool):
-        return plan_search(pool, facts, lost, share, count, priority) is not None
+    if pool.is_plan:
+        return plan_search(cast(PlanPool, pool), facts, lost, share, count, priority) is not None
     b = bound(shares, pool, facts, share)
     found = search(shares, pool, facts, lost, b, share, count, priority, time_sensitive)
     return found is not None

@@ -596,3 +596,14 @@ def test_a_restored_run_on_a_plan_is_ended_by_the_first_schedule_after_the_end()
     ]
     assert engine.advance_plans(130) == []  # done once per instant
     assert engine.job("r").counted_preemptions == 0
+
+
+def test_a_job_moves_from_an_ending_plan_to_one_starting_at_the_same_instant() -> None:
+    jobs = [pjob("a", [("plan:old", 2), ("plan:new", 2)], duration=150, checkpoint_interval=50)]
+    result = simulate(data(jobs, plans=[plan("old", end=100), plan("new", start=100, end=300)]))
+    assert [(e["at"], e["type"], e.get("plan"), e.get("preference")) for e in result["events"]] == [
+        (0, "admitted", "old", 0),
+        (100, "preempted", "old", None),
+        (100, "admitted", "new", 1),
+        (150, "completed", None, None),
+    ]
