@@ -1,8 +1,9 @@
 """Scenario runner: ``python -m scheduler.simulate FILE.json [--explain] [--check]``.
 
-Runs the engine over a scenario (DESIGN section 3) with no database and prints the JSON
-result. It is a thin event loop over :class:`scheduler.engine.Engine`, the same object
-the live scheduler drives, so a scenario exercises exactly the production rules.
+Runs the engine over a scenario (DESIGN section 3; capacity plans: section 10) with no
+database and prints the JSON result. It is a thin event loop over
+:class:`scheduler.engine.Engine`, the same object the live scheduler drives, so a
+scenario exercises exactly the production rules.
 
 Exit status: 0 on success; 2 for an invalid scenario (one ``field: problem`` line per
 problem on stderr); 1 with ``--check`` when the output does not match the scenario's

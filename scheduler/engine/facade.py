@@ -20,6 +20,7 @@ from scheduler.engine import accounting, cycle, plan_life, preemption, work
 from scheduler.engine.explain import plan_reason, reason_for
 from scheduler.engine.model import (
     FINAL_STATES,
+    TRAINING,
     Decision,
     InstanceType,
     Job,
@@ -227,7 +228,8 @@ class Engine:
             raise ValueError(f"job {job.id!r} exists")
         if job.share not in st.shares:
             raise ValueError(f"job {job.id!r}: unknown share {job.share!r}")
-        plan_life.check_preferences(st, job)
+        if st.plans or job.kind != TRAINING:
+            plan_life.check_preferences(st, job)  # without plans, only the kind can be wrong
         if job.state is JobState.RUNNING:
             if job.instance_type is None or job.instance_type not in st.pools:
                 raise ValueError(f"running job {job.id!r} needs a known instance_type")

@@ -186,8 +186,10 @@ def first_without_preemption(
     """The first preference that fits without preemption."""
     for index, count, pool, facts, _ in _options(job, resolve):
         if count <= maxfit(shares, pool, facts, job.share):
+            if pool.is_plan:
+                return _placement(index, pool, count, 0)
             borrowed = borrowed_after(shares, pool, job.share, count)
-            return _placement(index, pool, count, borrowed)
+            return Placement(index, pool.name, count, borrowed, (), None, pool.name)
     return None
 
 

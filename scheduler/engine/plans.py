@@ -74,7 +74,7 @@ class PlanPool(Pool):
 
     def largest(self, share: str) -> int:
         """Largest count any job of the share could place here now, with or without
-        preemption (-1: none): an exact bound for the candidate index."""
+        preemption (-1: none): an upper bound for the candidate index."""
         room = self.room(share)
         if room < 0:
             return -1
