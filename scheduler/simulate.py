@@ -37,7 +37,16 @@ MAX_LIMITS = 5
 MAX_PREFERENCES = 5
 MAX_PRIORITY = 9999
 
-_TOP_KEYS = {"instance_types", "shares", "jobs", "actions", "until", "version", "description"}
+_TOP_KEYS = {
+    "instance_types",
+    "shares",
+    "jobs",
+    "actions",
+    "until",
+    "version",
+    "description",
+    "time_unit",
+}
 _TYPE_KEYS = {"name", "capacity", "accelerated", "speed", "hourly_price"}
 _SHARE_KEYS = {
     "name",
