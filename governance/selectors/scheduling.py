@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
+
 from governance import roles
-from governance.models import Job, JobState, Share
+from governance.models import Job, JobQueue, JobState, Share
 from governance.roles import AnyUser
 from governance.selectors import web_state
 from governance.services.errors import PermissionDenied
 from governance.services.shares import validate_share_fields
-from scheduler import readings
+from scheduler import history, readings, signals
 from scheduler.engine import accounting
 from scheduler.engine.accounting import ShareOnType, TypeAccount, account_type
 
@@ -33,6 +36,8 @@ __all__ = [
     "explain_job",
     "explain_jobs",
     "preview_share_change",
+    "queue_history",
+    "queue_signals",
 ]
 
 
@@ -111,3 +116,37 @@ def preview_share_change(
 def engine_usage(queue_id: int) -> list[dict[str, Any]]:
     """Per share and type accounting as the engine itself holds it."""
     return readings.usage(queue_id)
+
+
+def queue_history(queue: JobQueue, start: datetime, stop: datetime) -> dict[str, Any]:
+    """The queue's recorded history over ``[start, stop)`` as a replayable scenario
+    (DESIGN 8, "History export")."""
+    return history.export(queue, start, stop, now=timezone.now())
+
+
+def queue_signals(
+    queue: JobQueue, start: datetime, stop: datetime, *, group_by: str = "share"
+) -> dict[str, Any]:
+    """Every signal of DESIGN 8 for the queue over ``[start, stop)``, per share or team:
+    computed from the history export plus the audit entries that count as policy
+    changes, with the end of the recording at ``min(stop, now)``."""
+    now = timezone.now()
+    exported = history.export(queue, start, stop, now=now)
+    length = int((stop - start).total_seconds() * 1000)
+    end = max(0, min(length, int((now - start).total_seconds() * 1000)))
+    recording = signals.Recording(
+        scenario=exported["scenario"],
+        events=exported["recorded"],
+        teams=exported["teams"],
+        audit=history.policy_entries(queue, start, stop),
+        end=end,
+    )
+    answer = signals.compute(recording, 0, length, group_by=group_by)
+    answer["window"] = {"from": start.isoformat(), "to": stop.isoformat()}
+    answer["queue"] = {"id": queue.pk, "name": queue.name, **answer["queue"]}
+    return answer
+
+
+def signals_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The signals answer as a flat table (``?format=csv``)."""
+    return signals.flat_rows(answer)
