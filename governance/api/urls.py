@@ -15,6 +15,7 @@ from governance.api.jobs import JobViewSet
 from governance.api.notifications import NotificationViewSet
 from governance.api.priorities import PriorityDefinitionViewSet
 from governance.api.shares import ShareViewSet
+from governance.api.signals import ChargebackView, QueueHistoryView, SignalsView
 from governance.api.teams import TeamViewSet
 
 router = DefaultRouter()
@@ -50,6 +51,9 @@ agent_urls = [
 urlpatterns = [
     *agent_urls,
     path("auth/token/", ObtainTokenView.as_view(), name="api-token"),
+    path("signals/", SignalsView.as_view(), name="api-signals"),
+    path("signals/chargeback/", ChargebackView.as_view(), name="api-chargeback"),
+    path("queues/<int:pk>/history/", QueueHistoryView.as_view(), name="api-queue-history"),
     # Signed-in users only; the docs page sends a browser to the sign-in page first. The
     # split view serves Swagger UI's start-up script as a file (no inline script: CSP).
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -31,6 +31,7 @@ __all__ = [
     "TypeAccount",
     "account_type",
     "accounting",
+    "chargeback",
     "engine_usage",
     "explain_generation",
     "explain_job",
@@ -38,6 +39,7 @@ __all__ = [
     "preview_share_change",
     "queue_history",
     "queue_signals",
+    "signals_rows",
 ]
 
 
@@ -150,3 +152,32 @@ def queue_signals(
 def signals_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
     """The signals answer as a flat table (``?format=csv``)."""
     return signals.flat_rows(answer)
+
+
+def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:
+    """Per team, queue and type: instance-seconds and cost over ``[start, stop)`` (a
+    month), split own / borrowed, from each queue's signals grouped by team."""
+    rows: list[dict[str, Any]] = []
+    label = start.strftime("%Y-%m")
+    for queue in JobQueue.objects.order_by("name"):
+        answer = queue_signals(queue, start, stop, group_by="team")
+        for group in answer["groups"]:
+            for type_name, seconds in group["instance_seconds"].items():
+                cost = group["cost"][type_name]
+                if not seconds["total"]:
+                    continue
+                rows.append(
+                    {
+                        "month": label,
+                        "team": group["team"],
+                        "queue": queue.name,
+                        "instance_type": type_name,
+                        "own_instance_seconds": round(seconds["own"], 3),
+                        "borrowed_instance_seconds": round(seconds["borrowed"], 3),
+                        "own_cost": round(cost["own"], 4),
+                        "borrowed_cost": round(cost["borrowed"], 4),
+                        "total_cost": round(cost["total"], 4),
+                    }
+                )
+    rows.sort(key=lambda r: (r["team"], r["queue"], r["instance_type"]))
+    return rows

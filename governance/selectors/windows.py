@@ -77,3 +77,20 @@ def parse_group_by(value: Any) -> str:
     if value not in GROUP_BY:
         raise ValidationFailed({"group_by": [f"Must be one of {', '.join(GROUP_BY)}."]})
     return str(value)
+
+
+def parse_month(value: Any, *, now: datetime | None = None) -> Window:
+    """``YYYY-MM`` as the window of that calendar month (UTC); default this month."""
+    now = now or timezone.now()
+    if value in (None, ""):
+        year, month = now.year, now.month
+    else:
+        parts = value.split("-") if isinstance(value, str) and len(value) == 7 else []
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValidationFailed({"month": ["Give a month as YYYY-MM, e.g. 2025-01."]})
+        year, month = int(parts[0]), int(parts[1])
+        if not 1 <= month <= 12 or not 2000 <= year <= 2099:
+            raise ValidationFailed({"month": ["Month 01 to 12 of a year 2000 to 2099."]})
+    start = datetime(year, month, 1, tzinfo=UTC)
+    stop = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+    return Window(start, stop)
