@@ -182,6 +182,7 @@ def compute(
     unit = time_unit(scenario)
     end = recording_end(recording)
     win = _Integrals(start, min(stop, end))
+    hi = win.hi
 
     prices = {t["name"]: float(t.get("hourly_price", 0) or 0) for t in scenario["instance_types"]}
     capacity = {t["name"]: int(t["capacity"]) for t in scenario["instance_types"]}
@@ -201,9 +202,9 @@ def compute(
     i_capacity: dict[str, float] = defaultdict(float)
 
     def flush_su(key: tuple[str, str], now: int) -> None:
-        dt = win.span(since_su.get(key, now), now)
+        dt = min(now, hi) - max(since_su.get(key, now), start)
         since_su[key] = now
-        if dt:
+        if dt > 0:
             u = usage[key]
             if u:
                 lim = int(limits[key[0]].get(key[1], 0))
@@ -217,10 +218,12 @@ def compute(
         if dt:
             i_capacity[type_name] += capacity[type_name] * dt
 
-    # pending preference counts per (share, type): {count: jobs}
-    pend: dict[tuple[str, str], Counter[int]] = defaultdict(Counter)
+    # pending preference counts per type and share ({count: jobs}), and their minimum
+    pend: dict[str, dict[str, dict[int, int]]] = {t: {} for t in type_names}
+    pmin: dict[str, dict[str, int]] = {t: {} for t in type_names}
     # idle lendable: per type, the idle count and the shares with a pending job that fits
-    idle_state: dict[str, tuple[int, frozenset[str]]] = {t: (0, frozenset()) for t in type_names}
+    empty: frozenset[str] = frozenset()
+    idle_state: dict[str, tuple[int, frozenset[str]]] = {t: (0, empty) for t in type_names}
     idle_since = dict.fromkeys(type_names, 0)
     # per type: intervals counted once for a group, so groups are flushed by share set
     i_idle_sets: dict[tuple[str, frozenset[str]], float] = defaultdict(float)
@@ -230,32 +233,46 @@ def compute(
         if job.pending == on:
             return
         job.pending = on
+        share = job.share
         for type_name, n in job.prefs:
-            counter = pend[(job.share, type_name)]
+            by_share = pend[type_name]
+            counter = by_share.get(share)
             if on:
-                counter[n] += 1
-            else:
-                counter[n] -= 1
-                if counter[n] <= 0:
+                if counter is None:
+                    counter = by_share[share] = {}
+                counter[n] = counter.get(n, 0) + 1
+                low = pmin[type_name].get(share)
+                if low is None or n < low:
+                    pmin[type_name][share] = n
+            elif counter is not None:
+                left = counter[n] - 1
+                if left > 0:
+                    counter[n] = left
+                else:
                     del counter[n]
+                    if not counter:
+                        del by_share[share]
+                        del pmin[type_name][share]
+                    elif pmin[type_name][share] == n:
+                        pmin[type_name][share] = min(counter)
             dirty.add(type_name)
 
     def refresh_idle(type_name: str, now: int) -> None:
         idle, fitting = idle_state[type_name]
-        dt = win.span(idle_since[type_name], now)
+        since = idle_since[type_name]
         idle_since[type_name] = now
-        if dt and idle > 0 and fitting:
-            i_idle_sets[(type_name, fitting)] += idle * dt
+        if idle > 0 and fitting:
+            dt = min(now, hi) - max(since, start)
+            if dt > 0:
+                i_idle_sets[(type_name, fitting)] += idle * dt
         idle = capacity[type_name] - total_usage[type_name]
-        ok: frozenset[str] = frozenset()
+        ok = empty
         if idle > 0:
-            ok = frozenset(
-                s
-                for s in share_names
-                if type_name in limits[s]
-                and pend[(s, type_name)]
-                and min(pend[(s, type_name)]) <= idle
-            )
+            lows = pmin[type_name]
+            if lows:
+                ok = frozenset(
+                    s for s, low in lows.items() if low <= idle and type_name in limits[s]
+                )
         idle_state[type_name] = (idle, ok)
 
     # ---- the timeline: actions and submissions before the events of the same instant
@@ -263,11 +280,11 @@ def compute(
     for index, action in enumerate(scenario.get("actions") or []):
         if action["type"] in ("set_capacity", "set_share"):
             happenings.append((int(action["at"]), 0, index, action))
-    for job_id, job in jobs.items():
-        happenings.append((job.submit, 1, 0, job_id))
+    for index, (job_id, job) in enumerate(jobs.items()):
+        happenings.append((job.submit, 1, index, job_id))
     for index, event in enumerate(recording.events):
-        happenings.append((int(event["at"]), 2, index, event))
-    happenings.sort(key=lambda h: (h[0], h[1], h[2]))
+        happenings.append((event["at"], 2, index, event))
+    happenings.sort()  # (at, kind, index) is unique: the items are never compared
 
     per_share: dict[str, _Collector] = {s: _Collector() for s in share_names}
 
@@ -304,7 +321,8 @@ def compute(
                 set_pending(job, True)
             continue
         event = item
-        job = jobs[str(event["job"])]
+        raw_id = event["job"]
+        job = jobs[raw_id if raw_id.__class__ is str else str(raw_id)]
         col = per_share[job.share]
         etype = event["type"]
         if etype == "admitted":
@@ -317,13 +335,13 @@ def compute(
             set_pending(job, False)
             borrowed = int(event.get("borrowed") or 0)
             job.ever_borrowed = job.ever_borrowed or borrowed > 0
-            if in_window(at):
+            if start <= at < stop:
                 if not job.first_admitted:
-                    wait = sec(at - job.submit)
+                    wait = (at - job.submit) / unit
                     col.wait.append((wait, borrowed > 0))
                     col.first_pref.append((int(event.get("preference") or 0), wait))
                 if job.last_event == "preempted":
-                    col.restart.append(sec(at - job.last_preempted_at))
+                    col.restart.append((at - job.last_preempted_at) / unit)
             job.first_admitted = True
             job.admissions += 1
             job.run = (type_name, count)
@@ -341,27 +359,27 @@ def compute(
                 job.preemptions += 1
                 job.last_preempted_at = at
                 set_pending(job, True)
-                if in_window(at):
+                if start <= at < stop:
                     reason = event.get("reason") or ""
                     col.suffered[reason] += 1
-                    col.lost_work += sec(float(event.get("lost_work") or 0))
+                    col.lost_work += float(event.get("lost_work") or 0) / unit
                     by = event.get("by")
                     if by is not None and str(by) in jobs:
                         per_share[jobs[str(by)].share].caused[reason] += 1
             else:
                 job.terminal = True
                 set_pending(job, False)
-                if in_window(at):
+                if start <= at < stop:
                     col.finished[FINAL_STATES[etype]] += 1
                     col.finished_preemptions += job.preemptions
                     if etype == "timed_out":
                         col.timed_out += 1
                     if etype == "completed":
-                        col.turnaround.append((sec(at - job.submit), not job.ever_borrowed))
-                        col.completed_work += sec(float(job.duration))
+                        col.turnaround.append(((at - job.submit) / unit, not job.ever_borrowed))
+                        col.completed_work += float(job.duration) / unit
                         if run is not None:
                             label = f"{run[0]} x{run[1]}"
-                            runtime = sec(at - job.last_run_start)
+                            runtime = (at - job.last_run_start) / unit
                             cost = run[1] * runtime * prices.get(run[0], 0.0) / 3600
                             col.runtime[label].append((runtime, cost))
         job.last_event = etype
