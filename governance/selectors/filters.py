@@ -31,6 +31,16 @@ def user_filter(queryset: QuerySet[Any], field: str, value: str) -> QuerySet[Any
     return queryset.filter(condition)
 
 
+WINDOW_FIELDS = (
+    "submitted_after",
+    "submitted_before",
+    "started_after",
+    "started_before",
+    "finished_after",
+    "finished_before",
+)
+
+
 class JobFilter(django_filters.FilterSet):
     queue = django_filters.NumberFilter(field_name="queue_id")
     share = django_filters.NumberFilter(field_name="share_id")
@@ -41,10 +51,26 @@ class JobFilter(django_filters.FilterSet):
     q = django_filters.CharFilter(method="filter_name", label="name contains")
     kind = django_filters.ChoiceFilter(choices=JobKind.choices)
     submitter = django_filters.CharFilter(method="filter_submitter", label="username or id")
+    # Time windows [after, before): what the Signals page links to for its figures.
+    submitted_after = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    started_after = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
+    started_before = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
+    finished_after = django_filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="gte")
+    finished_before = django_filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="lt")
 
     class Meta:
         model = Job
-        fields = ["queue", "share", "team", "state", "kind", "submitter", "q"]
+        fields = [
+            "queue",
+            "share",
+            "team",
+            "state",
+            "kind",
+            "submitter",
+            "q",
+            *WINDOW_FIELDS,
+        ]
 
     def filter_state(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
         if value == "active":

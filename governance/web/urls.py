@@ -13,6 +13,7 @@ from governance.web import audit as audit_pages
 from governance.web import exceptions as exception_pages
 from governance.web import notifications as notification_pages
 from governance.web import priorities as priority_pages
+from governance.web import signals as signal_pages
 
 app_name = "web"
 
@@ -64,6 +65,7 @@ urlpatterns += [
     path("agreements/<int:pk>/", agreement_pages.agreement_detail, name="agreement"),
     path("agreements/<int:pk>/edit/", agreement_pages.agreement_edit, name="agreement_edit"),
     path("audit/", audit_pages.audit_list, name="audit"),
+    path("signals/", signal_pages.signals_page, name="signals"),
     path("notifications/", notification_pages.notification_list, name="notifications"),
     path("notifications/read/", notification_pages.notification_read, name="notifications-read"),
 ]
