@@ -230,20 +230,24 @@ def compute(
     dirty: set[str] = set()
 
     def set_pending(job: _Job, on: bool) -> None:
+        # A type needs a fresh idle-lendable reading only when a share's smallest pending
+        # count on it changes (the reading depends on nothing else of the pending jobs).
         if job.pending == on:
             return
         job.pending = on
         share = job.share
         for type_name, n in job.prefs:
             by_share = pend[type_name]
+            lows = pmin[type_name]
             counter = by_share.get(share)
             if on:
                 if counter is None:
                     counter = by_share[share] = {}
                 counter[n] = counter.get(n, 0) + 1
-                low = pmin[type_name].get(share)
+                low = lows.get(share)
                 if low is None or n < low:
-                    pmin[type_name][share] = n
+                    lows[share] = n
+                    dirty.add(type_name)
             elif counter is not None:
                 left = counter[n] - 1
                 if left > 0:
@@ -252,10 +256,11 @@ def compute(
                     del counter[n]
                     if not counter:
                         del by_share[share]
-                        del pmin[type_name][share]
-                    elif pmin[type_name][share] == n:
-                        pmin[type_name][share] = min(counter)
-            dirty.add(type_name)
+                        del lows[share]
+                        dirty.add(type_name)
+                    elif lows[share] == n:
+                        lows[share] = min(counter)
+                        dirty.add(type_name)
 
     def refresh_idle(type_name: str, now: int) -> None:
         idle, fitting = idle_state[type_name]
