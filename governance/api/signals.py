@@ -20,10 +20,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from governance.api.common import ERROR_RESPONSES
-from governance.models import JobQueue
+from governance.models import JobQueue, WhatIf
 from governance.selectors import scheduling
 from governance.selectors.windows import parse_group_by, parse_month, parse_window
-from governance.services.errors import ValidationFailed
+from governance.services import whatif as whatif_services
+from governance.services.errors import NotFound, ValidationFailed
 from governance.services.limits import valid_id
 
 
@@ -169,3 +170,118 @@ class QueueHistoryView(APIView):
             return Response({"detail": ["No such queue."]}, status=404)
         window = parse_window(request.query_params)
         return Response(scheduling.queue_history(queue, window.start, window.stop))
+
+
+def whatif_json(run: WhatIf, *, with_result: bool = True) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "queue": run.queue_id,
+        "from": run.window_start.isoformat(),
+        "to": run.window_stop.isoformat(),
+        "proposal": run.proposal,
+        "state": run.state,
+        "progress": run.progress,
+        "step": run.step,
+        "error": run.error,
+        "agreement": run.agreement_id,
+        "attached_at": run.attached_at.isoformat() if run.attached_at else None,
+        "created_at": run.created_at.isoformat(),
+        "page": f"/whatif/{run.pk}/",
+        **({"result": run.result} if with_result else {}),
+    }
+
+
+def _queue_or_404(pk: int) -> JobQueue:
+    queue = JobQueue.objects.filter(pk=pk).first() if valid_id(pk) else None
+    if queue is None:
+        raise NotFound({"detail": ["No such queue."]})
+    return queue
+
+
+def _run_or_404(queue: JobQueue, pk: int) -> WhatIf:
+    run = WhatIf.objects.filter(pk=pk, queue=queue).first() if valid_id(pk) else None
+    if run is None:
+        raise NotFound({"detail": ["No such what-if for this queue."]})
+    return run
+
+
+WHATIF_BODY = OpenApiTypes.OBJECT
+
+
+class WhatIfListView(APIView):
+    """``POST``: run a what-if on the queue's window (admins and team leads); ``GET``: the
+    queue's latest what-ifs (without their results)."""
+
+    renderer_classes = [renderers.JSONRenderer]
+
+    @extend_schema(
+        operation_id="queues_whatif_list",
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERROR_RESPONSES},
+    )
+    def get(self, request: Request, pk: int) -> Any:
+        queue = _queue_or_404(pk)
+        runs = WhatIf.objects.filter(queue=queue).order_by("-created_at", "-id")[:50]
+        return Response({"results": [whatif_json(r, with_result=False) for r in runs]})
+
+    @extend_schema(
+        operation_id="queues_whatif_create",
+        request=WHATIF_BODY,
+        responses={
+            202: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description='The run: {"id", "state", "progress", "page", ...}; GET it for '
+                "the result.",
+            ),
+            **ERROR_RESPONSES,
+        },
+        description='Body: {"from": ISO, "to": ISO, "shares": {NAME: {policy, borrow_limit, '
+        'limits, in_share_preemption, preemption_retries}}, "capacity": {TYPE: count}}.',
+    )
+    def post(self, request: Request, pk: int) -> Any:
+        queue = _queue_or_404(pk)
+        body = request.data if isinstance(request.data, dict) else {}
+        window = parse_window({"from": body.get("from"), "to": body.get("to")})
+        run = whatif_services.whatif_request(
+            actor=request.user,
+            queue=queue,
+            start=window.start,
+            stop=window.stop,
+            proposal={"shares": body.get("shares"), "capacity": body.get("capacity")},
+        )
+        scheduling.whatif_start(run.pk)
+        return Response(whatif_json(run), status=202)
+
+
+class WhatIfDetailView(APIView):
+    """One what-if: its progress, and when done its result (both sides' signals and the
+    per-share differences)."""
+
+    renderer_classes = [renderers.JSONRenderer]
+
+    @extend_schema(
+        operation_id="queues_whatif_retrieve",
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERROR_RESPONSES},
+    )
+    def get(self, request: Request, pk: int, run_id: int) -> Any:
+        return Response(whatif_json(_run_or_404(_queue_or_404(pk), run_id)))
+
+
+class WhatIfAttachView(APIView):
+    """Attach a finished what-if to an allocation agreement as evidence."""
+
+    renderer_classes = [renderers.JSONRenderer]
+
+    @extend_schema(
+        operation_id="queues_whatif_attach",
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **ERROR_RESPONSES},
+        description='Body: {"agreement": ID}.',
+    )
+    def post(self, request: Request, pk: int, run_id: int) -> Any:
+        run = _run_or_404(_queue_or_404(pk), run_id)
+        body = request.data if isinstance(request.data, dict) else {}
+        agreement = body.get("agreement")
+        if agreement is None or not valid_id(agreement):
+            raise ValidationFailed({"agreement": ["Required: the id of an agreement."]})
+        run = whatif_services.whatif_attach(actor=request.user, whatif=run, agreement=agreement)
+        return Response(whatif_json(run, with_result=False))

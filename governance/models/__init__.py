@@ -14,6 +14,7 @@ from governance.models.notifications import (
 from governance.models.priorities import PriorityDefinition
 from governance.models.shares import Policy, Share, ShareLimit
 from governance.models.teams import Membership, MembershipRole, Team
+from governance.models.whatif import WhatIf, WhatIfState
 
 __all__ = [
     "Agreement",
@@ -42,4 +43,6 @@ __all__ = [
     "Share",
     "ShareLimit",
     "Team",
+    "WhatIf",
+    "WhatIfState",
 ]

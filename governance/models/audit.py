@@ -64,6 +64,8 @@ class AuditEvent(models.TextChoices):
     USER_REACTIVATED = "user.reactivated"
     TOKEN_CREATED = "user.token_created"
     TOKEN_REVOKED = "user.token_revoked"
+    WHATIF_REQUESTED = "whatif.requested"
+    WHATIF_ATTACHED = "whatif.attached"
 
 
 GENESIS_HASH = "0" * 64

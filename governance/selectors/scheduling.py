@@ -14,9 +14,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from governance import roles
+from governance.celery import app as celery_app
 from governance.models import Job, JobQueue, JobState, Share
 from governance.roles import AnyUser
 from governance.selectors import web_state
@@ -40,6 +42,7 @@ __all__ = [
     "queue_history",
     "queue_signals",
     "signals_rows",
+    "whatif_start",
 ]
 
 
@@ -181,3 +184,11 @@ def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:
                 )
     rows.sort(key=lambda r: (r["team"], r["queue"], r["instance_type"]))
     return rows
+
+
+def whatif_start(whatif_id: int) -> None:
+    """Queue the replay of a requested what-if once the request's transaction commits."""
+    # By name: the task module imports governance, so importing it here would make a loop.
+    transaction.on_commit(
+        lambda: celery_app.send_task("scheduler.tasks.run_whatif", args=(whatif_id,))
+    )
