@@ -22,9 +22,9 @@ from governance.celery import app as celery_app
 from governance.models import Job, JobQueue, JobState, Share
 from governance.roles import AnyUser
 from governance.selectors import web_state
-from governance.services.errors import PermissionDenied
+from governance.services.errors import PermissionDenied, ValidationFailed
 from governance.services.shares import validate_share_fields
-from scheduler import history, readings, signals
+from scheduler import history, readings, signals, whatif
 from scheduler.engine import accounting
 from scheduler.engine.accounting import ShareOnType, TypeAccount, account_type
 
@@ -42,6 +42,7 @@ __all__ = [
     "queue_history",
     "queue_signals",
     "signals_rows",
+    "whatif_replay",
     "whatif_start",
 ]
 
@@ -192,3 +193,13 @@ def whatif_start(whatif_id: int) -> None:
     transaction.on_commit(
         lambda: celery_app.send_task("scheduler.tasks.run_whatif", args=(whatif_id,))
     )
+
+
+def whatif_replay(history_data: dict[str, Any], proposal: dict[str, Any]) -> dict[str, Any]:
+    """Replay an exported history (a queue's or a file's) as it was and with ``proposal``
+    in this process (``manage.py whatif``); raises ``ValidationFailed`` naming the field
+    for a proposal that does not fit the history."""
+    try:
+        return whatif.run(history_data, proposal)
+    except whatif.ProposalError as exc:
+        raise ValidationFailed(dict(exc.problems.items())) from exc

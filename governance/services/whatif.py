@@ -32,7 +32,7 @@ def may_request(actor: AnyUser) -> bool:
     return roles.is_admin(actor) or bool(roles.lead_team_ids(actor))
 
 
-def _clean_proposal(queue: JobQueue, proposal: Any) -> dict[str, Any]:
+def clean_proposal(queue: JobQueue, proposal: Any) -> dict[str, Any]:
     """The proposal in the scenario's terms, every field checked as the share editor and
     the capacity form check it; errors keyed ``shares.NAME.FIELD`` / ``capacity.TYPE``."""
     if not isinstance(proposal, dict):
@@ -96,7 +96,7 @@ def whatif_request(
     """Record a what-if to run: the queue's window and the proposed configuration."""
     if not may_request(actor):
         raise PermissionDenied({"detail": ["Only admins and team leads run what-ifs."]})
-    clean = _clean_proposal(queue, proposal)
+    clean = clean_proposal(queue, proposal)
     now = timezone.now()
     run = WhatIf.objects.create(
         queue=queue,

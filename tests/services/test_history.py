@@ -218,3 +218,27 @@ def test_export_history_command_writes_a_replayable_file(
     )
     data = json.loads(target.read_text())
     assert simulate.run(data["scenario"])["events"] == data["recorded"]
+
+
+def test_whatif_command_on_a_queue_and_on_a_file(
+    world: Any, clock: Clock, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_history(world, clock)
+    clock.now = at(400)
+    window = ["--from", at(-1).isoformat(), "--to", at(400).isoformat()]
+    call_command("whatif", "hist", *window, "--set", "beta.borrow_limit=0")
+    out = capsys.readouterr().out
+    assert "proposed - as it was" in out and "beta" in out and "alpha" in out
+    target = tmp_path / "h.json"
+    call_command("export_history", "hist", *window, "--output", str(target))
+    capsys.readouterr()
+    call_command("whatif", "--file", str(target), "--capacity", f"{G5}=5", "--json")
+    result = json.loads(capsys.readouterr().out)
+    assert result["proposal"] == {"shares": {}, "capacity": {G5: 5}}
+    assert result["events"]["baseline"] > 0
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=r"shares\.nobody"):
+        call_command("whatif", "--file", str(target), "--set", "nobody.policy=LEND")
+    with pytest.raises(CommandError, match=r"shares\.beta\.policy"):
+        call_command("whatif", "hist", *window, "--set", "beta.policy=NOPE")
