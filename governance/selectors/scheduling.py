@@ -24,7 +24,7 @@ from governance.roles import AnyUser
 from governance.selectors import web_state
 from governance.services.errors import PermissionDenied, ValidationFailed
 from governance.services.shares import validate_share_fields
-from scheduler import history, readings, signals, whatif
+from scheduler import history, readings, signals, simulate, whatif
 from scheduler.engine import accounting
 from scheduler.engine.accounting import ShareOnType, TypeAccount, account_type
 
@@ -41,6 +41,7 @@ __all__ = [
     "preview_share_change",
     "queue_history",
     "queue_signals",
+    "replay",
     "signals_rows",
     "whatif_replay",
     "whatif_start",
@@ -203,3 +204,8 @@ def whatif_replay(history_data: dict[str, Any], proposal: dict[str, Any]) -> dic
         return whatif.run(history_data, proposal)
     except whatif.ProposalError as exc:
         raise ValidationFailed(dict(exc.problems.items())) from exc
+
+
+def replay(scenario: dict[str, Any]) -> dict[str, Any]:
+    """Play a scenario through the engine (``python -m scheduler.simulate``'s result)."""
+    return simulate.run(scenario)
