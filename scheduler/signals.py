@@ -21,6 +21,7 @@ Percentiles use the nearest rank; an empty set or a zero denominator gives ``Non
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -175,7 +176,27 @@ def compute(
 ) -> dict[str, Any]:
     """Every signal of DESIGN 8 for the queue and per share or team, over ``[start, stop)``
     (in the recording's time unit). Times in the answer are seconds, work is
-    work-seconds at speed 1.0."""
+    work-seconds at speed 1.0.
+
+    The pass allocates a few objects per job and event and frees none of them until it
+    ends, so the cyclic garbage collector is paused meanwhile: with a large recording in
+    memory, its full collections otherwise cost more than the pass itself."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _compute(recording, start, stop, group_by=group_by)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _compute(
+    recording: Recording,
+    start: int,
+    stop: int,
+    *,
+    group_by: str,
+) -> dict[str, Any]:
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
     scenario = recording.scenario
@@ -228,6 +249,9 @@ def compute(
     # per type: intervals counted once for a group, so groups are flushed by share set
     i_idle_sets: dict[tuple[str, frozenset[str]], float] = defaultdict(float)
     dirty: set[str] = set()
+    # types whose smallest pending counts (or the shares' limits) changed since their last
+    # reading: only then can the fitting shares differ at an unchanged idle count
+    changed: set[str] = set()
 
     def set_pending(job: _Job, on: bool) -> None:
         # A type needs a fresh idle-lendable reading only when a share's smallest pending
@@ -248,6 +272,7 @@ def compute(
                 if low is None or n < low:
                     lows[share] = n
                     dirty.add(type_name)
+                    changed.add(type_name)
             elif counter is not None:
                 left = counter[n] - 1
                 if left > 0:
@@ -258,9 +283,11 @@ def compute(
                         del by_share[share]
                         del lows[share]
                         dirty.add(type_name)
+                        changed.add(type_name)
                     elif lows[share] == n:
                         lows[share] = min(counter)
                         dirty.add(type_name)
+                        changed.add(type_name)
 
     def refresh_idle(type_name: str, now: int) -> None:
         idle, fitting = idle_state[type_name]
@@ -270,15 +297,18 @@ def compute(
             dt = min(now, hi) - max(since, start)
             if dt > 0:
                 i_idle_sets[(type_name, fitting)] += idle * dt
-        idle = capacity[type_name] - total_usage[type_name]
+        new_idle = capacity[type_name] - total_usage[type_name]
+        if new_idle == idle and type_name not in changed:
+            return  # the same idle count and the same pending counts: the same reading
+        changed.discard(type_name)
         ok = empty
-        if idle > 0:
+        if new_idle > 0:
             lows = pmin[type_name]
             if lows:
                 ok = frozenset(
-                    s for s, low in lows.items() if low <= idle and type_name in limits[s]
+                    s for s, low in lows.items() if low <= new_idle and type_name in limits[s]
                 )
-        idle_state[type_name] = (idle, ok)
+        idle_state[type_name] = (new_idle, ok)
 
     # ---- the timeline: actions and submissions before the events of the same instant
     happenings: list[tuple[int, int, int, Any]] = []
@@ -319,6 +349,7 @@ def compute(
                         flush_su((share, type_name), at)
                     limits[share] = dict(item["limits"])
                     dirty.update(type_names)
+                    changed.update(type_names)
             continue
         if kind == 1:
             job = jobs[item]
