@@ -15,7 +15,11 @@ are dropped.
 from __future__ import annotations
 
 import copy
+import gc
+import multiprocessing
+import os
 from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
 from scheduler import signals, simulate
@@ -115,6 +119,39 @@ def differences(
     return out
 
 
+def replay(scenario: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The events of one side, with the cyclic garbage collector paused (a replay frees
+    nothing until it ends; collections over its growing heap only cost time)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return list(simulate.run(scenario)["events"])
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _replay_both(
+    first: Mapping[str, Any], second: Mapping[str, Any], tell: Progress
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Both sides, in two processes when this one may start them (not inside a Celery
+    prefork child, whose processes are daemons) and the machine has two cores."""
+    parallel = not multiprocessing.current_process().daemon and (os.cpu_count() or 1) > 1
+    if parallel:
+        try:
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
+                futures = [pool.submit(replay, first), pool.submit(replay, second)]
+                wait(futures, return_when=FIRST_COMPLETED)
+                tell(45, "one side replayed, waiting for the other")
+                return futures[0].result(), futures[1].result()
+        except (OSError, ValueError):
+            pass  # no processes to be had here: one after the other
+    base = replay(first)
+    tell(45, "replaying it with the proposal")
+    return base, replay(second)
+
+
 def run(
     history: Mapping[str, Any],
     proposal: Mapping[str, Any],
@@ -130,10 +167,8 @@ def run(
     proposed_scenario = apply_proposal(scenario, proposal)
     unit = signals.time_unit(scenario)
     until = scenario.get("until")
-    tell(5, "replaying the history as it was")
-    base_events = simulate.run(scenario)["events"]
-    tell(45, "replaying it with the proposal")
-    new_events = simulate.run(proposed_scenario)["events"]
+    tell(5, "replaying the history as it was and with the proposal")
+    base_events, new_events = _replay_both(scenario, proposed_scenario, tell)
     tell(85, "computing the signals of both")
     end = int(until) + 1 if until is not None else None
     base_rec = signals.Recording(scenario, base_events, teams, end=end)

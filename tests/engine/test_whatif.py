@@ -61,3 +61,14 @@ def test_both_sides_and_their_differences() -> None:
     assert diff["jobs_finished"] == 1
     assert diff["cost"] == pytest.approx(3 * 10 * 0.001)  # b3: 3 x A for 10 s
     assert result["differences"]["own"]["preemptions"] == 0
+
+
+def test_one_after_the_other_gives_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    history = {"scenario": DATA["scenario"], "teams": DATA["teams"]}
+    proposal = {"shares": {"bor": {"borrow_limit": -1}}}
+    together = whatif.run(history, proposal)
+    monkeypatch.setattr(whatif.os, "cpu_count", lambda: 1)  # no second core: no processes
+    steps: list[int] = []
+    alone = whatif.run(history, proposal, progress=lambda p, w: steps.append(p))
+    assert alone == together
+    assert steps == [5, 45, 85, 100]
