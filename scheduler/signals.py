@@ -69,9 +69,13 @@ class Recording:
 
 def percentile(values: Sequence[float], pct: float) -> float | None:
     """Nearest rank: the value at 1-based rank ceil(pct * N / 100) of the sorted values."""
-    if not values:
+    return _ranked(sorted(values), pct)
+
+
+def _ranked(ordered: Sequence[float], pct: float) -> float | None:
+    """``percentile`` of values already sorted ascending."""
+    if not ordered:
         return None
-    ordered = sorted(values)
     rank = max(1, math.ceil(pct * len(ordered) / 100))
     return ordered[rank - 1]
 
@@ -507,7 +511,7 @@ def _compute(
 
 def _pcts(values: Sequence[float], keys: Iterable[int]) -> dict[str, float | None]:
     ordered = sorted(values)
-    return {f"p{k}": percentile(ordered, k) for k in keys}
+    return {f"p{k}": _ranked(ordered, k) for k in keys}
 
 
 def _figures(
