@@ -50,6 +50,7 @@ _TOP_KEYS = {
     "until",
     "version",
     "description",
+    "time_unit",
 }
 _TYPE_KEYS = {"name", "capacity", "accelerated", "speed", "hourly_price"}
 _SHARE_KEYS = {

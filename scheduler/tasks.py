@@ -9,11 +9,12 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from governance.models import JobQueue
+from governance.models import JobQueue, WhatIf, WhatIfState
 from governance.selectors.capacity import queue_ids
 from governance.services import runs
+from governance.services import whatif as whatif_services
 from governance.services.exceptions import exception_expire_due
-from scheduler import bridge, triggers
+from scheduler import bridge, history, triggers, whatif
 
 log = logging.getLogger(__name__)
 
@@ -75,3 +76,30 @@ def demo_activity() -> None:
     from governance import demo_activity
 
     demo_activity.tick()
+
+
+@shared_task(ignore_result=True)
+def run_whatif(whatif_id: int) -> None:
+    """Replay a queue's history as it was and with a proposal (DESIGN 8, "What-if"),
+    reporting progress as it goes; idempotent (a finished run is left as it is)."""
+    run = WhatIf.objects.select_related("queue").filter(pk=whatif_id).first()
+    if run is None or run.state in (WhatIfState.DONE, WhatIfState.FAILED):
+        return
+    whatif_services.whatif_progress(whatif_id=run.pk, progress=1, step="exporting the history")
+    try:
+        exported = history.export(run.queue, run.window_start, run.window_stop, now=timezone.now())
+        result = whatif.run(
+            exported,
+            run.proposal,
+            progress=lambda percent, words: whatif_services.whatif_progress(
+                whatif_id=run.pk, progress=percent, step=words
+            ),
+        )
+    except whatif.ProposalError as exc:
+        whatif_services.whatif_fail(whatif_id=run.pk, error=str(exc))
+        return
+    except Exception as exc:  # a failed replay is reported on the run, not lost in a log
+        log.exception("what-if %s failed", run.pk)
+        whatif_services.whatif_fail(whatif_id=run.pk, error=f"{type(exc).__name__}: {exc}")
+        return
+    whatif_services.whatif_finish(whatif_id=run.pk, result=result)

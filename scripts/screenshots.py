@@ -11,7 +11,8 @@ starts nothing: the server there must hold the demo data (passwords equal user n
 
 Each page is taken as the role that uses it: the admin for the overview, queue, share
 editor (with its live preview showing) and agreements; a member for a job; the reviewer
-for the exceptions review queue and the audit trail. Headless Chromium is Debian's
+for the exceptions review queue, the audit trail and Signals (on the demo's history);
+the admin again for a what-if run on that history. Headless Chromium is Debian's
 ``/usr/bin/chromium``; Playwright never downloads a browser here.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -208,6 +210,26 @@ def shoot(base: str, names: set[str] | None) -> list[Path]:
             page.goto("/audit/")
             save("audit", page)
 
+        def signals() -> None:
+            page = as_user("reviewer")
+            page.goto("/signals/")
+            page.locator('form.filters select[name="queue"]').select_option(label="gpu-fleet")
+            page.locator('form.filters select[name="preset"]').select_option("7d")
+            page.get_by_role("button", name="Show").click()
+            expect(page.locator("#signals-results")).to_contain_text("gpu-fleet, from")
+            save("signals", page)
+
+        def whatif() -> None:
+            page = as_user("admin")
+            page.goto("/queues/")
+            page.get_by_role("link", name="gpu-fleet").first.click()
+            page.get_by_role("link", name=re.compile("What-if")).click()
+            row = page.locator("tr", has=page.get_by_text("language-pretraining"))
+            row.locator('input[name$="-borrow_limit"]').fill("0")
+            page.get_by_role("button", name="Run the what-if").click()
+            expect(page.locator(".whatif-compare")).to_be_visible(timeout=120_000)
+            save("whatif", page)
+
         shots: dict[str, Callable[[], None]] = {
             "overview": overview,
             "queue": queue,
@@ -216,6 +238,8 @@ def shoot(base: str, names: set[str] | None) -> list[Path]:
             "exceptions": exceptions,
             "agreements": agreements,
             "audit": audit,
+            "signals": signals,
+            "whatif": whatif,
         }
         failures = []
         for name, take in shots.items():

@@ -16,6 +16,14 @@ from governance.api.notifications import NotificationViewSet
 from governance.api.plans import PlanViewSet
 from governance.api.priorities import PriorityDefinitionViewSet
 from governance.api.shares import ShareViewSet
+from governance.api.signals import (
+    ChargebackView,
+    QueueHistoryView,
+    SignalsView,
+    WhatIfAttachView,
+    WhatIfDetailView,
+    WhatIfListView,
+)
 from governance.api.teams import TeamViewSet
 
 router = DefaultRouter()
@@ -52,6 +60,20 @@ agent_urls = [
 urlpatterns = [
     *agent_urls,
     path("auth/token/", ObtainTokenView.as_view(), name="api-token"),
+    path("signals/", SignalsView.as_view(), name="api-signals"),
+    path("signals/chargeback/", ChargebackView.as_view(), name="api-chargeback"),
+    path("queues/<int:pk>/history/", QueueHistoryView.as_view(), name="api-queue-history"),
+    path("queues/<int:pk>/whatif/", WhatIfListView.as_view(), name="api-queue-whatif"),
+    path(
+        "queues/<int:pk>/whatif/<int:run_id>/",
+        WhatIfDetailView.as_view(),
+        name="api-queue-whatif-detail",
+    ),
+    path(
+        "queues/<int:pk>/whatif/<int:run_id>/attach/",
+        WhatIfAttachView.as_view(),
+        name="api-queue-whatif-attach",
+    ),
     # Signed-in users only; the docs page sends a browser to the sign-in page first. The
     # split view serves Swagger UI's start-up script as a file (no inline script: CSP).
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

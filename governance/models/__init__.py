@@ -15,6 +15,7 @@ from governance.models.plans import CapacityPlan, PlanState
 from governance.models.priorities import PriorityDefinition
 from governance.models.shares import Policy, Share, ShareLimit
 from governance.models.teams import Membership, MembershipRole, Team
+from governance.models.whatif import WhatIf, WhatIfState
 
 __all__ = [
     "Agreement",
@@ -45,4 +46,6 @@ __all__ = [
     "Share",
     "ShareLimit",
     "Team",
+    "WhatIf",
+    "WhatIfState",
 ]

@@ -69,6 +69,8 @@ class AuditEvent(models.TextChoices):
     PLAN_CREATED = "plan.created"
     PLAN_RESIZED = "plan.resized"
     PLAN_ENDED = "plan.ended"
+    WHATIF_REQUESTED = "whatif.requested"
+    WHATIF_ATTACHED = "whatif.attached"
 
 
 GENESIS_HASH = "0" * 64

@@ -34,6 +34,16 @@ def user_filter(queryset: QuerySet[Any], field: str, value: str) -> QuerySet[Any
     return queryset.filter(condition)
 
 
+WINDOW_FIELDS = (
+    "submitted_after",
+    "submitted_before",
+    "started_after",
+    "started_before",
+    "finished_after",
+    "finished_before",
+)
+
+
 class JobFilter(django_filters.FilterSet):
     queue = django_filters.NumberFilter(field_name="queue_id")
     share = django_filters.NumberFilter(field_name="share_id")
@@ -47,10 +57,27 @@ class JobFilter(django_filters.FilterSet):
     plan = django_filters.NumberFilter(
         field_name="plan_id", label="capacity plan id (its current or last run)"
     )
+    # Time windows [after, before): what the Signals page links to for its figures.
+    submitted_after = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    started_after = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
+    started_before = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
+    finished_after = django_filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="gte")
+    finished_before = django_filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="lt")
 
     class Meta:
         model = Job
-        fields = ["queue", "share", "team", "state", "kind", "submitter", "q", "plan"]
+        fields = [
+            "queue",
+            "share",
+            "team",
+            "state",
+            "kind",
+            "submitter",
+            "q",
+            "plan",
+            *WINDOW_FIELDS,
+        ]
 
     def filter_state(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
         if value == "active":

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
+from django.db import transaction
+from django.utils import timezone
+
 from governance import roles
-from governance.models import Job, JobState, Share
+from governance.celery import app as celery_app
+from governance.models import Job, JobQueue, JobState, Share
 from governance.roles import AnyUser
 from governance.selectors import web_state
-from governance.services.errors import PermissionDenied
+from governance.services.errors import PermissionDenied, ValidationFailed
 from governance.services.shares import validate_share_fields
-from scheduler import readings
+from scheduler import history, readings, signals, simulate, whatif
 from scheduler.engine import accounting
 from scheduler.engine.accounting import ShareOnType, TypeAccount, account_type
 
@@ -28,11 +33,18 @@ __all__ = [
     "TypeAccount",
     "account_type",
     "accounting",
+    "chargeback",
     "engine_usage",
     "explain_generation",
     "explain_job",
     "explain_jobs",
     "preview_share_change",
+    "queue_history",
+    "queue_signals",
+    "replay",
+    "signals_rows",
+    "whatif_replay",
+    "whatif_start",
 ]
 
 
@@ -111,3 +123,89 @@ def preview_share_change(
 def engine_usage(queue_id: int) -> list[dict[str, Any]]:
     """Per share and type accounting as the engine itself holds it."""
     return readings.usage(queue_id)
+
+
+def queue_history(queue: JobQueue, start: datetime, stop: datetime) -> dict[str, Any]:
+    """The queue's recorded history over ``[start, stop)`` as a replayable scenario
+    (DESIGN 8, "History export")."""
+    return history.export(queue, start, stop, now=timezone.now())
+
+
+def queue_signals(
+    queue: JobQueue, start: datetime, stop: datetime, *, group_by: str = "share"
+) -> dict[str, Any]:
+    """Every signal of DESIGN 8 for the queue over ``[start, stop)``, per share or team:
+    computed from the history export plus the audit entries that count as policy
+    changes, with the end of the recording at ``min(stop, now)``."""
+    now = timezone.now()
+    exported = history.export(queue, start, stop, now=now)
+    length = int((stop - start).total_seconds() * 1000)
+    end = max(0, min(length, int((now - start).total_seconds() * 1000)))
+    recording = signals.Recording(
+        scenario=exported["scenario"],
+        events=exported["recorded"],
+        teams=exported["teams"],
+        audit=history.policy_entries(queue, start, stop),
+        end=end,
+    )
+    answer = signals.compute(recording, 0, length, group_by=group_by)
+    answer["window"] = {"from": start.isoformat(), "to": stop.isoformat()}
+    answer["queue"] = {"id": queue.pk, "name": queue.name, **answer["queue"]}
+    return answer
+
+
+def signals_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The signals answer as a flat table (``?format=csv``)."""
+    return signals.flat_rows(answer)
+
+
+def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:
+    """Per team, queue and type: instance-seconds and cost over ``[start, stop)`` (a
+    month), split own / borrowed, from each queue's signals grouped by team."""
+    rows: list[dict[str, Any]] = []
+    label = start.strftime("%Y-%m")
+    for queue in JobQueue.objects.order_by("name"):
+        answer = queue_signals(queue, start, stop, group_by="team")
+        for group in answer["groups"]:
+            for type_name, seconds in group["instance_seconds"].items():
+                cost = group["cost"][type_name]
+                if not seconds["total"]:
+                    continue
+                rows.append(
+                    {
+                        "month": label,
+                        "team": group["team"],
+                        "queue": queue.name,
+                        "instance_type": type_name,
+                        "own_instance_seconds": round(seconds["own"], 3),
+                        "borrowed_instance_seconds": round(seconds["borrowed"], 3),
+                        "own_cost": round(cost["own"], 4),
+                        "borrowed_cost": round(cost["borrowed"], 4),
+                        "total_cost": round(cost["total"], 4),
+                    }
+                )
+    rows.sort(key=lambda r: (r["team"], r["queue"], r["instance_type"]))
+    return rows
+
+
+def whatif_start(whatif_id: int) -> None:
+    """Queue the replay of a requested what-if once the request's transaction commits."""
+    # By name: the task module imports governance, so importing it here would make a loop.
+    transaction.on_commit(
+        lambda: celery_app.send_task("scheduler.tasks.run_whatif", args=(whatif_id,))
+    )
+
+
+def whatif_replay(history_data: dict[str, Any], proposal: dict[str, Any]) -> dict[str, Any]:
+    """Replay an exported history (a queue's or a file's) as it was and with ``proposal``
+    in this process (``manage.py whatif``); raises ``ValidationFailed`` naming the field
+    for a proposal that does not fit the history."""
+    try:
+        return whatif.run(history_data, proposal)
+    except whatif.ProposalError as exc:
+        raise ValidationFailed(dict(exc.problems.items())) from exc
+
+
+def replay(scenario: dict[str, Any]) -> dict[str, Any]:
+    """Play a scenario through the engine (``python -m scheduler.simulate``'s result)."""
+    return simulate.run(scenario)

@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 
 from governance.models import Job, JobEvent, JobKind, JobState
 from governance.selectors import jobs as job_selectors
-from governance.selectors.filters import JobFilter
+from governance.selectors.filters import WINDOW_FIELDS, JobFilter
 from governance.selectors.web_overview import RULE_WORDS
 
 REASON_WORDS = {
@@ -136,11 +136,19 @@ def filtered_jobs(
     state: str | None = None,
     kind: str | None = None,
     text: str | None = None,
+    **window: datetime | None,
 ) -> QuerySet[Job]:
     """Jobs matching the list filters (the API's ``JobFilter``), newest first, with what
-    a row shows joined in."""
-    data = {"queue": queue, "share": share, "team": team, "state": state, "kind": kind}
+    a row shows joined in. ``window``: ``submitted_after`` ... ``finished_before``."""
+    data: dict[str, Any] = {
+        "queue": queue,
+        "share": share,
+        "team": team,
+        "state": state,
+        "kind": kind,
+    }
     data["q"] = text
+    data.update({k: v.isoformat() for k, v in window.items() if k in WINDOW_FIELDS and v})
     given = {key: value for key, value in data.items() if value}
     return JobFilter(data=given, queryset=job_selectors.jobs()).qs.order_by("-submitted_at", "-id")
 

@@ -13,6 +13,7 @@ from django import forms
 from governance.models import JobKind, JobState
 from governance.models.jobs import MAX_PREFERENCES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
+from governance.selectors.filters import WINDOW_FIELDS
 
 PREFERENCE_ROWS = MAX_PREFERENCES
 # A preference row's value naming a capacity plan rather than an instance type.
@@ -31,6 +32,12 @@ class JobFilterForm(forms.Form):
     team = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
     state = forms.ChoiceField(required=False, choices=STATE_CHOICES)
     kind = forms.ChoiceField(required=False, choices=KIND_CHOICES)
+    submitted_after = forms.DateTimeField(required=False, label="Submitted from")
+    submitted_before = forms.DateTimeField(required=False, label="Submitted before")
+    started_after = forms.DateTimeField(required=False, label="Started from")
+    started_before = forms.DateTimeField(required=False, label="Started before")
+    finished_after = forms.DateTimeField(required=False, label="Finished from")
+    finished_before = forms.DateTimeField(required=False, label="Finished before")
 
     def __init__(
         self,
@@ -56,6 +63,7 @@ class JobFilterForm(forms.Form):
             "state": data.get("state") or None,
             "kind": data.get("kind") or None,
             "text": data.get("q") or None,
+            **{name: data.get(name) for name in WINDOW_FIELDS},
         }
 
 

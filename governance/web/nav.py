@@ -27,6 +27,7 @@ NAV: list[tuple[str, str, str]] = [
     ("web:exceptions", "Exceptions", "all"),
     ("web:priorities", "Priorities", "all"),
     ("web:agreements", "Agreements", "all"),
+    ("web:signals", "Signals", "all"),
     ("web:audit", "Audit trail", "review"),
 ]
 

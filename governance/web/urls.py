@@ -13,6 +13,8 @@ from governance.web import audit as audit_pages
 from governance.web import exceptions as exception_pages
 from governance.web import notifications as notification_pages
 from governance.web import priorities as priority_pages
+from governance.web import signals as signal_pages
+from governance.web import whatif as whatif_pages
 
 app_name = "web"
 
@@ -69,6 +71,15 @@ urlpatterns += [
     path("agreements/<int:pk>/", agreement_pages.agreement_detail, name="agreement"),
     path("agreements/<int:pk>/edit/", agreement_pages.agreement_edit, name="agreement_edit"),
     path("audit/", audit_pages.audit_list, name="audit"),
+    path("signals/", signal_pages.signals_page, name="signals"),
+    path("queues/<int:queue_id>/whatif/", whatif_pages.whatif_new, name="whatif-new"),
+    path("whatif/<int:run_id>/", whatif_pages.whatif_detail, name="whatif"),
+    path(
+        "whatif/<int:run_id>/partials/status/",
+        whatif_pages.whatif_status_partial,
+        name="whatif-status",
+    ),
+    path("whatif/<int:run_id>/attach/", whatif_pages.whatif_attach, name="whatif-attach"),
     path("notifications/", notification_pages.notification_list, name="notifications"),
     path("notifications/read/", notification_pages.notification_read, name="notifications-read"),
 ]

@@ -51,3 +51,39 @@ def test_demo_plan_is_active_and_named_first_by_training_jobs(tmp_path: Path) ->
     bridge.run_cycle(fleet.pk)
     on_plan = Job.objects.filter(plan=plan, state=JobState.RUNNING)
     assert on_plan.exists()
+
+
+@pytest.mark.django_db
+def test_demo_history_is_played_written_once_and_replays(tmp_path: Path, settings) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from governance import demo_history
+    from governance.models import Job, JobEvent
+    from governance.selectors import scheduling
+
+    settings.DEMO_TIME_FACTOR = 60
+    demo.load(tmp_path)
+    now = timezone.now()
+    written = demo_history.load_history(now=now, days=1)
+    assert written == demo_history.JOBS_PER_DAY
+    assert demo_history.load_history(now=now, days=1) == 0  # once
+    history = Job.objects.filter(name__startswith="history-")
+    assert history.count() == written
+    assert not history.filter(state__in=["PENDING", "RUNNING"]).exists()  # all in the past
+    assert not history.filter(finished_at__gt=now).exists()
+    kinds = set(JobEvent.objects.filter(job__in=history).values_list("type", flat=True))
+    assert {"admitted", "completed"} <= kinds
+    assert AuditEntry.objects.filter(event_type="job.admitted", job__in=history).exists()
+    # The history export of the fleet replays it: the jobs' work is the fleet's
+    fleet = JobQueue.objects.get(name="gpu-fleet")
+    first = history.order_by("submitted_at").first()
+    assert first is not None
+    start = first.submitted_at - timedelta(seconds=1)
+    exported = scheduling.queue_history(fleet, start, now)
+    assert history.filter(state="SUCCEEDED").count() > written * 0.9
+    replayed = scheduling.replay(exported["scenario"])["events"]
+    history_ids = {str(pk) for pk in history.values_list("pk", flat=True)}
+    recorded = [e for e in exported["recorded"] if e["job"] in history_ids]
+    assert [e for e in replayed if e["job"] in history_ids] == recorded

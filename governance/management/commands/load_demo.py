@@ -5,15 +5,23 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from governance import demo
+from governance import demo, demo_history
 
 
 class Command(BaseCommand):
-    help = "Load the demo queues, teams, users, shares, agreements, jobs and exceptions once."
+    help = (
+        "Load the demo queues, teams, users, shares, agreements, jobs and exceptions once, "
+        "and a few days of the fleet's history played through the engine."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if demo.already_loaded():
             self.stdout.write("Demo data already loaded.")
-            return
-        demo.load(settings.DATA_DIR)
-        self.stdout.write(self.style.SUCCESS("Demo data loaded."))
+        else:
+            demo.load(settings.DATA_DIR)
+            self.stdout.write(self.style.SUCCESS("Demo data loaded."))
+        written = demo_history.load_history()
+        if written:
+            self.stdout.write(
+                self.style.SUCCESS(f"Demo history: {written} jobs of the last days played.")
+            )

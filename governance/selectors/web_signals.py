@@ -1,0 +1,430 @@
+"""The Signals page's shapes: charts drawn server-side as SVG geometry, and the figures
+table, every figure with a link to the jobs or audit entries behind it.
+
+It only arranges an answer of ``selectors.scheduling.queue_signals``; the figures
+themselves are ``scheduler.signals``'. Charts carry their numbers as text beside the
+bars, so they read without hovering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from governance.models import Share, Team
+
+CHART_WIDTH = 720
+LABEL_WIDTH = 170
+BAR_AREA = 380
+ROW_HEIGHT = 26
+BAR_HEIGHT = 16
+
+
+@dataclass
+class Segment:
+    x: float
+    width: float
+    css: str
+    href: str
+    title: str
+
+
+@dataclass
+class BarRow:
+    label: str
+    label_href: str
+    y: int
+    text: str
+    text_x: float
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def text_y(self) -> int:
+        return self.y + BAR_HEIGHT - 3
+
+
+@dataclass
+class Chart:
+    title: str
+    note: str
+    legend: list[tuple[str, str]]
+    rows: list[BarRow]
+    height: int
+    width: int = CHART_WIDTH
+    label_width: int = LABEL_WIDTH
+
+
+@dataclass
+class Cell:
+    text: str
+    href: str
+
+
+@dataclass
+class FigureRow:
+    name: str
+    words: str
+    cells: list[Cell]
+
+
+class Links:
+    """URLs of the jobs list and the audit trail, filtered to one group and the window."""
+
+    def __init__(self, queue_id: int, start: datetime, stop: datetime) -> None:
+        self.queue_id = queue_id
+        self.start = start.isoformat()
+        self.stop = stop.isoformat()
+
+    def jobs(self, scope: dict[str, Any], moment: str, **extra: Any) -> str:
+        query = {
+            "queue": self.queue_id,
+            **scope,
+            f"{moment}_after": self.start,
+            f"{moment}_before": self.stop,
+        }
+        query.update(extra)
+        return "/jobs/?" + urlencode(query)
+
+    def audit(self, scope: dict[str, Any], event_type: str) -> str:
+        query: dict[str, Any] = {"queue": self.queue_id} if not scope else dict(scope)
+        query.update({"event_type": event_type, "since": self.start, "until": self.stop})
+        return "/audit/?" + urlencode(query)
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}".rstrip("0").rstrip(".")
+        return text + unit
+    return f"{value:,}{unit}"
+
+
+def _duration(seconds: Any) -> str:
+    if seconds is None:
+        return "—"
+    seconds = float(seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _pct(value: Any) -> str:
+    return "—" if value is None else f"{100 * float(value):.1f} %"
+
+
+def _money(value: Any) -> str:
+    return "—" if value is None else f"${float(value):,.2f}"
+
+
+def group_scopes(answer: dict[str, Any], queue_id: int) -> list[tuple[str, dict[str, Any]]]:
+    """(label, filter for the jobs list and the audit trail) per group, the queue first."""
+    key = "team" if answer["groups"] and "team" in answer["groups"][0] else "share"
+    ids: dict[str, int] = {}
+    if key == "share":
+        ids = dict(Share.objects.filter(queue_id=queue_id).values_list("name", "pk"))
+    else:
+        names = [g["team"] for g in answer["groups"]]
+        ids = dict(Team.objects.filter(name__in=names).values_list("name", "pk"))
+    scopes: list[tuple[str, dict[str, Any]]] = [("whole queue", {})]
+    for group in answer["groups"]:
+        name = group[key]
+        scopes.append((name, {key: ids[name]} if name in ids else {}))
+    return scopes
+
+
+def _bar_chart(
+    title: str,
+    note: str,
+    legend: list[tuple[str, str]],
+    rows: list[tuple[str, str, list[tuple[float, str, str, str]], str]],
+) -> Chart:
+    """``rows``: (label, label link, [(value, css, link, title)], text beside the bar)."""
+    largest = max((sum(v for v, *_ in parts) for _, _, parts, _ in rows), default=0.0)
+    scale = BAR_AREA / largest if largest > 0 else 0.0
+    out = []
+    for index, (label, href, parts, text) in enumerate(rows):
+        y = 6 + index * ROW_HEIGHT
+        x = float(LABEL_WIDTH)
+        segments = []
+        for value, css, link, seg_title in parts:
+            width = value * scale
+            if width > 0:
+                segments.append(
+                    Segment(round(x, 2), max(1.0, round(width, 2)), css, link, seg_title)
+                )
+                x += width
+        out.append(BarRow(label, href, y, text, round(x + 6, 2), segments))
+    return Chart(title, note, legend, out, height=12 + len(rows) * ROW_HEIGHT)
+
+
+def charts(answer: dict[str, Any], links: Links, queue_id: int) -> list[Chart]:
+    """The page's charts: usage, waits, preemptions and cost per group."""
+    scopes = group_scopes(answer, queue_id)
+    groups = [answer["queue"], *answer["groups"]]
+    usage_rows = []
+    wait_rows = []
+    preempt_rows = []
+    cost_rows = []
+    for (label, scope), fig in zip(scopes, groups, strict=True):
+        admitted = links.audit(scope, "job.admitted")
+        preempted = links.audit(scope, "job.preempted")
+        started = links.jobs(scope, "started")
+        own = sum(v["own"] for v in fig["instance_seconds"].values()) / 3600
+        borrowed = sum(v["borrowed"] for v in fig["instance_seconds"].values()) / 3600
+        usage_rows.append(
+            (
+                label,
+                admitted,
+                [
+                    (own, "own", admitted, f"{own:.1f} instance-hours own"),
+                    (borrowed, "borrowed", admitted, f"{borrowed:.1f} instance-hours borrowed"),
+                ],
+                f"{own:,.1f} h own · {borrowed:,.1f} h borrowed",
+            )
+        )
+        wait = fig["wait_to_start"]["all"]
+        p50, p90 = wait["p50"] or 0, wait["p90"] or 0
+        wait_rows.append(
+            (
+                label,
+                started,
+                [
+                    (float(p50), "own", started, "median wait"),
+                    (float(max(0, p90 - p50)), "wait-tail", started, "p90 beyond the median"),
+                ],
+                f"p50 {_duration(wait['p50'])} · p90 {_duration(wait['p90'])}",
+            )
+        )
+        suffered = fig["preemptions_suffered"]
+        preempt_rows.append(
+            (
+                label,
+                preempted,
+                [
+                    (float(suffered["reclaim"]), "borrowed", preempted, "reclaim"),
+                    (float(suffered["priority"]), "lent", preempted, "higher priority"),
+                    (float(suffered["capacity_lost"]), "lost", preempted, "capacity lost"),
+                ],
+                f"{suffered['reclaim']} reclaim · {suffered['priority']} priority · "
+                f"{suffered['capacity_lost']} capacity lost",
+            )
+        )
+        cost = fig["cost"]["total"]
+        cost_rows.append(
+            (
+                label,
+                admitted,
+                [
+                    (cost["own"], "own", admitted, "own"),
+                    (cost["borrowed"], "borrowed", admitted, "borrowed"),
+                ],
+                f"{_money(cost['own'])} own · {_money(cost['borrowed'])} borrowed",
+            )
+        )
+    return [
+        _bar_chart(
+            "Instance-hours: own and borrowed",
+            "Usage within each share's limit (own) and beyond it (borrowed): idle capacity "
+            "turned into work. Bars link to the admissions behind them.",
+            [("own", "own"), ("borrowed", "borrowed")],
+            usage_rows,
+        ),
+        _bar_chart(
+            "Wait to start",
+            "Submission to first start for jobs first started in the window. Bars link to "
+            "those jobs.",
+            [("own", "median (p50)"), ("wait-tail", "up to p90")],
+            wait_rows,
+        ),
+        _bar_chart(
+            "Preemptions suffered",
+            "Runs stopped in the window, by rule. Bars link to the audit entries.",
+            [("borrowed", "reclaim"), ("lent", "higher priority"), ("lost", "capacity lost")],
+            preempt_rows,
+        ),
+        _bar_chart(
+            "Cost: own and borrowed",
+            "Instance-seconds times the type's hourly price.",
+            [("own", "own"), ("borrowed", "borrowed")],
+            cost_rows,
+        ),
+    ]
+
+
+def _types_text(per_type: dict[str, Any], render: Callable[[Any], str]) -> str:
+    return "; ".join(f"{name}: {render(value)}" for name, value in per_type.items()) or "—"
+
+
+def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[FigureRow]:
+    """One row per signal, one cell per group (the queue first), each with its link."""
+    scopes = group_scopes(answer, queue_id)
+    groups = [answer["queue"], *answer["groups"]]
+
+    def row(
+        name: str,
+        words: str,
+        text: Callable[[dict[str, Any]], str],
+        href: Callable[[dict[str, Any]], str],
+    ) -> FigureRow:
+        return FigureRow(
+            name,
+            words,
+            [Cell(text(fig), href(scope)) for (_, scope), fig in zip(scopes, groups, strict=True)],
+        )
+
+    def finished(fig: dict[str, Any]) -> str:
+        f = fig["jobs_finished"]
+        return (
+            f"{f['total']} ({f['SUCCEEDED']} succeeded, {f['FAILED']} failed, "
+            f"{f['TIMED_OUT']} timed out, {f['CANCELLED']} cancelled)"
+        )
+
+    def pcts(block: dict[str, Any]) -> str:
+        return " / ".join(_duration(block[k]) for k in ("p50", "p90", "p99") if k in block)
+
+    def policy(fig: dict[str, Any]) -> str:
+        changes = fig["policy_changes"]
+        if changes is None:
+            return "—"
+        return ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in changes.items() if v) or "none"
+
+    def runtime(fig: dict[str, Any]) -> str:
+        return (
+            "; ".join(
+                f"{label}: {r['jobs']} jobs, p50 {_duration(r['run_time']['p50'])}, "
+                f"cost p50 {_money(r['cost_p50'])}"
+                for label, r in fig["runtime_by_choice"].items()
+            )
+            or "—"
+        )
+
+    def fallback(fig: dict[str, Any]) -> str:
+        by = fig["fallback"]["by_preference"]
+        names = {"0": "first", "1": "second", "2": "third", "3": "fourth", "4": "fifth"}
+        parts = [f"{n} on {names.get(k, k)} choice" for k, n in by.items()]
+        return ", ".join(parts) + f"; {fig['fallback']['timed_out']} timed out" if parts else "—"
+
+    return [
+        row(
+            "jobs_finished",
+            "Jobs whose final event falls in the window",
+            finished,
+            lambda s: links.jobs(s, "finished"),
+        ),
+        row(
+            "wait_to_start",
+            "First start - submission, p50 / p90 / p99 (entitled starts | borrowing starts)",
+            lambda f: (
+                f"{pcts(f['wait_to_start']['all'])} "
+                f"({pcts(f['wait_to_start']['entitled'])} | "
+                f"{pcts(f['wait_to_start']['borrowing'])})"
+            ),
+            lambda s: links.jobs(s, "started"),
+        ),
+        row(
+            "turnaround",
+            "Completion - submission, p50 / p90 / p99 (only own | borrowed)",
+            lambda f: (
+                f"{pcts(f['turnaround']['all'])} "
+                f"({pcts(f['turnaround']['only_own'])} | {pcts(f['turnaround']['borrowed'])})"
+            ),
+            lambda s: links.jobs(s, "finished", state="SUCCEEDED"),
+        ),
+        row(
+            "preemptions_suffered",
+            "Runs of the group stopped, by rule",
+            lambda f: ", ".join(f"{v} {k}" for k, v in f["preemptions_suffered"].items()),
+            lambda s: links.audit(s, "job.preempted"),
+        ),
+        row(
+            "preemptions_caused",
+            "Runs stopped for the group's jobs",
+            lambda f: ", ".join(f"{v} {k}" for k, v in f["preemptions_caused"].items()),
+            lambda s: links.audit({}, "job.preempted"),
+        ),
+        row(
+            "lost_work",
+            "Work lost by those preemptions",
+            lambda f: _duration(f["lost_work"]),
+            lambda s: links.audit(s, "job.preempted"),
+        ),
+        row(
+            "goodput",
+            "Completed work / (completed work + lost work)",
+            lambda f: _pct(f["goodput"]),
+            lambda s: links.jobs(s, "finished", state="SUCCEEDED"),
+        ),
+        row(
+            "preemptions_per_finished_job",
+            "Preemptions in their whole life, per finished job",
+            lambda f: _fmt(f["preemptions_per_finished_job"]),
+            lambda s: links.jobs(s, "finished"),
+        ),
+        row(
+            "time_to_restart",
+            "Preemption to the next start, p50 / p90",
+            lambda f: pcts(f["time_to_restart"]),
+            lambda s: links.audit(s, "job.admitted"),
+        ),
+        row(
+            "fallback",
+            "First starts by the choice taken",
+            fallback,
+            lambda s: links.jobs(s, "started"),
+        ),
+        row(
+            "fallback_rate",
+            "First starts not on the first choice",
+            lambda f: _pct(f["fallback_rate"]),
+            lambda s: links.jobs(s, "started"),
+        ),
+        row(
+            "runtime_by_choice",
+            "Last run of completed jobs, by type and count",
+            runtime,
+            lambda s: links.jobs(s, "finished", state="SUCCEEDED"),
+        ),
+        row(
+            "instance_seconds",
+            "Instance-hours, own + borrowed, per type",
+            lambda f: _types_text(
+                f["instance_seconds"],
+                lambda v: f"{v['own'] / 3600:,.1f} + {v['borrowed'] / 3600:,.1f} h",
+            ),
+            lambda s: links.audit(s, "job.admitted"),
+        ),
+        row(
+            "cost",
+            "Cost, own + borrowed",
+            lambda f: (
+                f"{_money(f['cost']['total']['own'])} + {_money(f['cost']['total']['borrowed'])}"
+            ),
+            lambda s: links.audit(s, "job.admitted"),
+        ),
+        row(
+            "utilization",
+            "Usage over the queue's capacity (borrowed part)",
+            lambda f: _types_text(
+                f["utilization"], lambda v: f"{_pct(v['all'])} ({_pct(v['borrowed'])})"
+            ),
+            lambda s: links.audit(s, "job.admitted"),
+        ),
+        row(
+            "idle_lendable_seconds",
+            "Idle capacity x time while a job that fitted it waited",
+            lambda f: _types_text(f["idle_lendable_seconds"], lambda v: _duration(v)),
+            lambda s: links.jobs(s, "submitted"),
+        ),
+        row(
+            "policy_changes",
+            "Share edits, exceptions and priority changes",
+            policy,
+            lambda s: links.audit(s, "share.updated"),
+        ),
+    ]

@@ -1,0 +1,383 @@
+"""A queue's recorded history as a scenario file (DESIGN 8, "History export").
+
+``export(queue, start, stop)`` reads the database (jobs, their timeline events, and the
+audit entries of share and capacity changes) and returns ``{"scenario", "recorded",
+"teams"}``: a section-3 scenario in milliseconds relative to ``start`` that the scenario
+runner can replay, the events that really happened in the window in section-3 output
+form, and each share's team. :func:`recording` adds the audit entries that the
+``policy_changes`` signal counts, for :mod:`scheduler.signals`.
+
+What the export says and where it only approximates (docs/signals.md):
+
+- types: the queue's types (and any type a share limit or a job preference names) with
+  their capacity at ``start``; later capacity changes are ``set_capacity`` actions;
+- shares: as they were at ``start`` (the ``before`` of the first later edit in the audit
+  trail), later edits as ``set_share`` actions;
+- jobs: every job submitted in the window, and the jobs pending or running at ``start``
+  (listed as submitted at 0 with their remaining work, estimated as the declared work less
+  what the run going on at ``start`` had done); priority changes and cancellations are
+  actions, failures other than preemption ``cancel`` actions at their time;
+- work: ``duration`` is the declared work; without one, the work the last run did (to
+  its completion, or to the window's end plus one second). The simulated fleet runs
+  ``DEMO_TIME_FACTOR`` times faster than the clock, so for its queues work (duration,
+  checkpoint interval, restart overhead, lost work) is given in the clock's milliseconds:
+  declared work / factor. That keeps the replay on the recorded clock.
+
+For a queue run by the simulated fleet whose cycles ran at every moment something
+happened, replaying the export of a window that starts before its first submission
+reproduces ``recorded`` exactly (``tests/services/test_history.py``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from governance.models import (
+    AuditEntry,
+    AuditEvent,
+    InstanceType,
+    Job,
+    JobEvent,
+    JobQueue,
+    QueueCapacity,
+    Share,
+    ShareLimit,
+)
+from scheduler.executors import simulated
+
+MS = 1000
+SHARE_FIELDS = ("policy", "borrow_limit", "limits", "in_share_preemption", "preemption_retries")
+POLICY_EVENTS = {
+    AuditEvent.SHARE_UPDATED: "share_edits",
+    AuditEvent.EXCEPTION_FILED: "exceptions_filed",
+    AuditEvent.EXCEPTION_APPROVED: "exceptions_approved",
+    AuditEvent.EXCEPTION_REJECTED: "exceptions_rejected",
+    AuditEvent.EXCEPTION_EXPIRED: "exceptions_expired",
+    AuditEvent.EXCEPTION_WITHDRAWN: "exceptions_withdrawn",
+    AuditEvent.JOB_REPRIORITISED: "priority_changes",
+}
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * MS)
+
+
+def _num(value: float) -> int | float:
+    """An integer when the value is one (within rounding), so replays compare exactly."""
+    near = round(value)
+    return near if abs(value - near) < 1e-6 else value
+
+
+def _share_fields(snapshot: dict[str, Any]) -> dict[str, Any]:
+    borrow = snapshot.get("borrow_limit")
+    return {
+        "policy": snapshot.get("policy", "RESERVE"),
+        "borrow_limit": -1 if borrow is None else borrow,
+        "limits": dict(snapshot.get("limits") or {}),
+        "in_share_preemption": bool(snapshot.get("in_share_preemption")),
+        "preemption_retries": snapshot.get("preemption_retries"),
+    }
+
+
+def _current_shares(queue: JobQueue) -> dict[int, tuple[str, str, dict[str, Any]]]:
+    limits: dict[int, dict[str, int]] = defaultdict(dict)
+    for share_id, type_name, count in ShareLimit.objects.filter(share__queue=queue).values_list(
+        "share_id", "instance_type__name", "count"
+    ):
+        limits[share_id][type_name] = count
+    out = {}
+    for share in Share.objects.filter(queue=queue).select_related("team").order_by("id"):
+        snapshot = {
+            "policy": share.policy,
+            "borrow_limit": share.borrow_limit,
+            "limits": limits[share.pk],
+            "in_share_preemption": share.in_share_preemption,
+            "preemption_retries": share.preemption_retries,
+        }
+        out[share.pk] = (share.name, share.team.name, _share_fields(snapshot))
+    return out
+
+
+def export(
+    queue: JobQueue, start: datetime, stop: datetime, *, now: datetime | None = None
+) -> dict[str, Any]:
+    """The history of ``queue`` over ``[start, stop)`` (see the module's docstring)."""
+    t0 = _ms(start)
+    length = _ms(stop) - t0
+
+    def rel(moment: datetime) -> int:
+        return _ms(moment) - t0
+
+    def in_window(moment: datetime) -> bool:
+        return start <= moment < stop
+
+    factor = simulated.time_factor(queue)
+    work_unit = MS / factor  # clock milliseconds per work-second (see the docstring)
+
+    # ---- shares: as at ``start``, then edits
+    shares = _current_shares(queue)
+    initial = {pk: dict(fields) for pk, (_, _, fields) in shares.items()}
+    share_actions: list[dict[str, Any]] = []
+    seen_first: set[int] = set()
+    edits = (
+        AuditEntry.objects.filter(
+            queue=queue, event_type=AuditEvent.SHARE_UPDATED, created_at__gte=start
+        )
+        .order_by("created_at", "id")
+        .values_list("share_id", "created_at", "before", "after")
+    )
+    for share_id, at, before, after in edits:
+        if share_id not in shares:
+            continue
+        if share_id not in seen_first and isinstance(before, dict):
+            initial[share_id] = _share_fields(before)
+            seen_first.add(share_id)
+        if at < stop and isinstance(after, dict):
+            fields = _share_fields(after)
+            share_actions.append(
+                {"at": rel(at), "type": "set_share", "share": shares[share_id][0], **fields}
+            )
+
+    # ---- capacity: as at ``start``, then changes
+    capacity = dict(
+        QueueCapacity.objects.filter(queue=queue).values_list("instance_type__name", "count")
+    )
+    changes = list(
+        AuditEntry.objects.filter(
+            queue=queue, event_type=AuditEvent.CAPACITY_CHANGED, created_at__gte=start
+        )
+        .order_by("created_at", "id")
+        .values_list("created_at", "before", "after")
+    )
+    if changes and isinstance(changes[0][1], dict):
+        capacity = dict(changes[0][1].get("capacity") or {})
+    capacity_actions: list[dict[str, Any]] = []
+    running_capacity = dict(capacity)
+    all_types = set(capacity)
+    for at, _, after in changes:
+        if at >= stop or not isinstance(after, dict):
+            continue
+        new = dict(after.get("capacity") or {})
+        for name in sorted(set(new) | set(running_capacity)):
+            if new.get(name, 0) != running_capacity.get(name, 0):
+                capacity_actions.append(
+                    {
+                        "at": rel(at),
+                        "type": "set_capacity",
+                        "instance_type": name,
+                        "capacity": new.get(name, 0),
+                    }
+                )
+        all_types |= set(new)
+        running_capacity = new
+
+    # ---- jobs: submitted in the window, or active at its start
+    active_at_start = Q(submitted_at__lt=start) & (
+        Q(finished_at__isnull=True) | Q(finished_at__gte=start)
+    )
+    rows = list(
+        Job.objects.filter(queue=queue)
+        .filter(Q(submitted_at__gte=start, submitted_at__lt=stop) | active_at_start)
+        .order_by("id")
+        .values(
+            "id",
+            "share_id",
+            "priority",
+            "preferences",
+            "count",
+            "max_pending",
+            "checkpoint_interval",
+            "duration",
+            "restart_overhead",
+            "submitted_at",
+            "instance_type__speed",
+        )
+    )
+    # (at, event id, type, data) per job; the event id keeps the order decisions were made.
+    # One query joined on the same job condition (a list of 100,000 ids would cost more
+    # to send and parse than the events themselves).
+    timeline: dict[int, list[tuple[datetime, int, str, dict[str, Any]]]] = defaultdict(list)
+    job_active_at_start = Q(job__submitted_at__lt=start) & (
+        Q(job__finished_at__isnull=True) | Q(job__finished_at__gte=start)
+    )
+    for event_id, job_id, at, type_, data in (
+        JobEvent.objects.filter(job__queue=queue, at__lt=stop)
+        .filter(Q(job__submitted_at__gte=start, job__submitted_at__lt=stop) | job_active_at_start)
+        .exclude(type__in=("submitted", "checkpoint", "claimed", "started", "stopped"))
+        .order_by("at", "id")
+        .values_list("id", "job_id", "at", "type", "data")
+    ):
+        timeline[job_id].append((at, event_id, type_, data or {}))
+    speeds = dict(InstanceType.objects.values_list("name", "speed"))
+
+    jobs: list[dict[str, Any]] = []
+    job_actions: list[dict[str, Any]] = []
+    recorded: list[tuple[datetime, int, dict[str, Any]]] = []
+    end_at = min(stop, now) if now is not None else stop
+    for row in rows:
+        key = str(row["id"])
+        share_name = shares[row["share_id"]][0]
+        events = timeline.get(row["id"], [])
+        before_start = row["submitted_at"] < start
+        priority = row["priority"]
+        reprioritised = [e for e in events if e[2] == "reprioritised" and e[0] >= start]
+        if reprioritised and "before" in reprioritised[0][3]:
+            priority = reprioritised[0][3]["before"]
+        prefs = [
+            {"instance_type": p["instance_type"], "count": int(p["count"])}
+            for p in row["preferences"]
+        ]
+        all_types.update(p["instance_type"] for p in prefs)
+        # work: declared, or what the last run did
+        last_admit: tuple[datetime, str] | None = None
+        done_at: datetime | None = None
+        running_at_start: tuple[datetime, str] | None = None
+        for at, _, type_, data in events:
+            if type_ == "admitted":
+                last_admit = (at, data.get("instance_type", ""))
+                if at < start:
+                    running_at_start = last_admit
+            elif type_ in ("preempted", "completed", "failed", "cancelled", "lost"):
+                if type_ == "completed":
+                    done_at = at
+                if at < start:
+                    running_at_start = None
+        if row["duration"] is not None:
+            work = row["duration"] * work_unit
+        elif last_admit is not None:
+            speed = float(speeds.get(last_admit[1], 1.0))
+            until = done_at if done_at is not None else end_at
+            work = (_ms(until) - _ms(last_admit[0])) * speed * factor * work_unit / MS
+            work += 0 if done_at is not None else MS
+        else:
+            work = MS  # never ran: one second of work, by the window's end plus one second
+        if before_start and running_at_start is not None:
+            speed = float(speeds.get(running_at_start[1], 1.0))
+            work -= (t0 - _ms(running_at_start[0])) * speed
+        job: dict[str, Any] = {
+            "id": key,
+            "share": share_name,
+            "submit_at": 0 if before_start else rel(row["submitted_at"]),
+            "priority": priority,
+            "preferences": prefs,
+            "duration": _num(max(1.0, work)),
+        }
+        if row["max_pending"] is not None:
+            job["max_pending"] = row["max_pending"] * MS
+        if row["checkpoint_interval"]:
+            job["checkpoint_interval"] = _num(row["checkpoint_interval"] * work_unit)
+        if row["restart_overhead"]:
+            job["restart_overhead"] = round(row["restart_overhead"] * work_unit)
+        jobs.append(job)
+
+        run: tuple[str, int] | None = None
+        for at, event_id, type_, data in events:
+            if type_ == "admitted":
+                run = (data.get("instance_type", ""), int(data.get("count", 0)))
+            if not in_window(at):
+                if type_ in ("preempted", "completed", "failed", "cancelled", "lost"):
+                    run = None
+                continue
+            event: dict[str, Any] | None = None
+            if type_ == "admitted":
+                event = {
+                    "type": "admitted",
+                    "job": key,
+                    "instance_type": data.get("instance_type"),
+                    "count": int(data.get("count", 0)),
+                    "preference": data.get("preference", 0),
+                    "borrowed": data.get("borrowed", 0),
+                }
+            elif type_ in ("preempted", "lost"):
+                event = {
+                    "type": "preempted",
+                    "job": key,
+                    "instance_type": run[0] if run else None,
+                    "count": run[1] if run else None,
+                    "reason": data.get("reason") if type_ == "preempted" else "capacity_lost",
+                    "by": str(data["by"]) if data.get("by") is not None else None,
+                    "lost_work": _num(float(data.get("lost_work") or 0) * work_unit),
+                }
+                run = None
+            elif type_ == "failed":
+                event = {"type": "failed", "job": key, "reason": data.get("reason")}
+                if data.get("reason") != "preemption_retries_exhausted":
+                    job_actions.append({"at": rel(at), "type": "cancel", "job": key})
+                run = None
+            elif type_ in ("completed", "timed_out"):
+                event = {"type": type_, "job": key}
+                run = None
+            elif type_ == "cancelled":
+                event = {"type": "cancelled", "job": key}
+                job_actions.append({"at": rel(at), "type": "cancel", "job": key})
+                run = None
+            elif type_ == "reprioritised" and "after" in data:
+                job_actions.append(
+                    {"at": rel(at), "type": "set_priority", "job": key, "priority": data["after"]}
+                )
+            if event is not None:
+                recorded.append((at, event_id, {"at": rel(at), **event}))
+
+    recorded.sort(key=lambda item: (item[0], item[1]))
+    type_rows = {
+        t.name: t for t in InstanceType.objects.filter(name__in=all_types | _limit_types(initial))
+    }
+    instance_types = [
+        {
+            "name": name,
+            "capacity": int(capacity.get(name, 0)),
+            "accelerated": type_rows[name].accelerated,
+            "speed": float(type_rows[name].speed),
+            "hourly_price": float(type_rows[name].hourly_price),
+        }
+        for name in sorted(type_rows)
+    ]
+    actions = sorted(capacity_actions + share_actions + job_actions, key=lambda a: a["at"])
+    scenario = {
+        "version": 1,
+        "description": f"History of queue {queue.name} from {start.isoformat()} "
+        f"to {stop.isoformat()}",
+        "time_unit": "ms",
+        "instance_types": instance_types,
+        "shares": [{"name": name, **initial[pk]} for pk, (name, _, _) in sorted(shares.items())],
+        "jobs": jobs,
+        "actions": actions,
+        "until": length - 1,
+    }
+    return {
+        "scenario": scenario,
+        "recorded": [event for _, _, event in recorded],
+        "teams": {name: team for name, team, _ in shares.values()},
+    }
+
+
+def _limit_types(shares: dict[int, dict[str, Any]]) -> set[str]:
+    return {name for fields in shares.values() for name in fields["limits"]}
+
+
+def policy_entries(queue: JobQueue, start: datetime, stop: datetime) -> list[dict[str, Any]]:
+    """Audit entries counted by ``policy_changes``, ``at`` in ms relative to ``start``."""
+    t0 = _ms(start)
+    rows = (
+        AuditEntry.objects.filter(
+            Q(queue=queue) | Q(share__queue=queue) | Q(job__queue=queue),
+            event_type__in=list(POLICY_EVENTS),
+            created_at__gte=start,
+            created_at__lt=stop,
+        )
+        .order_by("created_at", "id")
+        .values_list("event_type", "created_at", "share__name", "team__name", "job__share__name")
+    )
+    return [
+        {
+            "at": _ms(at) - t0,
+            "type": POLICY_EVENTS[AuditEvent(event_type)],
+            "share": share or job_share,
+            "team": team,
+        }
+        for event_type, at, share, team, job_share in rows
+    ]

@@ -1,0 +1,90 @@
+"""What-if pages: the form like the share editor, the run's page with its progress and
+then both sides side by side, and attaching it to an agreement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from governance.models import AuditEntry, AuditEvent, WhatIf
+from governance.services import agreements as agreement_services
+from governance.services.shares import limits_map
+from scheduler import tasks
+from tests.services.test_history import G5, at, clock, run_history, world  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_page(world: Any, clock: Any) -> Client:  # noqa: F811
+    run_history(world, clock)
+    clock.now = at(400)
+    client = Client()
+    client.force_login(world.admin)
+    return client
+
+
+def form_data(world: Any, **changes: str) -> dict[str, str]:  # noqa: F811
+    data = {"from": "2025-03-03T07:59:59Z", "to": "2025-03-03T08:06:40Z"}
+    data[f"capacity-{G5}"] = "3"
+    data["capacity-ml.p4d.24xlarge"] = "1"
+    for share in (world.alpha, world.beta):
+        share.refresh_from_db()
+        prefix = f"share-{share.pk}-"
+        data[prefix + "policy"] = share.policy
+        data[prefix + "borrow_limit"] = (
+            "" if share.borrow_limit is None else str(share.borrow_limit)
+        )
+        data[prefix + "preemption_retries"] = (
+            "" if share.preemption_retries is None else str(share.preemption_retries)
+        )
+        if share.in_share_preemption:
+            data[prefix + "in_share_preemption"] = "on"
+        for name, value in limits_map(share).items():
+            data[f"{prefix}limit-{name}"] = str(value)
+    data.update(changes)
+    return data
+
+
+def test_run_a_whatif_from_the_form_and_attach_it(admin_page: Client, world: Any) -> None:  # noqa: F811
+    form = admin_page.get(f"/queues/{world.queue.pk}/whatif/").content.decode()
+    assert f'name="share-{world.beta.pk}-borrow_limit" value="-1"' in form
+    alpha = world.alpha
+    alpha.refresh_from_db()
+    unchanged = admin_page.post(f"/queues/{world.queue.pk}/whatif/", form_data(world))
+    assert unchanged.status_code == 400  # nothing changed: nothing to compare
+    response = admin_page.post(
+        f"/queues/{world.queue.pk}/whatif/",
+        form_data(world, **{f"share-{world.beta.pk}-borrow_limit": "0"}),
+    )
+    assert response.status_code == 302
+    run = WhatIf.objects.get()
+    assert run.proposal == {"shares": {"beta": {"borrow_limit": 0}}, "capacity": {}}
+    waiting = admin_page.get(response["Location"]).content.decode()
+    assert "Queued" in waiting and 'hx-trigger="every 1s"' in waiting
+
+    tasks.run_whatif(run.pk)
+
+    page = admin_page.get(f"/whatif/{run.pk}/").content.decode()
+    assert "As it was" in page and "Proposed" in page
+    assert "Borrowed instance-hours" in page and 'hx-trigger="every 1s"' not in page
+    agreement = agreement_services.agreement_create(actor=world.admin, title="Split of hist")
+    attached = admin_page.post(
+        f"/whatif/{run.pk}/attach/", {"agreement": agreement.pk}, follow=True
+    )
+    assert "Attached to the agreement as evidence." in attached.content.decode()
+    assert "Split of hist" in attached.content.decode()
+    assert AuditEntry.objects.filter(event_type=AuditEvent.WHATIF_ATTACHED).exists()
+
+
+def test_the_form_says_what_is_wrong(admin_page: Client, world: Any) -> None:  # noqa: F811
+    response = admin_page.post(
+        f"/queues/{world.queue.pk}/whatif/",
+        form_data(world, **{f"share-{world.beta.pk}-limit-{G5}": "lots", f"capacity-{G5}": "-3"}),
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "shares.beta.limits" in html and f"capacity.{G5}" in html
+    assert not WhatIf.objects.exists()
