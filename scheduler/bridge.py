@@ -31,7 +31,7 @@ from governance.models import (
     QueueCapacity,
     Share,
 )
-from governance.services import hooks, runs
+from governance.services import hooks, insight, runs
 from scheduler import engine as eng
 from scheduler.executors import simulated
 
@@ -426,11 +426,32 @@ def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
         decisions = play_instant(loaded)
         decisions += loaded.engine.timeouts(to_ms(now))
         apply(loaded, decisions)
+        insight.usage_record(queue_id=queue_id, levels=usage_levels(loaded), now=now)
         result.admitted = sum(1 for d in decisions if d.kind == "admitted")
         result.preempted = sum(1 for d in decisions if d.kind == "preempted")
         result.timed_out = sum(1 for d in decisions if d.kind == "timed_out")
         result.next_event_in = _next_event_in(loaded, decisions, now)
     return result
+
+
+def usage_levels(loaded: Loaded) -> list[insight.Level]:
+    """Own, borrowed, lent and idle per share and type as the engine holds them now, from
+    the one accounting function (``Engine.type_account``), for the usage rollups."""
+    shares = {name: share.pk for name, share in loaded.shares.items()}
+    levels = []
+    for name in sorted(loaded.type_ids):
+        for row in loaded.engine.type_account(name).shares:
+            levels.append(
+                insight.Level(
+                    share_id=shares[row.key],
+                    instance_type_id=loaded.type_ids[name],
+                    own=row.own,
+                    borrowed=row.borrowed,
+                    lent=row.lent,
+                    idle=row.idle,
+                )
+            )
+    return levels
 
 
 def _next_event_in(loaded: Loaded, decisions: list[eng.Decision], now: datetime) -> float | None:

@@ -5,6 +5,7 @@ from governance.models.audit import AuditChainHead, AuditEntry, AuditEvent, Deci
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
 from governance.models.exceptions import ExceptionState, PriorityException
 from governance.models.idempotency import IdempotencyKey
+from governance.models.insight import JobForecast, UsageLevel, UsageRollup
 from governance.models.jobs import Job, JobEvent, JobKind, JobState
 from governance.models.notifications import (
     Notification,
@@ -27,6 +28,7 @@ __all__ = [
     "InstanceType",
     "Job",
     "JobEvent",
+    "JobForecast",
     "JobKind",
     "JobQueue",
     "JobState",
@@ -42,4 +44,6 @@ __all__ = [
     "Share",
     "ShareLimit",
     "Team",
+    "UsageLevel",
+    "UsageRollup",
 ]

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from governance.models import JobQueue, JobState
 from governance.selectors import capacity as capacity_selectors
+from governance.selectors import insight, scheduling, web_jobs, web_overview, web_state
 from governance.selectors import jobs as job_selectors
-from governance.selectors import scheduling, web_jobs, web_overview, web_state
 from governance.selectors import shares as share_selectors
 from governance.web import regions
 from governance.web.links import url_pattern
 
 PAGE_SIZE = 50
+# The forecast error on the queue page covers jobs that started this recently.
+FORECAST_ERROR_WINDOW = timedelta(days=30)
 QUEUE_ROW_COLUMNS = (
     "id",
     "share_id",
@@ -72,6 +76,9 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
         "queue_live_html": queue_live_html(queue, fingerprint),
         "shares": [{"share": s, "limits": share_selectors.limits_of(s)} for s in shares],
         "jobs_html": jobs_html,
+        "forecast_error": insight.forecast_error(
+            queue_id=queue.pk, since=timezone.now() - FORECAST_ERROR_WINDOW
+        ),
     }
     return render(request, "queues/detail.html", context)
 
@@ -82,7 +89,7 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
 # their HTML is cached under both and the requested page numbers: a page view with
 # nothing changed skips the two counts, the two job queries and building 100 rows. The
 # relative times are left as slots and written at each request (web_time.fill_slots).
-JOBS_HTML_VERSION = 1
+JOBS_HTML_VERSION = 2
 
 
 def _jobs_html(
@@ -134,6 +141,9 @@ def _jobs_context(
         fingerprint=fingerprint,
         generation=generation,
     )
+    forecasts, _ = scheduling.forecast_jobs(
+        queue.pk, [job.pk for job in pending.object_list], fingerprint=fingerprint
+    )
     job_url, share_url = url_pattern("web:job"), url_pattern("web:share")
     for job in [*running.object_list, *pending.object_list]:
         job.page_url = job_url.format(job.pk)
@@ -142,6 +152,7 @@ def _jobs_context(
         {
             "job": job,
             "reasons": web_jobs.with_reason_words(reasons.get(job.pk)),
+            "forecast": forecasts.get(job.pk),
         }
         for job in pending.object_list
     ]
