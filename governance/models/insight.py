@@ -34,11 +34,14 @@ class JobForecast(models.Model):
 
 class UsageRollup(models.Model):
     """Instance-seconds a share spent own, borrowed, lent and idle on one type during one
-    bucket (a minute, or an hour for the long view), as the accounting function counts
-    them (``scheduler.engine.accounting``). Written by the cycle, added to in place."""
+    bucket, as the accounting function counts them (``scheduler.engine.accounting``).
+    Written by the cycle, added to in place. Each chart reads one width, with about 100
+    buckets per series: minutes for the last hour, quarter hours for the last day, six
+    hours for the last 30 days (and beyond: those are kept)."""
 
     MINUTE = 60
-    HOUR = 3600
+    QUARTER = 900
+    SIX_HOURS = 21600
 
     queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="+")
     share = models.ForeignKey(Share, on_delete=models.CASCADE, related_name="+")
@@ -56,7 +59,11 @@ class UsageRollup(models.Model):
                 fields=["share", "instance_type", "width", "start"], name="usage_rollup_bucket"
             )
         ]
-        indexes = [models.Index(fields=["queue", "width", "start"], name="usage_rollup_queue")]
+        indexes = [
+            models.Index(fields=["queue", "width", "start"], name="usage_rollup_queue"),
+            # The overview sums every queue's rollups of one window.
+            models.Index(fields=["width", "start"], name="usage_rollup_window"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.share_id}/{self.instance_type_id} {self.width}s at {self.start}"
@@ -64,12 +71,18 @@ class UsageRollup(models.Model):
 
 class UsageLevel(models.Model):
     """What the last cycle of a queue left running, per share and type, and when: the
-    next cycle adds these levels times the time since to the rollups."""
+    next cycle adds these levels times the time since to the rollups. Cycles within one
+    minute add to ``pending`` instead; the first cycle of the next minute writes it to
+    the rollups in one statement (so a queue cycled every few seconds writes rollups once
+    a minute)."""
 
     queue = models.OneToOneField(JobQueue, on_delete=models.CASCADE, primary_key=True)
     since = models.DateTimeField()
     # [[share_id, instance_type_id, own, borrowed, lent, idle], ...]
     levels = models.JSONField(default=list)
+    # [[share_id, instance_type_id, width, bucket start (epoch s), own, borrowed, lent,
+    #   idle], ...]: instance-seconds not yet in the rollups.
+    pending = models.JSONField(default=list)
 
     def __str__(self) -> str:
         return f"levels of {self.queue_id} since {self.since}"

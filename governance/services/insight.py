@@ -17,12 +17,13 @@ from django.db import connection, transaction
 
 from governance.models import Job, JobForecast, JobState, UsageLevel, UsageRollup
 
-# Per-minute rollups are kept this long; hourly ones hold the longer views.
-MINUTE_RETENTION = timedelta(days=2)
+# Minute and quarter-hour rollups are kept this long (the hour and day charts need no
+# more); six-hour ones are kept.
+SHORT_RETENTION = timedelta(days=2)
 # A gap longer than this between two cycles of a queue (the scheduler was down) is not
 # filled in: nobody knows what ran then.
 MAX_GAP = timedelta(hours=6)
-WIDTHS = (UsageRollup.MINUTE, UsageRollup.HOUR)
+WIDTHS = (UsageRollup.MINUTE, UsageRollup.QUARTER, UsageRollup.SIX_HOURS)
 
 
 def forecasts_record_first(
@@ -130,30 +131,49 @@ def usage_record(*, queue_id: int, levels: Sequence[Level], now: datetime) -> No
     """The cycle's write: credit the levels the previous cycle left over the time since
     it, then keep ``levels`` (what this cycle leaves running) for the next one.
 
-    Runs inside the cycle's transaction, which holds the queue's lock, so two cycles of
-    one queue never credit the same interval twice.
+    The credit waits in ``UsageLevel.pending`` while cycles stay within one minute; the
+    first cycle of a new minute adds it all to the rollups (one statement), so the
+    history lags the cycle by at most a minute. Runs inside the cycle's transaction,
+    which holds the queue's lock, so two cycles of one queue never credit the same
+    interval twice.
     """
     with transaction.atomic():
         previous = UsageLevel.objects.select_for_update().filter(queue_id=queue_id).first()
-        last = previous.since if previous is not None else None
-        if previous is not None and now > previous.since:
-            since = max(previous.since, now - MAX_GAP)
-            old = [Level(*row) for row in previous.levels]
-            rollups_add(queue_id, spread(old, since, now))
         rows = [
             [lv.share_id, lv.instance_type_id, lv.own, lv.borrowed, lv.lent, lv.idle]
             for lv in levels
         ]
         if previous is None:
             UsageLevel.objects.create(queue_id=queue_id, since=now, levels=rows)
-        elif now >= previous.since:
-            previous.since = now
-            previous.levels = rows
-            previous.save(update_fields=["since", "levels"])
-        # Old minute rows go once an hour (the first cycle of each hour), in one statement.
-        if last is not None and bucket_start(last, 3600) != bucket_start(now, 3600):
+            return
+        last = previous.since
+        if now < last:
+            return  # a cycle for an earlier moment (clock skew between workers): skip
+        buckets = {
+            (share, itype, width, datetime.fromtimestamp(start, tz=UTC)): list(values)
+            for share, itype, width, start, *values in previous.pending
+        }
+        if now > last:
+            since = max(last, now - MAX_GAP)
+            old = [Level(*row) for row in previous.levels]
+            for key, values in spread(old, since, now).items():
+                into = buckets.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+                for i in range(4):
+                    into[i] += values[i]
+        if bucket_start(last, UsageRollup.MINUTE) != bucket_start(now, UsageRollup.MINUTE):
+            rollups_add(queue_id, buckets)
+            buckets = {}
+        previous.since = now
+        previous.levels = rows
+        previous.pending = [
+            [share, itype, width, int(start.timestamp()), *values]
+            for (share, itype, width, start), values in sorted(buckets.items())
+        ]
+        previous.save(update_fields=["since", "levels", "pending"])
+        # Old short rows go once an hour (the first cycle of each hour), in one statement.
+        if bucket_start(last, 3600) != bucket_start(now, 3600):
             UsageRollup.objects.filter(
                 queue_id=queue_id,
-                width=UsageRollup.MINUTE,
-                start__lt=now - MINUTE_RETENTION,
+                width__in=(UsageRollup.MINUTE, UsageRollup.QUARTER),
+                start__lt=now - SHORT_RETENTION,
             ).delete()

@@ -17,7 +17,7 @@ from governance.selectors import capacity as capacity_selectors
 from governance.selectors import insight, scheduling, web_jobs, web_overview, web_state
 from governance.selectors import jobs as job_selectors
 from governance.selectors import shares as share_selectors
-from governance.web import regions
+from governance.web import charts, regions
 from governance.web.links import url_pattern
 
 PAGE_SIZE = 50
@@ -76,6 +76,10 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
         "queue_live_html": queue_live_html(queue, fingerprint),
         "shares": [{"share": s, "limits": share_selectors.limits_of(s)} for s in shares],
         "jobs_html": jobs_html,
+        **charts.history_context(
+            insight.usage_history(queue_id=queue.pk, window_key=request.GET.get("history")),
+            f"Queue {queue.name}",
+        ),
         "forecast_error": insight.forecast_error(
             queue_id=queue.pk, since=timezone.now() - FORECAST_ERROR_WINDOW
         ),
