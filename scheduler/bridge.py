@@ -14,6 +14,8 @@ at speed 1.0. The simulated fleet runs ``DEMO_TIME_FACTOR`` times faster than th
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +24,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from governance import metrics
 from governance.models import (
     DecisionRule,
     InstanceType,
@@ -413,6 +416,7 @@ def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
 
     Idempotent: running it again at once finds nothing left to decide.
     """
+    started = time.perf_counter()
     # The completions this cycle applies are decided on by the cycle itself: they need
     # no further cycle (``hooks.cycle_running``).
     with transaction.atomic(), hooks.cycle_running(queue_id):
@@ -431,6 +435,17 @@ def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
         result.preempted = sum(1 for d in decisions if d.kind == "preempted")
         result.timed_out = sum(1 for d in decisions if d.kind == "timed_out")
         result.next_event_in = _next_event_in(loaded, decisions, now)
+    # Counted once committed (operators' /metrics: governance/metrics.py).
+    admitted = Counter(
+        DecisionRule.BORROW if d.borrowed else DecisionRule.OWN
+        for d in decisions
+        if d.kind == "admitted"
+    )
+    metrics.count_decisions(
+        {str(k): n for k, n in admitted.items()},
+        Counter(d.rule or "" for d in decisions if d.kind == "preempted"),
+    )
+    metrics.observe_cycle(time.perf_counter() - started)
     return result
 
 

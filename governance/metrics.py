@@ -1,0 +1,188 @@
+"""Operators' metrics: what Prometheus scrapes from ``/metrics`` (docs/operations.md).
+
+Two kinds of figure:
+
+* **Gauges of the present** (per share and type: limit, usage, own, borrowed, lent, idle
+  and pending jobs; per queue and type: capacity) are read at scrape time from the same
+  usage figures the pages show (``selectors.capacity.queues_usage``, built on the one
+  accounting function), cached under the stored state's fingerprint like the pages, so
+  a scrape with nothing changed costs one query.
+* **Counters and the cycle histogram** (admissions and preemptions by rule, executor
+  errors, cycle durations) happen in Celery workers and web processes alike, so they
+  cannot live in one process's memory: each event adds to one Redis hash (``HINCRBY``,
+  one round trip), which every process shares and the scrape reads. Counting never
+  fails the work it counts: with Redis away the increment is skipped. A Redis flush
+  resets the counters, which Prometheus treats as a counter reset.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+log = logging.getLogger(__name__)
+
+# Upper bounds of the cycle duration histogram, in seconds.
+CYCLE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+PREFIX = "gpushare"
+
+_client: Any = None
+
+
+def _redis() -> Any:
+    global _client
+    if _client is None:
+        import redis
+
+        _client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=1
+        )
+    return _client
+
+
+def store_key() -> str:
+    """The Redis hash of this database's counters (tests and benches use their own)."""
+    return f"metrics:{connection.settings_dict['NAME']}"
+
+
+def add(counts: Mapping[str, int | float]) -> None:
+    """Add ``counts`` (field -> amount) to the shared counters; never raises."""
+    if not counts:
+        return
+    try:
+        pipe = _redis().pipeline(transaction=False)
+        key = store_key()
+        for name, amount in counts.items():
+            if isinstance(amount, float):
+                pipe.hincrbyfloat(key, name, amount)
+            else:
+                pipe.hincrby(key, name, amount)
+        pipe.execute()
+    except Exception:  # metrics must never fail a cycle or a report
+        log.debug("metrics not recorded", exc_info=True)
+
+
+def count_decisions(admitted: Mapping[str, int], preempted: Mapping[str, int]) -> None:
+    """Admissions by rule (own, borrow) and preemptions by rule (reclaim, priority, ...)."""
+    counts: dict[str, int | float] = {}
+    for rule, n in admitted.items():
+        counts[f"admitted:{rule}"] = n
+    for rule, n in preempted.items():
+        counts[f"preempted:{rule}"] = n
+    add(counts)
+
+
+def count_executor_error(kind: str) -> None:
+    """A run the executor lost (``lost``) or reported failed (``failed``)."""
+    add({f"executor_error:{kind}": 1})
+
+
+def observe_cycle(seconds: float) -> None:
+    """One scheduling cycle took ``seconds`` (non-cumulative bucket counts are stored)."""
+    bucket = next((f"{b:g}" for b in CYCLE_BUCKETS if seconds <= b), "+Inf")
+    add({f"cycle_bucket:{bucket}": 1, "cycle_count": 1, "cycle_sum": float(seconds)})
+
+
+def read_counters() -> dict[str, float]:
+    """Every shared counter (empty with Redis away)."""
+    try:
+        raw = _redis().hgetall(store_key())
+    except Exception:
+        return {}
+    return {k.decode(): float(v) for k, v in raw.items()}
+
+
+class Collector:
+    """A prometheus-client collector: builds the metric families at each scrape."""
+
+    def __init__(self, usage: list[Any], counters: Mapping[str, float]) -> None:
+        self.usage = usage
+        self.counters = counters
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        share_labels = ["queue", "share", "team", "instance_type"]
+        gauges = {
+            name: GaugeMetricFamily(f"{PREFIX}_share_{name}", text, labels=share_labels)
+            for name, text in (
+                ("limit", "Instances the share may use without borrowing (its entitlement)."),
+                ("usage", "Instances the share's running jobs hold."),
+                ("own", "Instances used within the limit: min(usage, limit)."),
+                ("borrowed", "Instances used beyond the limit, open to reclaim."),
+                ("lent", "Idle entitlement of the share that borrowers use."),
+                ("idle", "Entitlement the share does not use: max(0, limit - usage)."),
+            )
+        }
+        pending = GaugeMetricFamily(
+            f"{PREFIX}_share_pending_jobs",
+            "Pending jobs of the share whose first preference is the type.",
+            labels=share_labels,
+        )
+        capacity = GaugeMetricFamily(
+            f"{PREFIX}_queue_capacity",
+            "Instances of the type the queue can run now.",
+            labels=["queue", "instance_type"],
+        )
+        for queue in self.usage:
+            for totals in queue["types"]:
+                capacity.add_metric([queue["name"], totals["instance_type"]], totals["capacity"])
+            for share in queue["shares"]:
+                for row in share["types"]:
+                    labels = [
+                        queue["name"],
+                        share["name"],
+                        share["team_name"],
+                        row["instance_type"],
+                    ]
+                    for name, family in gauges.items():
+                        family.add_metric(labels, row[name])
+                    pending.add_metric(labels, row["pending"])
+        yield from gauges.values()
+        yield pending
+        yield capacity
+
+        admissions = CounterMetricFamily(
+            f"{PREFIX}_admissions", "Jobs admitted, by rule (own, borrow).", labels=["rule"]
+        )
+        preemptions = CounterMetricFamily(
+            f"{PREFIX}_preemptions",
+            "Jobs preempted, by rule (reclaim, priority, capacity_lost, ...).",
+            labels=["rule"],
+        )
+        errors = CounterMetricFamily(
+            f"{PREFIX}_executor_errors",
+            "Runs an executor lost (lost) or reported failed (failed).",
+            labels=["kind"],
+        )
+        for field, value in sorted(self.counters.items()):
+            kind, _, label = field.partition(":")
+            if kind == "admitted":
+                admissions.add_metric([label], value)
+            elif kind == "preempted":
+                preemptions.add_metric([label], value)
+            elif kind == "executor_error":
+                errors.add_metric([label], value)
+        yield admissions
+        yield preemptions
+        yield errors
+
+        cumulative = 0.0
+        buckets = []
+        for bound in [*(f"{b:g}" for b in CYCLE_BUCKETS), "+Inf"]:
+            cumulative += self.counters.get(f"cycle_bucket:{bound}", 0.0)
+            buckets.append((bound, cumulative))
+        yield HistogramMetricFamily(
+            f"{PREFIX}_cycle_duration_seconds",
+            "How long one scheduling cycle of a queue took (database read, engine, writes).",
+            buckets=buckets,
+            sum_value=self.counters.get("cycle_sum", 0.0),
+        )
