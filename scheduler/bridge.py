@@ -36,6 +36,7 @@ from governance.models import (
 )
 from governance.services import hooks, insight, runs
 from scheduler import engine as eng
+from scheduler.engine import accounting
 from scheduler.executors import simulated
 
 MS = 1000
@@ -450,12 +451,28 @@ def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
 
 
 def usage_levels(loaded: Loaded) -> list[insight.Level]:
-    """Own, borrowed, lent and idle per share and type as the engine holds them now, from
-    the one accounting function (``Engine.type_account``), for the usage rollups."""
+    """Own, borrowed, lent and idle per share and type as the engine holds them now, for
+    the usage rollups: the one accounting function over the engine's usage, with lent
+    capacity attributed to lenders in share name order, as the usage bars do
+    (``selectors.capacity.queues_usage``), so the history and the bars agree."""
     shares = {name: share.pk for name, share in loaded.shares.items()}
+    configs = loaded.engine.shares
     levels = []
     for name in sorted(loaded.type_ids):
-        for row in loaded.engine.type_account(name).shares:
+        engine_account = loaded.engine.type_account(name)
+        account = accounting.account_type(
+            engine_account.capacity,
+            [
+                accounting.ShareOnType(
+                    key=row.key,
+                    policy=configs[row.key].policy.value,
+                    limit=row.limit if row.has_limit else None,
+                    usage=row.usage,
+                )
+                for row in sorted(engine_account.shares, key=lambda r: r.key)
+            ],
+        )
+        for row in account.shares:
             levels.append(
                 insight.Level(
                     share_id=shares[row.key],
