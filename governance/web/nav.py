@@ -23,6 +23,7 @@ NAV: list[tuple[str, str, str]] = [
     ("web:overview", "Overview", "all"),
     ("web:queues", "Queues", "all"),
     ("web:jobs", "Jobs", "all"),
+    ("web:teams", "Teams", "all"),
     ("web:exceptions", "Exceptions", "all"),
     ("web:priorities", "Priorities", "all"),
     ("web:agreements", "Agreements", "all"),

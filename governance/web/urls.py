@@ -2,12 +2,12 @@
 
 Page modules register their routes here (namespace ``web``); the navigation in
 ``governance.web.nav`` links to ``web:overview``, ``web:queues``, ``web:jobs``,
-``web:exceptions``, ``web:priorities``, ``web:agreements`` and ``web:audit``.
+``web:teams``, ``web:exceptions``, ``web:priorities``, ``web:agreements`` and ``web:audit``.
 """
 
 from django.urls import path
 
-from governance.web import account, jobs, overview, queues, shares
+from governance.web import account, jobs, overview, queues, shares, teams
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
 from governance.web import exceptions as exception_pages
@@ -32,6 +32,9 @@ urlpatterns: list = [
     path("shares/<int:share_id>/", shares.share_detail, name="share"),
     path("shares/<int:share_id>/edit/", shares.share_edit, name="share-edit"),
     path("shares/<int:share_id>/preview/", shares.share_preview, name="share-preview"),
+    # Teams: your team first, then the others.
+    path("teams/", teams.team_list, name="teams"),
+    path("teams/<int:team_id>/", teams.team_detail, name="team"),
     # Jobs.
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/new/", jobs.job_new, name="job-new"),
