@@ -17,7 +17,14 @@ from governance.models import DecisionRule, Job, JobQueue, JobState, Share
 from scheduler import engine as eng
 from scheduler.bridge import Loaded, load, play_instant, row_job, to_ms
 from scheduler.engine import accounting
-from scheduler.engine.forecast import play_forward
+from scheduler.engine.forecast import (
+    FORECAST_BUDGET_SECONDS,
+    FORECAST_HORIZON_SECONDS,
+    FORECAST_MAX_STEPS,
+    FORECAST_MIN_STEP_MS,
+    FORECAST_RELATIVE,
+    play_forward,
+)
 from scheduler.executors import simulated
 
 DISABLED_REASON = "share_disabled"
@@ -84,11 +91,6 @@ def explain_queue(queue_id: int) -> tuple[dict[int, list[dict[str, Any]]], float
     return out, valid_for
 
 
-# Forecast playback bounds: a week of clock time ahead, 5,000 distinct instants.
-FORECAST_HORIZON_SECONDS = 7 * 24 * 3600
-FORECAST_MAX_STEPS = 5000
-
-
 def forecast_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], str, float | None]:
     """Position in the cycle's order and estimated start of every pending job of the
     queue (``scheduler.engine.forecast``), the basis of the estimates in words, and for
@@ -125,6 +127,9 @@ def forecast_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], str, float
         horizon=FORECAST_HORIZON_SECONDS * 1000,
         max_steps=FORECAST_MAX_STEPS,
         admitted_now=now_started,
+        relative=FORECAST_RELATIVE,
+        min_step=FORECAST_MIN_STEP_MS,
+        budget=FORECAST_BUDGET_SECONDS,
     )
     out: dict[int, dict[str, Any]] = {}
     for key, position in forecast.position.items():

@@ -21,6 +21,7 @@ and ``horizon``: beyond them a job gets no estimate, and the basis says playback
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -28,6 +29,17 @@ from fractions import Fraction
 from scheduler.engine.facade import Engine
 from scheduler.engine.model import Job, JobState
 from scheduler.engine.work import ceil
+
+# The live forecast's bounds (scheduler.readings): a week of clock time ahead, 5,000
+# distinct instants played, finishes rounded up to about 1% of the time ahead (at least
+# a second): a busy queue's thousands of finishing instants become a few hundred.
+FORECAST_HORIZON_SECONDS = 7 * 24 * 3600
+FORECAST_MAX_STEPS = 5000
+FORECAST_RELATIVE = 100
+FORECAST_MIN_STEP_MS = 1000
+# A page pays for a forecast once per stored state of the queue: at most this long (the
+# basis then says playback stopped at its time budget).
+FORECAST_BUDGET_SECONDS = 0.5
 
 
 def cycle_order_key(job: Job) -> tuple[int, int, str]:
@@ -54,6 +66,12 @@ class Forecast:
     """When playback stopped at a bound (``horizon`` or ``max_steps``); None: it ran
     until nothing more could happen."""
 
+    out_of_time: bool = False
+    """Playback stopped because its time budget was spent (``stopped_at`` is set)."""
+    rounded: bool = False
+    """Finishing instants were rounded up (``relative``): estimates err late by up to
+    about 1/relative of the time ahead."""
+
     def basis(self) -> str:
         """How the estimates were made, in words a team lead can weigh."""
         text = (
@@ -63,7 +81,11 @@ class Forecast:
         if self.running_known < self.running:
             text += " (the others are taken never to finish)"
         text += "; assumes no new submissions or changes"
-        if self.stopped_at is not None:
+        if self.rounded:
+            text += "; to within about 1% of the time ahead"
+        if self.out_of_time:
+            text += "; playback stopped at its time budget (later starts not estimated)"
+        elif self.stopped_at is not None:
             text += "; playback stopped at its horizon"
         return text
 
@@ -78,6 +100,20 @@ def _finish(job: Job, speed: Fraction | int | float, at: int, time_factor: float
     return at + ceil(seconds)
 
 
+def coarsen(at: int, now: int, min_step: int, relative: int) -> int:
+    """``at`` rounded up to a whole multiple of a step of about 1/``relative`` of its
+    distance from ``now`` (``min_step`` times a power of two, constant over each band
+    ``(min_step * relative * 2^(k-1), min_step * relative * 2^k]`` of distances).
+    Never earlier, and never out of order: each step's multiples are among the smaller
+    steps' multiples, so a later instant never rounds to an earlier one."""
+    ahead = at - now
+    if ahead <= 0:
+        return at
+    bands = -(-ahead // (min_step * relative))  # smallest k with 2^k >= this
+    step = min_step << (bands - 1).bit_length()
+    return -(-at // step) * step
+
+
 def play_forward(
     engine: Engine,
     now: int,
@@ -87,6 +123,9 @@ def play_forward(
     horizon: int | None = None,
     max_steps: int = 5000,
     admitted_now: Collection[str] = (),
+    relative: int | None = None,
+    min_step: int = 1,
+    budget: float | None = None,
 ) -> Forecast:
     """Play ``engine`` (a copy: it is changed) forward from ``now``.
 
@@ -96,13 +135,22 @@ def play_forward(
     (clock time after ``now``); ``max_steps`` the number of instants played.
     ``admitted_now`` names jobs that were pending until the caller played the current
     instant, which started them: they start at ``now`` and keep their position.
+    ``relative`` (None: exact) rounds every finishing instant up with ``coarsen``, so
+    finishes close together are played as one instant. ``budget`` (seconds of this
+    process's time; None: no limit) stops the playback when spent, like the bounds.
     """
+    started = time.perf_counter()
+
+    def when(done: int) -> int:
+        return done if relative is None else coarsen(done, now, min_step, relative)
+
     fresh = set(admitted_now)
     pending = sorted(
         [*engine.pending_jobs(), *(engine.job(key) for key in sorted(fresh))],
         key=cycle_order_key,
     )
     out = Forecast(now=now, position={job.id: i + 1 for i, job in enumerate(pending)})
+    out.rounded = relative is not None
     out.starts = dict.fromkeys(sorted(fresh), now)
     waiting = {job.id for job in pending} - fresh
     speeds = {name: spec.speed for name, spec in engine.instance_types.items()}
@@ -115,13 +163,13 @@ def play_forward(
             assert job.instance_type is not None
             done = _finish(job, speeds[job.instance_type], now, time_factor)
             if done is not None:
-                heap.append((done, job.id, job.run_started_at))
+                heap.append((when(done), job.id, job.run_started_at))
         elif job.state is JobState.RUNNING:
             out.running += 1
             done = finish_at.get(job.id)
             if done is not None:
                 out.running_known += 1
-                heap.append((max(done, now), job.id, job.run_started_at))
+                heap.append((when(max(done, now)), job.id, job.run_started_at))
     heapq.heapify(heap)
 
     steps = 0
@@ -135,6 +183,10 @@ def play_forward(
         at = min(moments)
         if (horizon is not None and at > now + horizon) or steps >= max_steps:
             out.stopped_at = at
+            break
+        if budget is not None and time.perf_counter() - started > budget:
+            out.stopped_at = at
+            out.out_of_time = True
             break
         steps += 1
         while heap and heap[0][0] <= at:
@@ -152,7 +204,7 @@ def play_forward(
                 assert job.instance_type is not None
                 done = _finish(job, speeds[job.instance_type], at, time_factor)
                 if done is not None:
-                    heapq.heappush(heap, (done, d.job, job.run_started_at))
+                    heapq.heappush(heap, (when(done), d.job, job.run_started_at))
             elif d.kind == "timed_out" and d.job in waiting:
                 waiting.discard(d.job)
                 out.timed_out.add(d.job)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler.engine import Engine, InstanceType, Job, JobState, Policy, Preference, ShareConfig
-from scheduler.engine.forecast import play_forward
+from scheduler.engine.forecast import coarsen, play_forward
 
 G = "ml.g5.xlarge"
 
@@ -91,3 +91,32 @@ def test_timeout_in_playback() -> None:
     forecast = play_forward(engine, 10, {"r1": 50})
     assert forecast.starts == {}
     assert forecast.timed_out == {"p1"}
+
+
+def test_coarsen_rounds_up_by_about_one_percent_in_order() -> None:
+    """Steps of 1 within 100 ahead, 2 within 200, 4 within 400, ... on multiples."""
+    assert coarsen(1090, 1000, 1, 100) == 1090  # 90 ahead: step 1
+    assert coarsen(1141, 1000, 1, 100) == 1142  # 141 ahead: step 2
+    assert coarsen(1301, 1000, 1, 100) == 1304  # 301 ahead: step 4
+    assert coarsen(999, 1000, 1, 100) == 999  # not ahead: as is
+    previous = 0
+    for at in range(1000, 5000):
+        rounded = coarsen(at, 1000, 1, 100)
+        assert at <= rounded <= at + max(1, (at - 1000) // 50)
+        assert rounded >= previous
+        previous = rounded
+
+
+def test_rounded_playback_merges_close_finishes() -> None:
+    """r1 ends at 1,000,301 and r2 at 1,000,302 (ms), about 300 ahead of now: with
+    steps of 4 both round up to 1,000,304, one instant, when p1 and p2 both start."""
+    engine = _engine()
+    now = 1_000_000
+    engine.restore([_running("r1", "A", 1), _running("r2", "A", 1)])
+    engine.submit(Job("p1", "A", 5, 1, (Preference(G, 1),), duration=10))
+    engine.submit(Job("p2", "A", 4, 1, (Preference(G, 1),), duration=10))
+    forecast = play_forward(
+        engine, now, {"r1": now + 301, "r2": now + 302}, relative=100, min_step=1
+    )
+    assert forecast.starts == {"p1": now + 304, "p2": now + 304}
+    assert "to within about 1% of the time ahead" in forecast.basis()

@@ -35,7 +35,8 @@ def world() -> Any:
     red_share = make_share(queue, red, "red-share", {G5: 1}, policy="RESERVE")
     make_share(queue, blue, "blue-share", {G5: 1}, policy="RESERVE")
     lead = make_lead(red, "red_lead")
-    c0 = (timezone.now() - timedelta(seconds=10)).replace(microsecond=0)
+    c0 = timezone.now() - timedelta(seconds=10)
+    c0 = c0.replace(second=c0.second // 10 * 10, microsecond=0)  # see test_forecasts
     make_job(red_share, lead, name="r1", priority=9, duration=100, submitted_at=c0)
     bridge.run_cycle(queue.pk, now=c0)
     waiting = make_job(red_share, lead, name="w1", priority=5, duration=50, submitted_at=c0)
