@@ -18,6 +18,7 @@ Two kinds of figure:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -31,6 +32,10 @@ CYCLE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 PREFIX = "gpushare"
 
 _client: Any = None
+# After a failed call, Redis is left alone this long: a cycle never waits on a
+# connection timeout per decision while Redis is away (as governance/cache.py does).
+RETRY_AFTER_SECONDS = 5.0
+_down_until = 0.0
 
 
 def _redis() -> Any:
@@ -49,9 +54,19 @@ def store_key() -> str:
     return f"metrics:{connection.settings_dict['NAME']}"
 
 
+def _available() -> bool:
+    return time.monotonic() >= _down_until
+
+
+def _failed() -> None:
+    global _down_until
+    _down_until = time.monotonic() + RETRY_AFTER_SECONDS
+    log.debug("metrics store unreachable", exc_info=True)
+
+
 def add(counts: Mapping[str, int | float]) -> None:
     """Add ``counts`` (field -> amount) to the shared counters; never raises."""
-    if not counts:
+    if not counts or not _available():
         return
     try:
         pipe = _redis().pipeline(transaction=False)
@@ -63,7 +78,7 @@ def add(counts: Mapping[str, int | float]) -> None:
                 pipe.hincrby(key, name, amount)
         pipe.execute()
     except Exception:  # metrics must never fail a cycle or a report
-        log.debug("metrics not recorded", exc_info=True)
+        _failed()
 
 
 def count_decisions(admitted: Mapping[str, int], preempted: Mapping[str, int]) -> None:
@@ -89,9 +104,12 @@ def observe_cycle(seconds: float) -> None:
 
 def read_counters() -> dict[str, float]:
     """Every shared counter (empty with Redis away)."""
+    if not _available():
+        return {}
     try:
         raw = _redis().hgetall(store_key())
     except Exception:
+        _failed()
         return {}
     return {k.decode(): float(v) for k, v in raw.items()}
 

@@ -157,3 +157,17 @@ def test_the_grafana_dashboard_queries_exposed_metrics(state: Any) -> None:
     # Counters with no increments yet are listed by family: accept the family's samples.
     exposed |= {"gpushare_preemptions_total", "gpushare_executor_errors_total"}
     assert named and named <= exposed, named - exposed
+
+
+def test_with_redis_away_counting_is_skipped_and_gauges_still_served(
+    state: Any, monkeypatch: Any
+) -> None:
+    import redis
+
+    monkeypatch.setattr(metrics, "_client", redis.Redis.from_url("redis://127.0.0.1:1/0"))
+    monkeypatch.setattr(metrics, "_down_until", 0.0)
+    metrics.observe_cycle(0.2)  # does not raise; Redis is then left alone for a while
+    assert metrics._down_until > 0
+    values = scrape(Client(), Authorization="Bearer scrape-secret")
+    assert values[("gpushare_share_usage", share("bg"))] == 2
+    assert ("gpushare_admissions_total", (("rule", "own"),)) not in values
