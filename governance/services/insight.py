@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from governance.models import Job, JobForecast, JobState, UsageLevel, UsageRollup
+from governance.models import Job, JobEvent, JobForecast, JobState, UsageLevel, UsageRollup
 
 # Minute and quarter-hour rollups are kept this long (the hour and day charts need no
 # more); six-hour ones are kept.
@@ -177,3 +177,141 @@ def usage_record(*, queue_id: int, levels: Sequence[Level], now: datetime) -> No
                 width__in=(UsageRollup.MINUTE, UsageRollup.QUARTER),
                 start__lt=now - SHORT_RETENTION,
             ).delete()
+
+
+# Rebuilding the rollups from the recorded job events: for a queue whose history was
+# recorded before rollups existed, or whose rollups were lost. A run lasts from a job's
+# ``admitted`` event to its next run-ending event.
+RUN_ENDS = frozenset({"preempted", "completed", "failed", "cancelled", "lost"})
+
+
+def usage_rebuild(*, queue_id: int, since: datetime, until: datetime) -> int:
+    """Recompute the queue's rollups over ``[since, until)`` from its jobs' recorded
+    events and write them in place of what was there; returns the rows written.
+
+    ``since`` is taken back to the start of its six-hour bucket, and ``until`` is
+    capped at the moment the live cycle has credited to (``UsageLevel.since``): what
+    lies after stays with the cycle (its pending credit, before that moment, is
+    replaced too). Minute and quarter-hour rows are rebuilt only
+    within their retention. Limits, policies and capacity are the queue's current ones
+    (changes over time are not replayed), so own, borrowed, lent and idle are those the
+    accounting function gives for the recorded usage under today's configuration.
+    Nothing is credited before the queue's first recorded job event.
+    """
+    with transaction.atomic():
+        level = UsageLevel.objects.select_for_update().filter(queue_id=queue_id).first()
+        if level is not None:
+            until = min(until, level.since)
+        since = bucket_start(since, UsageRollup.SIX_HOURS)
+        first = (
+            JobEvent.objects.filter(job__queue_id=queue_id)
+            .order_by("at")
+            .values_list("at", flat=True)
+            .first()
+        )
+        if until <= since or first is None:
+            return 0
+        # Nothing is credited before the queue's first recorded event (idle entitlement
+        # of a queue nobody used yet is not history); rows are replaced from ``since``.
+        buckets = _replay_usage(queue_id, max(since, first), until)
+        UsageRollup.objects.filter(queue_id=queue_id, start__gte=since, start__lt=until).delete()
+        rollups_add(queue_id, buckets)
+        if level is not None and level.pending:
+            # The credit the cycle kept pending lies before ``until``: rebuilt above.
+            level.pending = []
+            level.save(update_fields=["pending"])
+        return len(buckets)
+
+
+def _replay_usage(
+    queue_id: int, since: datetime, until: datetime
+) -> dict[tuple[int, int, int, datetime], list[float]]:
+    """The rollups of ``[since, until)`` from the recorded runs (see ``usage_rebuild``)."""
+    from governance.models import QueueCapacity, Share
+    from scheduler.engine.accounting import ShareOnType, account_type
+
+    shares = list(Share.objects.filter(queue_id=queue_id).prefetch_related("limits__instance_type"))
+    shares.sort(key=lambda s: s.name)  # lenders in name order, as the usage bars
+    limits = {s.pk: {lim.instance_type.name: lim.count for lim in s.limits.all()} for s in shares}
+    capacity: dict[str, int] = {}
+    type_ids: dict[str, int] = {}
+    for name, type_id, count in QueueCapacity.objects.filter(queue_id=queue_id).values_list(
+        "instance_type__name", "instance_type_id", "count"
+    ):
+        capacity[name] = count
+        type_ids[name] = type_id
+    for share in shares:
+        for lim in share.limits.all():
+            type_ids.setdefault(lim.instance_type.name, lim.instance_type_id)
+
+    # Usage changes per instant: (share, type) +count at an admission, -count at its end.
+    changes: dict[datetime, list[tuple[int, str, int]]] = {}
+    open_runs: dict[int, tuple[int, str, int]] = {}
+    events = (
+        JobEvent.objects.filter(
+            job__queue_id=queue_id, at__lt=until, type__in={"admitted", *RUN_ENDS}
+        )
+        .order_by("at", "id")
+        .values_list("job_id", "job__share_id", "at", "type", "data")
+    )
+    for job_id, share_id, at, kind, data in events.iterator(chunk_size=5000):
+        if kind == "admitted":
+            name, count = str(data.get("instance_type")), int(data.get("count") or 0)
+            if name not in type_ids or job_id in open_runs:
+                continue
+            open_runs[job_id] = (share_id, name, count)
+            changes.setdefault(at, []).append((share_id, name, count))
+        elif job_id in open_runs:
+            share_id, name, count = open_runs.pop(job_id)
+            changes.setdefault(at, []).append((share_id, name, -count))
+
+    usage: dict[tuple[int, str], int] = {}
+    levels: dict[str, list[Level]] = {name: [] for name in type_ids}
+    last: dict[str, datetime] = dict.fromkeys(type_ids, since)
+    short_from = max(since, until - SHORT_RETENTION)
+    out: dict[tuple[int, int, int, datetime], list[float]] = {}
+
+    def credit(name: str, moment: datetime) -> None:
+        begin, end = max(last[name], since), min(moment, until)
+        if end > begin and levels[name]:
+            part = spread(levels[name], begin, end, (UsageRollup.SIX_HOURS,))
+            if end > short_from:
+                short = (UsageRollup.MINUTE, UsageRollup.QUARTER)
+                part.update(spread(levels[name], max(begin, short_from), end, short))
+            for key, values in part.items():
+                into = out.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+                for i in range(4):
+                    into[i] += values[i]
+        last[name] = max(last[name], moment)
+
+    def recount(name: str) -> None:
+        account = account_type(
+            capacity.get(name, 0),
+            [
+                ShareOnType(
+                    key=s.pk,
+                    policy=s.policy,
+                    limit=limits[s.pk].get(name),
+                    usage=usage.get((s.pk, name), 0),
+                )
+                for s in shares
+            ],
+        )
+        levels[name] = [
+            Level(row.key, type_ids[name], row.own, row.borrowed, row.lent, row.idle)
+            for row in account.shares
+        ]
+
+    for name in type_ids:
+        recount(name)
+    for moment in sorted(changes):
+        touched = set()
+        for share_id, name, delta in changes[moment]:
+            usage[(share_id, name)] = usage.get((share_id, name), 0) + delta
+            touched.add(name)
+        for name in sorted(touched):
+            credit(name, moment)
+            recount(name)
+    for name in type_ids:
+        credit(name, until)
+    return out
