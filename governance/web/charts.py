@@ -72,17 +72,27 @@ def usage_chart(series: dict[str, Any], *, step: int, title: str) -> SafeString:
         f'xmlns="http://www.w3.org/2000/svg" aria-label="{escape(title)}">',
         f"<title>{escape(title)}</title>",
     ]
+    # Whole pixels: the chart is 640 x 150, finer coordinates only cost bytes and time.
+    xs = [str(round(x(i))) for i in range(n + 1)]
     for layer, (_, css, _label) in enumerate(LAYERS):
-        upper: list[str] = []
-        lower: list[str] = []
-        for i, row in enumerate(stacks):
-            below = row[layer - 1] if layer else 0.0
-            # Each step is drawn flat over its width: a rollup is an average, not a sample.
-            upper += [f"{x(i):.1f},{y(row[layer]):.1f}", f"{x(i + 1):.1f},{y(row[layer]):.1f}"]
-            lower += [f"{x(i):.1f},{y(below):.1f}", f"{x(i + 1):.1f},{y(below):.1f}"]
-        if any(row[layer] - (row[layer - 1] if layer else 0.0) > 0 for row in stacks):
-            polygon = " ".join(upper + list(reversed(lower)))
-            parts.append(f'<polygon class="area {css}" points="{polygon}"/>')
+        if not any(row[layer] - (row[layer - 1] if layer else 0.0) > 0 for row in stacks):
+            continue
+        upper = [str(round(y(row[layer]))) for row in stacks]
+        lower = [str(round(y(row[layer - 1] if layer else 0.0))) for row in stacks]
+        # A step outline: each step is drawn flat over its width (a rollup is an average
+        # over the step, not a sample), along the top, then back along the bottom.
+        path = [f"M{xs[0]},{upper[0]}"]
+        for i in range(n):
+            if i:
+                path.append(f"V{upper[i]}")
+            path.append(f"H{xs[i + 1]}")
+        path.append(f"V{lower[n - 1]}")
+        for i in range(n - 1, -1, -1):
+            path.append(f"H{xs[i]}")
+            if i:
+                path.append(f"V{lower[i - 1]}")
+        path.append("Z")
+        parts.append(f'<path class="area {css}" d="{"".join(path)}"/>')
     axis_y = TOP + plot_h
     parts += [
         f'<line class="axis" x1="{LEFT}" y1="{axis_y}" x2="{WIDTH - RIGHT}" y2="{axis_y}"/>',

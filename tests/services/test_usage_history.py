@@ -155,6 +155,8 @@ def test_chart_is_svg_with_its_scale(live: Any) -> None:
     # Stacked to own 1 + borrowed 2 + lent 1 = 4 (idle is all lent): the scale is 5.
     assert '<text class="tick" x="40" y="12" text-anchor="end">5</text>' in svg
     assert svg.count('class="area ') == 3
+    # The borrowed layer (1 to 3 instances over a scale of 5) of the hour's last step.
+    assert '<path class="area borrowed" d="M44,' in svg
 
 
 def test_pages_show_the_history(live: Any, client: Any) -> None:
