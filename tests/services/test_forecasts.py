@@ -126,3 +126,26 @@ def test_queue_page_shows_estimates_and_the_forecast_error(live: Any, client: An
     bridge.run_cycle(live.queue.pk, now=live.c0 + timedelta(seconds=100))
     page = client.get(f"/queues/{live.queue.pk}/").content.decode()
     assert "Jobs with a first estimate</dt><dd>1</dd>" in page
+
+
+def test_agent_queue_uses_the_reported_progress() -> None:
+    """On an agent queue, r1 (100 s declared) started at C0 and reported 40 s of work at
+    C0 + 10 s: its end is C0 + 10 + 60 = C0 + 70 s, when w1 starts."""
+    queue = make_queue("agent-q", {G5: 1})
+    queue.executor = "agent"
+    queue.save()
+    team = TeamFactory(name="blue")
+    share = make_share(queue, team, "blue-share", {G5: 1}, policy="RESERVE")
+    lead = make_lead(team, "blue_lead")
+    c0 = _whole_ten_seconds(timezone.now() - timedelta(seconds=20))
+    r1 = make_job(share, lead, name="r1", priority=9, duration=100, submitted_at=c0)
+    bridge.run_cycle(queue.pk, now=c0)
+    r1.refresh_from_db()
+    assert r1.state == JobState.RUNNING
+    r1.work_done = 40
+    r1.progress_at = c0 + timedelta(seconds=10)
+    r1.save(update_fields=["work_done", "progress_at"])
+    w1 = make_job(share, lead, name="w1", priority=5, duration=10, submitted_at=c0)
+    found, basis = scheduling.forecast_jobs(queue.pk, [w1.pk])
+    assert found[w1.pk]["estimated_start"] == c0 + timedelta(seconds=70)
+    assert "remaining work known for 1 of 1 running jobs" in basis
