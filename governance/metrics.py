@@ -117,9 +117,15 @@ def read_counters() -> dict[str, float]:
 class Collector:
     """A prometheus-client collector: builds the metric families at each scrape."""
 
-    def __init__(self, usage: list[Any], counters: Mapping[str, float]) -> None:
+    def __init__(
+        self,
+        usage: list[Any],
+        counters: Mapping[str, float],
+        forecast_errors: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self.usage = usage
         self.counters = counters
+        self.forecast_errors = forecast_errors or {}
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import (
@@ -167,6 +173,18 @@ class Collector:
         yield from gauges.values()
         yield pending
         yield capacity
+
+        errors_family = GaugeMetricFamily(
+            f"{PREFIX}_forecast_error_seconds",
+            "Actual first start against the first estimate, jobs started in the last 30 "
+            "days: absolute error at quantile 0.5 and 0.9 (nearest rank).",
+            labels=["queue", "quantile"],
+        )
+        for queue_name, figures in sorted(self.forecast_errors.items()):
+            for quantile, key in (("0.5", "p50"), ("0.9", "p90")):
+                if figures.get(key) is not None:
+                    errors_family.add_metric([queue_name, quantile], figures[key])
+        yield errors_family
 
         admissions = CounterMetricFamily(
             f"{PREFIX}_admissions", "Jobs admitted, by rule (own, borrow).", labels=["rule"]

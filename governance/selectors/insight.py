@@ -18,16 +18,17 @@ from django.utils import timezone
 from governance.models import InstanceType, Job, JobForecast, UsageRollup
 
 _FORECAST_ERROR_SQL = """
-SELECT count(*),
+SELECT {group} count(*),
        percentile_disc(0.5) WITHIN GROUP (ORDER BY e),
        percentile_disc(0.9) WITHIN GROUP (ORDER BY e),
        percentile_disc(0.5) WITHIN GROUP (ORDER BY s)
 FROM (
-  SELECT abs(extract(epoch FROM j.started_at - f.estimated_start)) AS e,
+  SELECT f.queue_id, abs(extract(epoch FROM j.started_at - f.estimated_start)) AS e,
          extract(epoch FROM j.started_at - f.estimated_start) AS s
   FROM {forecast} f JOIN {job} j ON j.id = f.job_id
   WHERE j.started_at IS NOT NULL {where}
 ) AS errors
+{group_by}
 """
 
 
@@ -61,11 +62,30 @@ def forecast_error(
         forecast=JobForecast._meta.db_table,
         job=Job._meta.db_table,
         where="".join(f" AND {w}" for w in where),
+        group="",
+        group_by="",
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        count, p50, p90, late = cursor.fetchone()
+        return _error_figures(*cursor.fetchone())
 
+
+def forecast_error_by_queue(*, since: datetime) -> dict[int, dict[str, Any]]:
+    """``forecast_error`` of every queue at once (one query), for jobs first started
+    from ``since`` on: queue id -> figures; queues with no such job are absent."""
+    sql = _FORECAST_ERROR_SQL.format(
+        forecast=JobForecast._meta.db_table,
+        job=Job._meta.db_table,
+        where=" AND j.started_at >= %(since)s",
+        group="queue_id,",
+        group_by="GROUP BY queue_id",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"since": since})
+        return {row[0]: _error_figures(*row[1:]) for row in cursor.fetchall()}
+
+
+def _error_figures(count: Any, p50: Any, p90: Any, late: Any) -> dict[str, Any]:
     def num(value: Any) -> float | None:
         return float(value) if value is not None else None
 

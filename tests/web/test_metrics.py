@@ -171,3 +171,19 @@ def test_with_redis_away_counting_is_skipped_and_gauges_still_served(
     values = scrape(Client(), Authorization="Bearer scrape-secret")
     assert values[("gpushare_share_usage", share("bg"))] == 2
     assert ("gpushare_admissions_total", (("rule", "own"),)) not in values
+
+
+def test_forecast_error_gauge(state: Any) -> None:
+    """bg2 waits; its first estimate is recorded, then it starts 30 s later than that."""
+    from governance.models import JobForecast
+    from governance.selectors import scheduling
+
+    waiting = state.jobs[2]
+    found, _ = scheduling.forecast_jobs(state.queue.pk, [waiting.pk])
+    assert found[waiting.pk]["estimated_start"] is not None
+    estimate = JobForecast.objects.get(pk=waiting.pk).estimated_start
+    waiting.started_at = estimate + timedelta(seconds=30)
+    waiting.save(update_fields=["started_at"])
+    values = scrape(Client(), Authorization="Bearer scrape-secret")
+    labels = (("quantile", "0.5"), ("queue", "aws"))
+    assert values[("gpushare_forecast_error_seconds", labels)] == 30.0
