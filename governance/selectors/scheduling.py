@@ -1,8 +1,9 @@
 """The one door from governance to the scheduler: reads that need the engine.
 
 Everything in governance that asks the scheduler something comes through here: why jobs
-wait (cached, for pages and API alike), what a share change would do (with its permission
-check), usage as the engine counts it, and the shared accounting arithmetic. Changes go
+wait and when they may start (both cached, for pages and API alike), what a share change
+would do (with its permission check), usage as the engine counts it, and the shared
+accounting arithmetic. Changes go
 the other way through ``services.hooks``, which the scheduler listens to; nothing else in
 governance imports the scheduler (``tests/test_architecture.py`` holds this).
 """
