@@ -149,13 +149,17 @@ def usage_record(*, queue_id: int, levels: Sequence[Level], now: datetime) -> No
         last = previous.since
         if now < last:
             return  # a cycle for an earlier moment (clock skew between workers): skip
+        # Only shares and types that still exist: one deleted since the last cycle takes
+        # its rollups with it (cascade) and must not fail this cycle's insert.
+        known = {(lv.share_id, lv.instance_type_id) for lv in levels}
         buckets = {
             (share, itype, width, datetime.fromtimestamp(start, tz=UTC)): list(values)
             for share, itype, width, start, *values in previous.pending
+            if (share, itype) in known
         }
         if now > last:
             since = max(last, now - MAX_GAP)
-            old = [Level(*row) for row in previous.levels]
+            old = [Level(*row) for row in previous.levels if (row[0], row[1]) in known]
             for key, values in spread(old, since, now).items():
                 into = buckets.setdefault(key, [0.0, 0.0, 0.0, 0.0])
                 for i in range(4):

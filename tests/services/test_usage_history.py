@@ -216,3 +216,14 @@ def test_rebuild_command(live: Any) -> None:
         call_command("usage_rebuild", "--days", "0")
     with pytest.raises(CommandError):
         call_command("usage_rebuild", "--queue", "999999")
+
+
+def test_a_share_deleted_between_cycles_does_not_fail_the_next(live: Any) -> None:
+    from governance.models import Share
+
+    idle_share = make_share(live.queue, TeamFactory(name="team-c"), "c", {G5: 1}, policy="LEND")
+    bridge.run_cycle(live.queue.pk, now=at(0))
+    Share.objects.filter(pk=idle_share.pk).delete()  # no jobs: nothing protects it
+    bridge.run_cycle(live.queue.pk, now=at(90))  # would insert rows for a deleted share
+    assert rollups(UsageRollup.MINUTE)[("a", at(0))] == (60.0, 0.0, 60.0, 60.0)
+    assert not UsageRollup.objects.filter(share_id=idle_share.pk).exists()
