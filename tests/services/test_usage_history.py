@@ -227,3 +227,18 @@ def test_a_share_deleted_between_cycles_does_not_fail_the_next(live: Any) -> Non
     bridge.run_cycle(live.queue.pk, now=at(90))  # would insert rows for a deleted share
     assert rollups(UsageRollup.MINUTE)[("a", at(0))] == (60.0, 0.0, 60.0, 60.0)
     assert not UsageRollup.objects.filter(share_id=idle_share.pk).exists()
+
+
+def test_a_failed_history_write_does_not_stop_the_cycle(live: Any, monkeypatch: Any) -> None:
+    from django.db import DatabaseError
+
+    from governance.models import Job, JobState
+    from governance.services import insight as insight_services
+
+    def broken(**kwargs: Any) -> None:
+        raise DatabaseError("rollups unavailable")
+
+    monkeypatch.setattr(insight_services, "usage_record", broken)
+    result = bridge.run_cycle(live.queue.pk, now=at(0))
+    assert result.admitted == 2
+    assert Job.objects.filter(queue=live.queue, state=JobState.RUNNING).count() == 2
