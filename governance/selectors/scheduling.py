@@ -114,6 +114,8 @@ def forecast_jobs(
     "times_out"}`` for ``job_ids`` of the queue, and the basis of the estimates in words
     (``scheduler.engine.forecast``). Jobs not pending are absent."""
     wanted = list(job_ids)
+    if not wanted:
+        return {}, ""  # nothing asked: no playback (and no first estimates recorded)
     base = f"forecast:{fingerprint or web_state.queue_state_fingerprint(queue_id)}"
     keys = {f"{base}:{pk}": pk for pk in wanted}
     found = web_state.cache_get_many([f"{base}:ok", *keys])

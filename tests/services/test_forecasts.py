@@ -95,7 +95,7 @@ def test_first_estimate_is_recorded_once_and_gives_the_forecast_error(live: Any)
     live.p2.refresh_from_db()
     assert live.p2.state == JobState.RUNNING
     # A later reading records nothing new: the first estimates stay.
-    scheduling.forecast_jobs(live.queue.pk, [])
+    scheduling.forecast_jobs(live.queue.pk, [live.p2.pk])
     assert JobForecast.objects.count() == 2
     assert (
         JobForecast.objects.get(pk=live.p2.pk).estimated_start == first[live.p2.pk].estimated_start
