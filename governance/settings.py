@@ -480,6 +480,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout"
 SCHEDULER_SAFETY_NET_SECONDS = env_float("SCHEDULER_SAFETY_NET_SECONDS", 5.0)
 # External agents heartbeat this often; a run silent for 1.5 intervals is declared lost.
 AGENT_HEARTBEAT_SECONDS = env_float("AGENT_HEARTBEAT_SECONDS", 10.0)
+# /metrics (Prometheus): a scraper sends "Authorization: Bearer <METRICS_TOKEN>"; without
+# a token set, only signed-in admins (staff) may read it (docs/operations.md).
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 CELERY_BEAT_SCHEDULE = {
     "scheduler-safety-net": {
         "task": "scheduler.tasks.safety_net",

@@ -4,6 +4,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from governance.web.metrics import metrics
+
 handler400 = "governance.guards.bad_request"
 handler403 = "governance.guards.permission_denied"
 handler404 = "governance.guards.page_not_found"
@@ -12,6 +14,7 @@ handler500 = "governance.guards.server_error"
 urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("api/", include("governance.api.urls")),
+    path("metrics", metrics, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Django's password reset by email (the console backend prints the mail in development).

@@ -14,15 +14,19 @@ at speed 1.0. The simulated fleet runs ``DEMO_TIME_FACTOR`` times faster than th
 
 from __future__ import annotations
 
+import logging
+import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from governance import metrics
 from governance.models import (
     CapacityPlan,
     DecisionRule,
@@ -33,11 +37,13 @@ from governance.models import (
     QueueCapacity,
     Share,
 )
-from governance.services import hooks, runs
+from governance.services import hooks, insight, runs
 from scheduler import engine as eng
+from scheduler.engine import accounting
 from scheduler.executors import simulated
 
 MS = 1000
+log = logging.getLogger(__name__)
 
 
 def to_ms(moment: datetime) -> int:
@@ -514,6 +520,7 @@ def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
 
     Idempotent: running it again at once finds nothing left to decide.
     """
+    started = time.perf_counter()
     # The completions this cycle applies are decided on by the cycle itself: they need
     # no further cycle (``hooks.cycle_running``).
     with transaction.atomic(), hooks.cycle_running(queue_id):
@@ -527,11 +534,63 @@ def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
         decisions = play_instant(loaded)
         decisions += loaded.engine.timeouts(to_ms(now))
         apply(loaded, decisions)
+        try:
+            # A measurement: it runs in a savepoint of its own and never stops a cycle.
+            insight.usage_record(queue_id=queue_id, levels=usage_levels(loaded), now=now)
+        except DatabaseError:
+            log.exception("usage history of queue %s not recorded", queue_id)
         result.admitted = sum(1 for d in decisions if d.kind == "admitted")
         result.preempted = sum(1 for d in decisions if d.kind == "preempted")
         result.timed_out = sum(1 for d in decisions if d.kind == "timed_out")
         result.next_event_in = _next_event_in(loaded, decisions, now)
+    # Counted once committed (operators' /metrics: governance/metrics.py).
+    admitted = Counter(
+        DecisionRule.BORROW if d.borrowed else DecisionRule.OWN
+        for d in decisions
+        if d.kind == "admitted"
+    )
+    metrics.count_decisions(
+        {str(k): n for k, n in admitted.items()},
+        Counter(d.rule or "" for d in decisions if d.kind == "preempted"),
+    )
+    metrics.observe_cycle(time.perf_counter() - started)
     return result
+
+
+def usage_levels(loaded: Loaded) -> list[insight.Level]:
+    """Own, borrowed, lent and idle per share and type as the engine holds them now, for
+    the usage rollups: the one accounting function over the engine's usage, with lent
+    capacity attributed to lenders in share name order, as the usage bars do
+    (``selectors.capacity.queues_usage``), so the history and the bars agree."""
+    shares = {name: share.pk for name, share in loaded.shares.items()}
+    configs = loaded.engine.shares
+    levels = []
+    for name in sorted(loaded.type_ids):
+        engine_account = loaded.engine.type_account(name)
+        account = accounting.account_type(
+            engine_account.capacity,
+            [
+                accounting.ShareOnType(
+                    key=row.key,
+                    policy=configs[row.key].policy.value,
+                    limit=row.limit if row.has_limit else None,
+                    usage=row.usage,
+                )
+                for row in sorted(engine_account.shares, key=lambda r: r.key)
+            ],
+        )
+        for row in account.shares:
+            levels.append(
+                insight.Level(
+                    share_id=shares[row.key],
+                    instance_type_id=loaded.type_ids[name],
+                    own=row.own,
+                    borrowed=row.borrowed,
+                    lent=row.lent,
+                    idle=row.idle,
+                )
+            )
+    return levels
 
 
 def _next_event_in(loaded: Loaded, decisions: list[eng.Decision], now: datetime) -> float | None:

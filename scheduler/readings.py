@@ -17,6 +17,14 @@ from governance.models import DecisionRule, Job, JobQueue, JobState, Share
 from scheduler import engine as eng
 from scheduler.bridge import Loaded, load, play_instant, row_job, to_ms
 from scheduler.engine import accounting
+from scheduler.engine.forecast import (
+    FORECAST_BUDGET_SECONDS,
+    FORECAST_HORIZON_SECONDS,
+    FORECAST_MAX_STEPS,
+    FORECAST_MIN_STEP_MS,
+    FORECAST_RELATIVE,
+    play_forward,
+)
 from scheduler.executors import simulated
 
 DISABLED_REASON = "share_disabled"
@@ -88,6 +96,57 @@ def explain_queue(queue_id: int) -> tuple[dict[int, list[dict[str, Any]]], float
     for job in loaded.disabled_pending:
         out[job.pk] = _disabled_reasons(job)
     return out, valid_for
+
+
+def forecast_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], str, float | None]:
+    """Position in the cycle's order and estimated start of every pending job of the
+    queue (``scheduler.engine.forecast``), the basis of the estimates in words, and for
+    how many seconds the answer holds (as ``explain_queue``).
+
+    The current instant is played first on a copy of the live state (a job it starts is
+    estimated to start now); then the copy is played forward. A running job's end is
+    known when it declares its work: the simulated fleet's own finish time, or for other
+    executors the last reported progress extrapolated at the type's speed.
+    """
+    queue = JobQueue.objects.get(pk=queue_id)
+    loaded = load(queue, timezone.now(), lock=False)
+    valid_for = _valid_for(loaded)
+    engine = loaded.engine.copy()
+    now_ms = to_ms(loaded.now)
+    simulated_fleet = simulated.runs_itself(loaded.queue)
+    factor = simulated.time_factor(loaded.queue)
+    finish_at: dict[str, int | None] = {}
+    for key, row in loaded.jobs.rows.items():
+        if row["state"] != JobState.RUNNING or row.get("type_name") not in loaded.type_ids:
+            continue
+        if simulated_fleet:
+            speed = float(loaded.engine.instance_types[row["type_name"]].speed)
+            done_at = simulated.finish(row_job(row), speed, factor)
+            finish_at[key] = to_ms(done_at) if done_at is not None else None
+        else:
+            finish_at[key] = engine.finish_time(engine.job(key))
+    now_started = [d.job for d in play_instant(loaded, engine) if d.kind == "admitted"]
+    forecast = play_forward(
+        engine,
+        now_ms,
+        finish_at,
+        time_factor=factor,
+        horizon=FORECAST_HORIZON_SECONDS * 1000,
+        max_steps=FORECAST_MAX_STEPS,
+        admitted_now=now_started,
+        relative=FORECAST_RELATIVE,
+        min_step=FORECAST_MIN_STEP_MS,
+        budget=FORECAST_BUDGET_SECONDS,
+    )
+    out: dict[int, dict[str, Any]] = {}
+    for key, position in forecast.position.items():
+        start_ms = forecast.starts.get(key)
+        out[int(key)] = {
+            "position": position,
+            "estimated_start": start_ms / 1000 if start_ms is not None else None,
+            "times_out": key in forecast.timed_out,
+        }
+    return out, forecast.basis(), valid_for
 
 
 def usage(queue_id: int) -> list[dict[str, Any]]:

@@ -10,9 +10,10 @@ scheduled and the feed has decisions), and stops both at the end. With ``--base-
 starts nothing: the server there must hold the demo data (passwords equal user names).
 
 Each page is taken as the role that uses it: the admin for the overview, queue, share
-editor (with its live preview showing) and agreements; a member for a job; the reviewer
-for the exceptions review queue, the audit trail and Signals (on the demo's history);
-the admin again for a what-if run on that history. Headless Chromium is Debian's
+editor (with its live preview showing) and agreements; a member for a job; a lead for
+the team view (own team first, pending jobs with estimated starts); the reviewer for the
+exceptions review queue, the audit trail and Signals (on the demo's history); the admin
+again for a what-if run on that history. Headless Chromium is Debian's
 ``/usr/bin/chromium``; Playwright never downloads a browser here.
 """
 
@@ -195,6 +196,13 @@ def shoot(base: str, names: set[str] | None) -> list[Path]:
             page.get_by_role("link", name="detector-v7-train").first.click()
             save("job", page)
 
+        def team() -> None:
+            page = as_user("lead-vision")
+            page.goto("/")
+            page.get_by_role("link", name="Teams", exact=True).click()
+            expect(page.locator(".team-block").first).to_contain_text("Pending jobs")
+            save("team", page)
+
         def exceptions() -> None:
             page = as_user("reviewer")
             page.goto("/exceptions/")
@@ -235,6 +243,7 @@ def shoot(base: str, names: set[str] | None) -> list[Path]:
             "queue": queue,
             "share-editor": share_editor,
             "job": job,
+            "team": team,
             "exceptions": exceptions,
             "agreements": agreements,
             "audit": audit,

@@ -36,6 +36,30 @@ class ReasonSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class ExplainSerializer(serializers.Serializer):
+    reasons = ReasonSerializer(
+        many=True, help_text="one reason per preference, in preference order (DESIGN 4)"
+    )
+    position = serializers.IntegerField(
+        allow_null=True,
+        help_text=(
+            "1-based place among the queue's pending jobs in the cycle's order (priority "
+            "descending, then submission, then id); null when the job is not pending"
+        ),
+    )
+    estimated_start = serializers.DateTimeField(
+        allow_null=True,
+        help_text="when the engine, played forward on a copy of the live state, starts it",
+    )
+    estimate_basis = serializers.CharField(
+        allow_null=True,
+        help_text=(
+            "how the estimate was made, e.g. 'engine playback, remaining work known for 8 "
+            "of 10 running jobs; assumes no new submissions or changes'"
+        ),
+    )
+
+
 class JobEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobEvent
@@ -215,14 +239,17 @@ class JobViewSet(
         return self._detail(job_id)
 
     @extend_schema(
-        responses={200: ReasonSerializer(many=True)},
+        responses={200: ExplainSerializer},
         description=(
-            "Why a pending job waits: one reason per preference, in preference order, as "
-            "the engine gives it (codes in docs/scheduling.md). Empty for a job that is not "
-            "pending."
+            "Why a pending job waits (`reasons`: one per preference, in preference order, "
+            "as the engine gives them; codes in docs/scheduling.md), its `position` in the "
+            "cycle's order and its `estimated_start`, with `estimate_basis` saying how it "
+            "was estimated (docs/insight.md). Empty reasons and nulls for a job that is "
+            "not pending; `estimated_start` is null when the playback finds no start."
         ),
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def explain(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
-        return Response(scheduling.explain_job(job))
+        body = {"reasons": scheduling.explain_job(job), **scheduling.forecast_job(job)}
+        return Response(ExplainSerializer(body).data)

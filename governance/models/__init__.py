@@ -5,6 +5,7 @@ from governance.models.audit import AuditChainHead, AuditEntry, AuditEvent, Deci
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
 from governance.models.exceptions import ExceptionState, PriorityException
 from governance.models.idempotency import IdempotencyKey
+from governance.models.insight import JobForecast, UsageLevel, UsageRollup
 from governance.models.jobs import Job, JobEvent, JobKind, JobState
 from governance.models.notifications import (
     Notification,
@@ -30,6 +31,7 @@ __all__ = [
     "InstanceType",
     "Job",
     "JobEvent",
+    "JobForecast",
     "JobKind",
     "JobQueue",
     "JobState",
@@ -48,4 +50,6 @@ __all__ = [
     "Team",
     "WhatIf",
     "WhatIfState",
+    "UsageLevel",
+    "UsageRollup",
 ]

@@ -1,8 +1,9 @@
 """The one door from governance to the scheduler: reads that need the engine.
 
 Everything in governance that asks the scheduler something comes through here: why jobs
-wait (cached, for pages and API alike), what a share change would do (with its permission
-check), usage as the engine counts it, and the shared accounting arithmetic. Changes go
+wait and when they may start (both cached, for pages and API alike), what a share change
+would do (with its permission check), usage as the engine counts it, and the shared
+accounting arithmetic. Changes go
 the other way through ``services.hooks``, which the scheduler listens to; nothing else in
 governance imports the scheduler (``tests/test_architecture.py`` holds this).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
@@ -22,6 +23,7 @@ from governance.celery import app as celery_app
 from governance.models import Job, JobQueue, JobState, Share
 from governance.roles import AnyUser
 from governance.selectors import web_state
+from governance.services import insight
 from governance.services.errors import PermissionDenied, ValidationFailed
 from governance.services.shares import validate_share_fields
 from scheduler import history, readings, signals, simulate, whatif
@@ -38,6 +40,7 @@ __all__ = [
     "explain_generation",
     "explain_job",
     "explain_jobs",
+    "forecast_jobs",
     "preview_share_change",
     "queue_history",
     "queue_signals",
@@ -107,6 +110,79 @@ def explain_job(job: Job) -> list[dict[str, Any]]:
     if job.state != JobState.PENDING:
         return []
     return explain_jobs(job.queue_id, [job.pk]).get(job.pk, [])
+
+
+# Forecasts, cached the same way as the reasons (same fingerprint, same lifetime): the
+# playback runs one engine cycle per finishing instant, so it is computed at most once
+# per stored state. The first time a job gets an estimate it is recorded
+# (``services.insight.forecasts_record_first``) to measure the forecast error later.
+
+
+def forecast_jobs(
+    queue_id: int, job_ids: Iterable[int], fingerprint: str | None = None
+) -> tuple[dict[int, dict[str, Any]], str]:
+    """Pending job id -> ``{"position", "estimated_start" (aware datetime or None),
+    "times_out"}`` for ``job_ids`` of the queue, and the basis of the estimates in words
+    (``scheduler.engine.forecast``). Jobs not pending are absent."""
+    wanted = list(job_ids)
+    if not wanted:
+        return {}, ""  # nothing asked: no playback (and no first estimates recorded)
+    base = f"forecast:{fingerprint or web_state.queue_state_fingerprint(queue_id)}"
+    keys = {f"{base}:{pk}": pk for pk in wanted}
+    found = web_state.cache_get_many([f"{base}:ok", *keys])
+    if f"{base}:ok" in found:
+        basis = str(found[f"{base}:ok"])
+        return {keys[k]: _as_datetimes(v) for k, v in found.items() if k in keys}, basis
+    forecasts, basis, valid_for = readings.forecast_queue(queue_id)
+    now = datetime.now(tz=UTC)
+    insight.forecasts_record_first(
+        queue_id=queue_id,
+        estimates={
+            pk: (datetime.fromtimestamp(f["estimated_start"], tz=UTC), f["position"])
+            for pk, f in forecasts.items()
+            if f["estimated_start"] is not None
+        },
+        basis=basis,
+        now=now,
+    )
+    ttl = min(EXPLAIN_MAX_AGE, valid_for if valid_for is not None else EXPLAIN_MAX_AGE)
+    if ttl >= 1:
+        web_state.cache_set_many({f"{base}:{pk}": value for pk, value in forecasts.items()}, ttl)
+        web_state.cache_set_many({f"{base}:ok": basis}, ttl)
+    wanted_set = set(wanted)
+    return {pk: _as_datetimes(v) for pk, v in forecasts.items() if pk in wanted_set}, basis
+
+
+def _as_datetimes(forecast: dict[str, Any]) -> dict[str, Any]:
+    start = forecast["estimated_start"]
+    return {
+        **forecast,
+        "estimated_start": datetime.fromtimestamp(start, tz=UTC) if start is not None else None,
+    }
+
+
+def forecast_job(job: Job) -> dict[str, Any]:
+    """Position, estimated start and its basis of one pending job (None values when the
+    job is not pending, or the playback gives it no start)."""
+    empty = {"position": None, "estimated_start": None, "estimate_basis": None}
+    if job.state != JobState.PENDING:
+        return empty
+    found, basis = forecast_jobs(job.queue_id, [job.pk])
+    forecast = found.get(job.pk)
+    if forecast is None:
+        return {**empty, "estimate_basis": basis}
+    text = basis
+    if forecast["estimated_start"] is None:
+        text = (
+            "times out before it starts, by " + basis
+            if forecast["times_out"]
+            else "no start found by " + basis
+        )
+    return {
+        "position": forecast["position"],
+        "estimated_start": forecast["estimated_start"],
+        "estimate_basis": text,
+    }
 
 
 def preview_share_change(

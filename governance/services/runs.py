@@ -21,6 +21,7 @@ from typing import Any
 
 from django.db import transaction
 
+from governance import metrics
 from governance.models import AuditEvent, DecisionRule, Job, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
@@ -414,6 +415,7 @@ def run_fail(
         at=now,
     )
     notifications.job_stopped(job, failed=True, why=message or "The job failed.", at=now)
+    transaction.on_commit(lambda: metrics.count_executor_error("failed"))
     queue_changed(job.queue_id)
     return job
 
@@ -584,6 +586,7 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
         reason=explanation,
         at=now,
     )
+    transaction.on_commit(lambda: metrics.count_executor_error("lost"))
     queue_changed(job.queue_id)
     return job
 

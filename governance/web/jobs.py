@@ -89,9 +89,11 @@ def _job_or_404(job_id: int) -> Job:
 
 
 def _status_context(job: Job) -> dict[str, Any]:
-    reasons = scheduling.explain_job(job) if job.state == JobState.PENDING else []
+    pending = job.state == JobState.PENDING
+    reasons = scheduling.explain_job(job) if pending else []
     return {
         "job": job,
+        "forecast": scheduling.forecast_job(job) if pending else None,
         "timeline": web_jobs.timeline(job),
         "reasons": web_jobs.with_reason_words(reasons),
         "active": job.state in ACTIVE_STATES,

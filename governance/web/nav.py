@@ -24,6 +24,7 @@ NAV: list[tuple[str, str, str]] = [
     ("web:queues", "Queues", "all"),
     ("web:plans", "Plans", "all"),
     ("web:jobs", "Jobs", "all"),
+    ("web:teams", "Teams", "all"),
     ("web:exceptions", "Exceptions", "all"),
     ("web:priorities", "Priorities", "all"),
     ("web:agreements", "Agreements", "all"),

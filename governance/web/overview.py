@@ -13,8 +13,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import SafeString
 
-from governance.selectors import web_overview, web_state
-from governance.web import regions
+from governance.selectors import insight, web_overview, web_state
+from governance.web import charts, regions
 
 FEED_CACHE_SECONDS = 300.0
 
@@ -42,9 +42,14 @@ def feed_html() -> SafeString:
 
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
-    return render(
-        request, "overview/overview.html", {"usage_html": usage_html(), "feed_html": feed_html()}
-    )
+    # Every queue's usage history summed per type: one query (selectors.insight).
+    history = insight.usage_history(queue_id=None, window_key=request.GET.get("history"))
+    context = {
+        "usage_html": usage_html(),
+        "feed_html": feed_html(),
+        **charts.history_context(history, "All queues"),
+    }
+    return render(request, "overview/overview.html", context)
 
 
 @login_required

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -13,14 +14,16 @@ from django.utils.safestring import SafeString
 
 from governance.models import JobQueue, JobState
 from governance.selectors import capacity as capacity_selectors
+from governance.selectors import insight, scheduling, web_jobs, web_overview, web_state
 from governance.selectors import jobs as job_selectors
 from governance.selectors import plans as plan_selectors
-from governance.selectors import scheduling, web_jobs, web_overview, web_state
 from governance.selectors import shares as share_selectors
-from governance.web import regions
+from governance.web import charts, regions
 from governance.web.links import url_pattern
 
 PAGE_SIZE = 50
+# The forecast error on the queue page covers jobs that started this recently.
+FORECAST_ERROR_WINDOW = timedelta(days=30)
 QUEUE_ROW_COLUMNS = (
     "id",
     "share_id",
@@ -76,6 +79,13 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
         "shares": [{"share": s, "limits": share_selectors.limits_of(s)} for s in shares],
         "jobs_html": jobs_html,
         "plan_timeline": plan_selectors.queue_timeline(queue, timezone.now()),
+        **charts.history_context(
+            insight.usage_history(queue_id=queue.pk, window_key=request.GET.get("history")),
+            f"Queue {queue.name}",
+        ),
+        "forecast_error": insight.forecast_error(
+            queue_id=queue.pk, since=timezone.now() - FORECAST_ERROR_WINDOW
+        ),
     }
     return render(request, "queues/detail.html", context)
 
@@ -138,6 +148,9 @@ def _jobs_context(
         fingerprint=fingerprint,
         generation=generation,
     )
+    forecasts, _ = scheduling.forecast_jobs(
+        queue.pk, [job.pk for job in pending.object_list], fingerprint=fingerprint
+    )
     job_url, share_url = url_pattern("web:job"), url_pattern("web:share")
     for job in [*running.object_list, *pending.object_list]:
         job.page_url = job_url.format(job.pk)
@@ -146,6 +159,7 @@ def _jobs_context(
         {
             "job": job,
             "reasons": web_jobs.with_reason_words(reasons.get(job.pk)),
+            "forecast": forecasts.get(job.pk),
         }
         for job in pending.object_list
     ]

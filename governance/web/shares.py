@@ -21,13 +21,13 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import JobState, Share
 from governance.models.shares import Policy
+from governance.selectors import insight, scheduling, web_overview, web_state
 from governance.selectors import jobs as job_selectors
-from governance.selectors import scheduling, web_overview, web_state
 from governance.selectors import shares as share_selectors
 from governance.selectors.web_overview import RULE_WORDS
 from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
-from governance.web import regions
+from governance.web import charts, regions
 from governance.web.errors import apply_service_errors
 from governance.web.forms_shares import ShareEditForm
 from governance.web.links import url_pattern
@@ -168,6 +168,14 @@ def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
         "can_edit": roles.is_admin(request.user),
         # Its capacity plans beside its limits: not ended, or ended in the last 30 days.
         "plans": [bar for bar in block.plans if bar.share_id == share.pk],
+        **charts.history_context(
+            insight.usage_history(
+                queue_id=share.queue_id,
+                window_key=request.GET.get("history"),
+                share_ids=[share.pk],
+            ),
+            f"Share {share.name}",
+        ),
     }
     return render(request, "shares/detail.html", context)
 

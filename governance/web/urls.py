@@ -2,12 +2,12 @@
 
 Page modules register their routes here (namespace ``web``); the navigation in
 ``governance.web.nav`` links to ``web:overview``, ``web:queues``, ``web:jobs``,
-``web:exceptions``, ``web:priorities``, ``web:agreements`` and ``web:audit``.
+``web:teams``, ``web:exceptions``, ``web:priorities``, ``web:agreements`` and ``web:audit``.
 """
 
 from django.urls import path
 
-from governance.web import account, jobs, overview, plans, queues, shares
+from governance.web import account, jobs, overview, plans, queues, shares, teams
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
 from governance.web import exceptions as exception_pages
@@ -39,6 +39,9 @@ urlpatterns: list = [
     path("plans/new/", plans.plan_new, name="plan-new"),
     path("plans/<int:plan_id>/resize/", plans.plan_resize, name="plan-resize"),
     path("plans/<int:plan_id>/end/", plans.plan_end, name="plan-end"),
+    # Teams: your team first, then the others.
+    path("teams/", teams.team_list, name="teams"),
+    path("teams/<int:team_id>/", teams.team_detail, name="team"),
     # Jobs.
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/new/", jobs.job_new, name="job-new"),

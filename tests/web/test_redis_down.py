@@ -25,7 +25,7 @@ def test_sign_in_and_pages_work_while_redis_is_away(redis_away: Any, tmp_path: A
     client = Client()
     response = client.post("/login/", {"username": "admin", "password": "admin"})
     assert response.status_code == 302
-    for path in ("/", "/queues/", "/jobs/", "/partials/usage/", "/partials/feed/"):
+    for path in ("/", "/queues/", "/jobs/", "/teams/", "/partials/usage/", "/partials/feed/"):
         assert client.get(path).status_code == 200, path
     # The session was written through to the database, so it survives the outage.
     assert client.get("/audit/").status_code == 200

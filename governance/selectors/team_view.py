@@ -1,0 +1,128 @@
+"""Reads for the team view: a team's shares with their usage now, its pending jobs in the
+cycle's order, its exceptions, and a one-line summary of every other team.
+
+The usage figures are the pages' own (``selectors.capacity.queues_usage``, built on the
+one accounting function), cached under the stored state like the overview's; why jobs
+wait and when they may start come from ``selectors.scheduling`` (cached per queue).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from governance.models import ExceptionState, Job, JobQueue, JobState, Share, Team
+from governance.selectors import capacity as capacity_selectors
+from governance.selectors import exceptions as exception_selectors
+from governance.selectors import scheduling, web_jobs, web_state
+
+PENDING_SHOWN = 50
+EXCEPTIONS_SHOWN = 20
+
+
+@dataclass
+class TeamSummary:
+    """One team's shares summed over their types: what the "other teams" list shows."""
+
+    team_id: int
+    name: str
+    shares: list[str] = field(default_factory=list)
+    limit: int = 0
+    usage: int = 0
+    own: int = 0
+    borrowed: int = 0
+    lent: int = 0
+    pending: int = 0
+
+
+def all_usage() -> list[Any]:
+    """Every queue's usage figures, cached under the stored state (one query when
+    nothing changed)."""
+    return web_state.cached(
+        f"team-usage:{web_state.queue_state_fingerprint()}",
+        lambda: capacity_selectors.queues_usage(list(JobQueue.objects.order_by("name"))),
+    )
+
+
+def summaries(usage: list[Any]) -> dict[int, TeamSummary]:
+    """Team id -> its summary over every queue."""
+    out: dict[int, TeamSummary] = {}
+    for queue in usage:
+        for share in queue["shares"]:
+            summary = out.setdefault(share["team"], TeamSummary(share["team"], share["team_name"]))
+            summary.shares.append(f"{queue['name']}/{share['name']}")
+            for row in share["types"]:
+                summary.limit += row["limit"]
+                summary.usage += row["usage"]
+                summary.own += row["own"]
+                summary.borrowed += row["borrowed"]
+                summary.lent += row["lent"]
+                summary.pending += row["pending"]
+    for team_id, name in Team.objects.exclude(pk__in=out).values_list("pk", "name"):
+        out[team_id] = TeamSummary(team_id, name)
+    return out
+
+
+def share_rows(team: Team, usage: list[Any]) -> list[dict[str, Any]]:
+    """The team's shares, one row per share and type, with the usage bars' figures."""
+    rows = []
+    for queue in usage:
+        for share in queue["shares"]:
+            if share["team"] != team.pk:
+                continue
+            for row in share["types"]:
+                rows.append(
+                    {
+                        "queue": queue["name"],
+                        "queue_id": queue["queue"],
+                        "share": share["name"],
+                        "share_id": share["share"],
+                        "policy": share["policy"],
+                        "enabled": share["enabled"],
+                        **row,
+                    }
+                )
+    return rows
+
+
+def pending_jobs(team: Team) -> tuple[list[dict[str, Any]], int]:
+    """The team's first ``PENDING_SHOWN`` pending jobs in the cycle's order (priority,
+    then submission, then id) with their reasons and forecast, and how many wait."""
+    jobs_qs = Job.objects.filter(share__team=team, state=JobState.PENDING)
+    total = jobs_qs.count()
+    jobs = list(
+        jobs_qs.select_related("share", "queue").order_by("-priority", "submitted_at", "id")[
+            :PENDING_SHOWN
+        ]
+    )
+    by_queue: dict[int, list[int]] = defaultdict(list)
+    for job in jobs:
+        by_queue[job.queue_id].append(job.pk)
+    reasons: dict[int, list[dict[str, Any]]] = {}
+    forecasts: dict[int, dict[str, Any]] = {}
+    for queue_id, ids in by_queue.items():
+        reasons.update(scheduling.explain_jobs(queue_id, ids))
+        found, basis = scheduling.forecast_jobs(queue_id, ids)
+        for pk, forecast in found.items():
+            forecasts[pk] = {**forecast, "basis": basis}
+    rows = [
+        {
+            "job": job,
+            "reasons": web_jobs.with_reason_words(reasons.get(job.pk)),
+            "forecast": forecasts.get(job.pk),
+        }
+        for job in jobs
+    ]
+    return rows, total
+
+
+def team_exceptions(team: Team) -> list[Any]:
+    """The team's open and granted exceptions first, then the latest others."""
+    open_states = (ExceptionState.PENDING, ExceptionState.APPROVED)
+    items = list(exception_selectors.exceptions().filter(team=team)[:EXCEPTIONS_SHOWN])
+    return sorted(items, key=lambda e: e.state not in open_states)
+
+
+def team_share_ids(team: Team) -> list[int]:
+    return list(Share.objects.filter(team=team).values_list("pk", flat=True))

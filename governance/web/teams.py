@@ -1,0 +1,66 @@
+"""The team view: a lead or member sees their own team first (its shares' usage and
+history, its pending jobs with reasons and estimated starts, its exceptions), then every
+other team in one line each. ``/teams/<id>/`` shows any team the same way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from governance import roles
+from governance.models import Team
+from governance.selectors import insight, team_view
+from governance.web import charts
+
+
+def _team_block(team: Team, usage: list[Any], window: str | None) -> dict[str, Any]:
+    pending, pending_total = team_view.pending_jobs(team)
+    history = insight.usage_history(
+        queue_id=None, window_key=window, share_ids=team_view.team_share_ids(team)
+    )
+    return {
+        "team": team,
+        "share_rows": team_view.share_rows(team, usage),
+        "pending": pending,
+        "pending_total": pending_total,
+        "exceptions": team_view.team_exceptions(team),
+        **charts.history_context(history, f"Team {team.name}"),
+    }
+
+
+def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
+    usage = team_view.all_usage()
+    summaries = team_view.summaries(usage)
+    shown = {team.pk for team in detailed}
+    others = sorted(
+        (s for pk, s in summaries.items() if pk not in shown), key=lambda s: s.name.lower()
+    )
+    window = request.GET.get("history")
+    context = {
+        "blocks": [_team_block(team, usage, window) for team in detailed],
+        "others": others,
+        "mine": roles.member_team_ids(request.user),
+    }
+    return render(request, "teams/teams.html", context)
+
+
+@login_required
+def team_list(request: HttpRequest) -> HttpResponse:
+    """Your teams in full (led ones first), then the others."""
+    led = roles.lead_team_ids(request.user)
+    mine = roles.member_team_ids(request.user)
+    teams = sorted(
+        Team.objects.filter(pk__in=mine), key=lambda t: (t.pk not in led, t.name.lower())
+    )
+    return _page(request, teams)
+
+
+@login_required
+def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
+    team = Team.objects.filter(pk=team_id).first()
+    if team is None:
+        raise Http404("No such team.")
+    return _page(request, [team])

@@ -1,0 +1,85 @@
+"""The team view: a lead sees their own team first, with its shares' usage, history,
+pending jobs (reasons and estimated starts) and exceptions; other teams below."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from governance.models import ExceptionState, PriorityException
+from scheduler import bridge
+from tests.factories import TeamFactory, make_job, make_lead, make_member, make_queue, make_share
+
+pytestmark = pytest.mark.django_db
+
+G5 = "ml.g5.xlarge"
+
+
+@pytest.fixture(autouse=True)
+def _clock_pace(settings: Any) -> None:
+    settings.DEMO_TIME_FACTOR = 1
+
+
+@pytest.fixture
+def world() -> Any:
+    """red: one share of limit 1, running r1 (100 s) with w1 (50 s) waiting; blue: one
+    share, nothing running. By hand: w1 starts when r1 ends, at C0 + 100 s."""
+    from types import SimpleNamespace
+
+    queue = make_queue("team-q", {G5: 2})
+    red, blue = TeamFactory(name="red"), TeamFactory(name="blue")
+    red_share = make_share(queue, red, "red-share", {G5: 1}, policy="RESERVE")
+    make_share(queue, blue, "blue-share", {G5: 1}, policy="RESERVE")
+    lead = make_lead(red, "red_lead")
+    c0 = timezone.now() - timedelta(seconds=10)
+    c0 = c0.replace(second=c0.second // 10 * 10, microsecond=0)  # see test_forecasts
+    make_job(red_share, lead, name="r1", priority=9, duration=100, submitted_at=c0)
+    bridge.run_cycle(queue.pk, now=c0)
+    waiting = make_job(red_share, lead, name="w1", priority=5, duration=50, submitted_at=c0)
+    PriorityException.objects.create(
+        requester=lead,
+        team=red,
+        share=red_share,
+        priority=90,
+        justification="deadline",
+        expires_at=timezone.now() + timedelta(days=1),
+        state=ExceptionState.PENDING,
+    )
+    return SimpleNamespace(queue=queue, red=red, blue=blue, lead=lead, c0=c0, waiting=waiting)
+
+
+def test_lead_sees_own_team_first_with_estimates(world: Any) -> None:
+    client = Client()
+    client.force_login(world.lead)
+    page = client.get("/teams/").content.decode()
+    mine = page.index('id="team-' + str(world.red.pk) + '"')
+    others = page.index("Other teams")
+    assert mine < others
+    block = page[mine:others]
+    assert "red-share" in block and "your team" in block
+    assert ">w1</a>" in block
+    assert "own_quota_full" in block  # why it waits
+    assert "remaining work known for 1 of 1 running jobs" in block  # how it was estimated
+    # The estimated start is C0 + 100 s, shown as a time with its exact value as title.
+    start = world.c0 + timedelta(seconds=100)
+    assert start.strftime("%Y-%m-%dT%H:%M:%S") in block
+    assert "deadline" not in block and "Priority exceptions" in block
+    assert ">Pending</span>" in block  # the exception's state
+    assert "blue" in page[others:]
+    assert "Teams" in page  # in the navigation
+
+
+def test_other_team_page_and_no_team(world: Any) -> None:
+    member = make_member(TeamFactory(name="green"), "green_member")
+    client = Client()
+    client.force_login(member)
+    page = client.get(f"/teams/{world.red.pk}/").content.decode()
+    assert ">w1</a>" in page
+    assert client.get("/teams/999999/").status_code == 404
+    loner = Client()
+    loner.force_login(make_member(TeamFactory(name="solo"), "solo_member"))
+    assert "This team has no share yet." in loner.get("/teams/").content.decode()
