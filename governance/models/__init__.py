@@ -13,6 +13,7 @@ from governance.models.notifications import (
 )
 from governance.models.priorities import PriorityDefinition
 from governance.models.shares import Policy, Share, ShareLimit
+from governance.models.slurm import SlurmQueueConfig, SlurmRun, SlurmRunState, SlurmTypeConfig
 from governance.models.teams import Membership, MembershipRole, Team
 
 __all__ = [
@@ -41,5 +42,9 @@ __all__ = [
     "QueueCapacity",
     "Share",
     "ShareLimit",
+    "SlurmQueueConfig",
+    "SlurmRun",
+    "SlurmRunState",
+    "SlurmTypeConfig",
     "Team",
 ]
