@@ -32,8 +32,10 @@ from governance.services.capacity import capacity_map
 from governance.services.errors import Errors, NotFound
 from governance.services.kit import is_int, require_admin
 
-# Slurm names (partition, feature, account, QOS, gres): letters, digits and -_.
+# Slurm names (partition, feature, account, QOS, gres): letters, digits and -_.; a
+# partition may be a list ("gpu-a,gpu-b": Slurm starts the job in whichever has room).
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+SLURM_NAMES = re.compile(r"^[A-Za-z0-9_.\-]+(,[A-Za-z0-9_.\-]+)*$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MAX_GPUS_PER_INSTANCE = 1024
 MAX_GRACE_SECONDS = 3600
@@ -47,13 +49,17 @@ MAX_PATH = 1024
 RESERVED_ENV_PREFIXES = ("GOV_", "SLURM_")
 
 
-def _slurm_name(errors: Errors, field: str, value: Any, *, required: bool = False) -> str:
+def _slurm_name(
+    errors: Errors, field: str, value: Any, *, required: bool = False, many: bool = False
+) -> str:
     if value in (None, ""):
         if required:
             errors.add(field, "Required.")
         return ""
-    if not isinstance(value, str) or not SLURM_NAME.match(value):
-        errors.add(field, "1 to 64 letters, digits, '-', '_' or '.'.")
+    pattern = SLURM_NAMES if many else SLURM_NAME
+    if not isinstance(value, str) or len(value) > 64 or not pattern.match(value):
+        what = "names separated by commas, each of" if many else "1 to 64"
+        errors.add(field, f"{what} letters, digits, '-', '_' or '.' (64 characters at most).")
         return ""
     return value
 
@@ -175,7 +181,7 @@ def slurm_config_set(
             if extra:
                 errors.add("types", f"{name}: unknown keys {', '.join(sorted(map(str, extra)))}.")
             sub = Errors()
-            partition = _slurm_name(sub, "types", spec.get("partition"))
+            partition = _slurm_name(sub, "types", spec.get("partition"), many=True)
             feature = _slurm_name(sub, "types", spec.get("feature"))
             gres = _slurm_name(sub, "types", spec.get("gres_name") or "gpu", required=True)
             gpus = spec.get("gpus_per_instance", 1)

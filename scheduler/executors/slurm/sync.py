@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -66,6 +67,7 @@ log = logging.getLogger(__name__)
 LOCK_CLASS = 0x51A7  # advisory lock namespace of the slurm executor
 MAX_BACKOFF_SECONDS = 30.0
 MAX_SUBMIT_ATTEMPTS = 5
+SUBMIT_THREADS = 8  # sbatch calls at once (each waits on the controller)
 RECANCEL_SECONDS = 5.0
 # Slurm states in which a run has lost its machines rather than failed by itself.
 LOST_MACHINES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
@@ -148,8 +150,10 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult) -> None:
         .order_by("id")
     )
     try:
-        squeue = cli.squeue()
-        nodes = cli.sinfo_nodes()
+        with ThreadPoolExecutor(max_workers=2) as pool:  # two independent reads at once
+            squeue_call = pool.submit(cli.squeue)
+            nodes_call = pool.submit(cli.sinfo_nodes)
+            squeue, nodes = squeue_call.result(), nodes_call.result()
         by_id = {int(j["job_id"]): j for j in squeue if "job_id" in j}
         gone = [r.slurm_job_id for r in active if r.slurm_job_id and r.slurm_job_id not in by_id]
         finished = cli.finished(gone)
@@ -163,15 +167,19 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult) -> None:
         slurm_services.executor_resume(queue_id=queue_id, now=now)
     by_name = {str(j.get("name")): j for j in squeue if str(j.get("name", "")).startswith(prefix)}
 
-    for slurm_run in active:
-        if slurm_run.slurm_job_id is None:
-            found = by_name.get(slurm_run.name)
-            if found is not None:  # a submission whose answer was lost: adopt it
-                _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
-        try:
-            _follow(slurm_run, by_id, finished, now, result)
-        except ServiceError as exc:  # a report the run services refuse (e.g. an old run)
-            log.info("report for %s refused: %s", slurm_run.name, exc)
+    # One transaction for every report of the pass: each report is its own savepoint
+    # (the run services are atomic), and a pass costs one commit, not one per report.
+    with transaction.atomic():
+        for slurm_run in active:
+            if slurm_run.slurm_job_id is None:
+                found = by_name.get(slurm_run.name)
+                if found is not None:  # a submission whose answer was lost: adopt it
+                    _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
+            try:
+                with transaction.atomic():
+                    _follow(slurm_run, by_id, finished, now, result)
+            except ServiceError as exc:  # a report the run services refuse (an old run)
+                log.info("report for %s refused: %s", slurm_run.name, exc)
 
     result.capacity = _observe_capacity(queue_id, nodes, now)
     result.cycle = bridge.run_cycle(queue_id)
@@ -228,7 +236,7 @@ def _follow(
     """Report what the run's Slurm job did since the last pass."""
     if slurm_run.slurm_job_id is None:
         return  # not (yet) in Slurm: the submission step retries or gives it up
-    job = Job.objects.only("id", "state", "run", "queue_id").get(pk=slurm_run.job_id)
+    job = slurm_run.job  # as read at the pass's start; the run services re-read and lock it
     current = job.state == JobState.RUNNING and job.run == slurm_run.run
     state, code, sig = _status(slurm_run, by_id, finished)
     sid = slurm_run.slurm_job_id
@@ -321,7 +329,7 @@ def _observe_capacity(
         for node in nodes:
             partitions = node.get("partitions") or []
             features = str(node.get("active_features") or node.get("features") or "").split(",")
-            if mapping.partition and mapping.partition not in partitions:
+            if mapping.partition and not set(mapping.partition.split(",")) & set(partitions):
                 continue
             if mapping.feature and mapping.feature not in features:
                 continue
@@ -409,7 +417,12 @@ def _submit_admitted(
     now: datetime,
     result: SyncResult,
 ) -> None:
-    """One sbatch per admitted run without a Slurm job (and retries of failed ones)."""
+    """One sbatch per admitted run without a Slurm job (and retries of failed ones).
+
+    Three steps: the runs' rows are written and committed first (one transaction), so
+    that a submission whose answer is lost is found again by its name; then the sbatch
+    calls, several at once; then their answers are recorded (one transaction).
+    """
     running = list(
         Job.objects.filter(queue_id=queue_id, state=JobState.RUNNING)
         .select_related("instance_type")
@@ -422,46 +435,60 @@ def _submit_admitted(
         for r in SlurmRun.objects.filter(job__in=[j.pk for j in running]).order_by("id")
     }
     mappings = {m.instance_type_id: m for m in SlurmTypeConfig.objects.filter(queue_id=queue_id)}
-    for job in running:
-        slurm_run = existing.get((job.pk, job.run))
-        if slurm_run is None:
-            try:
-                with transaction.atomic():
-                    slurm_run = SlurmRun.objects.create(
-                        job=job,
-                        run=job.run,
-                        name=submit.job_name(settings.SLURM_JOB_PREFIX, job.pk, job.run),
-                        created_at=now,
-                    )
-            except IntegrityError:
-                continue  # another pass wrote it first
-        elif (
-            slurm_run.state != SlurmRunState.SUBMITTING
-            or slurm_run.slurm_job_id
-            or (slurm_run.retry_at is not None and now < slurm_run.retry_at)
-        ):
-            continue
-        elif slurm_run.name in by_name:
-            found = by_name[slurm_run.name]
-            _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
-            continue
-        mapping = mappings.get(job.instance_type_id) if job.instance_type_id else None
-        _submit_one(job, slurm_run, mapping, cli, config, now, result)
-
-
-def _submit_one(
-    job: Job,
-    slurm_run: SlurmRun,
-    mapping: SlurmTypeConfig | None,
-    cli: Cli,
-    config: SlurmQueueConfig,
-    now: datetime,
-    result: SyncResult,
-) -> None:
-    type_name = job.instance_type.name if job.instance_type else "?"
-    if mapping is None:
-        _give_up(job, slurm_run, now, f"no Slurm mapping for instance type {type_name}", result)
+    todo: list[tuple[Job, SlurmRun, submit.Submission | None]] = []
+    with transaction.atomic():
+        for job in running:
+            slurm_run = existing.get((job.pk, job.run))
+            if slurm_run is None:
+                try:
+                    with transaction.atomic():
+                        slurm_run = SlurmRun.objects.create(
+                            job=job,
+                            run=job.run,
+                            name=submit.job_name(settings.SLURM_JOB_PREFIX, job.pk, job.run),
+                            created_at=now,
+                        )
+                except IntegrityError:
+                    continue  # another pass wrote it first
+            elif (
+                slurm_run.state != SlurmRunState.SUBMITTING
+                or slurm_run.slurm_job_id
+                or (slurm_run.retry_at is not None and now < slurm_run.retry_at)
+            ):
+                continue
+            elif slurm_run.name in by_name:
+                found = by_name[slurm_run.name]
+                _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
+                continue
+            mapping = mappings.get(job.instance_type_id) if job.instance_type_id else None
+            sub = _prepare(job, slurm_run, mapping, config)
+            todo.append((job, slurm_run, sub))
+    if not todo:
         return
+
+    def call(item: tuple[Job, SlurmRun, submit.Submission | None]) -> int | SlurmError | None:
+        sub = item[2]
+        if sub is None:
+            return None
+        try:
+            return cli.sbatch(sub.script, sub.options, sub.env)
+        except SlurmError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=SUBMIT_THREADS) as pool:
+        answers = list(pool.map(call, todo))
+    with transaction.atomic():
+        for (job, slurm_run, sub), answer in zip(todo, answers, strict=True):
+            with transaction.atomic():
+                _record(job, slurm_run, sub, answer, now, result)
+
+
+def _prepare(
+    job: Job, slurm_run: SlurmRun, mapping: SlurmTypeConfig | None, config: SlurmQueueConfig
+) -> submit.Submission | None:
+    """The sbatch call of a run (None without a mapping for its type); counts the attempt."""
+    if mapping is None:
+        return None
     count = int(job.preferences[job.preference or 0]["count"])
     speed = float(job.instance_type.speed) if job.instance_type else 1.0
     limit = None
@@ -494,24 +521,39 @@ def _submit_one(
     slurm_run.stdout = sub.stdout
     slurm_run.partition = mapping.partition
     slurm_run.save(update_fields=["attempts", "stdout", "partition"])
-    try:
-        sid = cli.sbatch(sub.script, sub.options, sub.env)
-    except SlurmError as exc:
-        refused = not isinstance(exc, SlurmUnreachable)
-        slurm_run.retry_at = now + timedelta(seconds=backoff(slurm_run.attempts))
-        slurm_run.save(update_fields=["retry_at"])
-        result.errors.append(str(exc))
-        slurm_services.executor_failed(
-            queue_id=job.queue_id,
-            now=now,
-            message=f"sbatch of {slurm_run.name} (attempt {slurm_run.attempts}): {exc}",
-            retry_in=0,
-        )
-        if refused and slurm_run.attempts >= MAX_SUBMIT_ATTEMPTS:
-            _give_up(job, slurm_run, now, f"Slurm refused the job: {exc}", result)
+    return sub
+
+
+def _record(
+    job: Job,
+    slurm_run: SlurmRun,
+    sub: submit.Submission | None,
+    answer: int | SlurmError | None,
+    now: datetime,
+    result: SyncResult,
+) -> None:
+    """What sbatch answered: the Slurm job id, or a failure (audited, retried later)."""
+    if sub is None:
+        type_name = job.instance_type.name if job.instance_type else "?"
+        _give_up(job, slurm_run, now, f"no Slurm mapping for instance type {type_name}", result)
         return
-    _adopt(slurm_run, sid, mapping.partition)
-    result.submitted += 1
+    if isinstance(answer, int):
+        _adopt(slurm_run, answer, slurm_run.partition)
+        result.submitted += 1
+        return
+    exc = answer if isinstance(answer, SlurmError) else SlurmError("no answer")
+    refused = not isinstance(exc, SlurmUnreachable)
+    slurm_run.retry_at = now + timedelta(seconds=backoff(slurm_run.attempts))
+    slurm_run.save(update_fields=["retry_at"])
+    result.errors.append(str(exc))
+    slurm_services.executor_failed(
+        queue_id=job.queue_id,
+        now=now,
+        message=f"sbatch of {slurm_run.name} (attempt {slurm_run.attempts}): {exc}",
+        retry_in=0,
+    )
+    if refused and slurm_run.attempts >= MAX_SUBMIT_ATTEMPTS:
+        _give_up(job, slurm_run, now, f"Slurm refused the job: {exc}", result)
 
 
 def _give_up(job: Job, slurm_run: SlurmRun, now: datetime, why: str, result: SyncResult) -> None:
