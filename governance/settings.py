@@ -508,6 +508,9 @@ DEMO_TIME_FACTOR = env_float("DEMO_TIME_FACTOR", 60.0)
 # Demo activity (governance.demo_activity): seconds between ticks; 0 turns it off.
 DEMO_ACTIVITY_SECONDS = env_float("DEMO_ACTIVITY_SECONDS", 0.0)
 DEMO_SEED = env_int("DEMO_SEED", 1)
+# DEMO_SLURM=1: the demo adds a queue run by the local Slurm (scripts/slurm/start; the
+# run script starts it), docs/slurm.md.
+DEMO_SLURM = env_bool("DEMO_SLURM", False)
 # Idempotency keys are honoured for 24 h (governance/services/idempotency.py); older ones go.
 CELERY_BEAT_SCHEDULE["purge-idempotency-keys"] = {
     "task": "governance.tasks.purge_idempotency_keys",

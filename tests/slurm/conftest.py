@@ -57,14 +57,27 @@ def slurm_cli() -> Cli:
 
 
 @pytest.fixture
-def slurm(slurm_cli: Cli, settings: Any, tmp_path: Path, db: None) -> Iterator[Any]:
-    """A queue run by the local Slurm: two types (one per partition), two teams' shares."""
+def slurm_env(slurm_cli: Cli, settings: Any, tmp_path: Path, db: None) -> Iterator[Any]:
+    """The executor's settings for one test: its own job name prefix and directories; its
+    Slurm jobs cancelled and every node resumed at the end."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
     settings.SLURM_CONF = CONF
     settings.SLURM_JOB_PREFIX = prefix
     settings.SLURM_OUTPUT_DIR = str(tmp_path / "out")
     settings.SLURM_CHECKPOINT_DIR = str(tmp_path / "ckpt")
     _resume_nodes(slurm_cli)  # a previous test or run may have left one down
+    try:
+        yield SimpleNamespace(cli=slurm_cli, prefix=prefix)
+    finally:
+        for job in _jobs(slurm_cli, prefix):
+            with contextlib.suppress(SlurmError):
+                slurm_cli.cancel(int(job["job_id"]))
+        _resume_nodes(slurm_cli)
+
+
+@pytest.fixture
+def slurm(slurm_env: Any) -> Any:
+    """A queue run by the local Slurm: two types (one per partition), two teams' shares."""
     queue = make_queue("slurm", {TYPE_A: 8, TYPE_B: 8})
     queue.executor = Executor.SLURM
     queue.save()
@@ -87,23 +100,16 @@ def slurm(slurm_cli: Cli, settings: Any, tmp_path: Path, db: None) -> Iterator[A
         policy=Policy.LEND_AND_BORROW,
         borrow_limit=-1,
     )
-    world = SimpleNamespace(
+    return SimpleNamespace(
         queue=queue,
-        cli=slurm_cli,
-        prefix=prefix,
+        cli=slurm_env.cli,
+        prefix=slurm_env.prefix,
         owner=owner,
         borrower=borrower,
         owner_user=make_member(owner_team, "owner_user"),
         borrower_user=make_member(borrower_team, "borrower_user"),
         admin=make_admin("admin"),
     )
-    try:
-        yield world
-    finally:
-        for job in _jobs(slurm_cli, prefix):
-            with contextlib.suppress(SlurmError):
-                slurm_cli.cancel(int(job["job_id"]))
-        _resume_nodes(slurm_cli)
 
 
 def _resume_nodes(cli: Cli) -> None:

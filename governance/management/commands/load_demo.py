@@ -14,6 +14,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if demo.already_loaded():
             self.stdout.write("Demo data already loaded.")
-            return
-        demo.load(settings.DATA_DIR)
-        self.stdout.write(self.style.SUCCESS("Demo data loaded."))
+        else:
+            demo.load(settings.DATA_DIR)
+            self.stdout.write(self.style.SUCCESS("Demo data loaded."))
+        if settings.DEMO_SLURM and demo.load_slurm():
+            self.stdout.write(self.style.SUCCESS("Demo queue on the local Slurm loaded."))
