@@ -72,6 +72,8 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
         "queue_live_html": queue_live_html(queue, fingerprint),
         "shares": [{"share": s, "limits": share_selectors.limits_of(s)} for s in shares],
         "jobs_html": jobs_html,
+        # Only queues run by Slurm pay the query: whether their executor is paused.
+        "slurm": capacity_selectors.slurm_config(queue) if queue.executor == "slurm" else None,
     }
     return render(request, "queues/detail.html", context)
 

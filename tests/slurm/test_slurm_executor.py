@@ -250,3 +250,28 @@ def test_slurm_stopped_and_restarted_loses_nothing(slurm: Any) -> None:
     assert run.slurm_state == "COMPLETED"
     assert SlurmRun.objects.filter(job=job).count() == 1
     assert AuditEntry.objects.filter(event_type=AuditEvent.EXECUTOR_RESUMED).exists()
+
+
+def test_a_cancel_in_the_product_signals_then_cancels_the_slurm_job(slurm: Any) -> None:
+    job = submit(slurm, slurm.owner, slurm.owner_user, [(TYPE_A, 1)], ["sleep", "120"])
+    run = drive(slurm, lambda: (r := slurm_run(job)) and r.started_seen and r)
+    job_services.job_cancel(actor=slurm.owner_user, job=job.pk, reason="not needed")
+    drive(slurm, lambda: "stopped" in events(job))
+    run.refresh_from_db()
+    assert run.state == SlurmRunState.ENDED and run.signalled_at is not None
+    assert run.slurm_state in ("CANCELLED", "FAILED")  # the TERM may end it first
+    assert state(job) == JobState.CANCELLED
+    assert in_squeue(slurm, run.slurm_job_id)["job_state"] != "RUNNING"
+
+
+def test_the_queue_page_says_since_when_slurm_is_unreachable(slurm: Any) -> None:
+    from django.test import Client
+
+    result = sync.sync_queue(slurm.queue.pk, cli=Cli(conf="/nonexistent/slurm.conf", timeout=3))
+    assert result.paused
+    web = Client()
+    web.force_login(slurm.admin)
+    page = web.get(f"/queues/{slurm.queue.pk}/").content.decode()
+    assert "executor paused" in page and "unreachable since" in page
+    assert "Slurm unreachable since" in web.get(f"/queues/{slurm.queue.pk}/slurm/").content.decode()
+    assert AuditEntry.objects.filter(event_type=AuditEvent.EXECUTOR_PAUSED).count() == 1

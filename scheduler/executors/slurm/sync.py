@@ -169,15 +169,17 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult) -> None:
 
     # One transaction for every report of the pass: each report is its own savepoint
     # (the run services are atomic), and a pass costs one commit, not one per report.
+    # Ends first, starts after the submissions: what a completion frees is resubmitted
+    # before the pass spends time on the start reports of runs already running.
+    starts: list[SlurmRun] = []
     with transaction.atomic():
         for slurm_run in active:
             if slurm_run.slurm_job_id is None:
                 found = by_name.get(slurm_run.name)
                 if found is not None:  # a submission whose answer was lost: adopt it
                     _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
-            try:
-                with transaction.atomic():
-                    _follow(slurm_run, by_id, finished, now, result)
+            try:  # the run services are atomic: a refusal leaves the pass's transaction usable
+                _follow(slurm_run, by_id, finished, now, result, starts)
             except ServiceError as exc:  # a report the run services refuse (an old run)
                 log.info("report for %s refused: %s", slurm_run.name, exc)
 
@@ -186,6 +188,12 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult) -> None:
     now = timezone.now()
     _stop(queue_id, cli, config, by_id, by_name, now, result)
     _submit_admitted(queue_id, cli, config, by_name, now, result)
+    with transaction.atomic():
+        for slurm_run in starts:
+            try:
+                _report_started(slurm_run, now, result)
+            except ServiceError as exc:  # preempted meanwhile: the stop step handles it
+                log.info("start of %s refused: %s", slurm_run.name, exc)
     _checkpoints(queue_id, now)
 
 
@@ -232,8 +240,10 @@ def _follow(
     finished: dict[int, Finished],
     now: datetime,
     result: SyncResult,
+    starts: list[SlurmRun],
 ) -> None:
-    """Report what the run's Slurm job did since the last pass."""
+    """Report what the run's Slurm job did since the last pass (a start is only noted in
+    ``starts``: the pass reports it later)."""
     if slurm_run.slurm_job_id is None:
         return  # not (yet) in Slurm: the submission step retries or gives it up
     job = slurm_run.job  # as read at the pass's start; the run services re-read and lock it
@@ -269,11 +279,8 @@ def _follow(
         result.lost += 1
         return
     if state in LIVE_STATES and not slurm_run.started_seen:
-        slurm_run.started_seen = True
         slurm_run.slurm_state = state
-        slurm_run.save(update_fields=["started_seen", "slurm_state"])
-        runs.run_report(actor=None, job_id=job.pk, run=slurm_run.run, kind="started", now=now)
-        result.started += 1
+        starts.append(slurm_run)
         return
     if state not in TERMINAL_STATES:
         if slurm_run.slurm_state != state:
@@ -314,6 +321,14 @@ def _follow(
             message=f"Slurm job {sid} ended {state} with {how}.",
         )
         result.failed += 1
+
+
+def _report_started(slurm_run: SlurmRun, now: datetime, result: SyncResult) -> None:
+    """The run's Slurm job runs: the run's ``started`` report (once)."""
+    slurm_run.started_seen = True
+    slurm_run.save(update_fields=["started_seen", "slurm_state"])
+    runs.run_report(actor=None, job_id=slurm_run.job_id, run=slurm_run.run, kind="started", now=now)
+    result.started += 1
 
 
 def _observe_capacity(
