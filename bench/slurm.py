@@ -17,8 +17,9 @@ task does) back to back in this process; Slurm runs every job. Prints:
     owner's submission to its Slurm job running, as Slurm's start time says, 1 s
     resolution) p50/p95 over the jobs that reclaimed;
 (c) completion to next start: for each Slurm job start after the first wave, the time
-    since the latest Slurm job end before it (Slurm's own end/start times, 1 s
-    resolution), p50/p95, for both runs of (a).
+    the GPU it takes stood idle since the job before it on that GPU ended (first freed,
+    first reused; Slurm's own end/start times, 1 s resolution), p50/p95, for both runs
+    of (a).
 """
 
 from __future__ import annotations
@@ -108,15 +109,13 @@ def slurm_times(cli: Any, ids: list[int]) -> dict[int, tuple[float, float]]:
     return out
 
 
-def gaps(times: list[tuple[float, float]]) -> list[float]:
-    """For each start after the first end: the time since the latest end before it."""
+def gaps(times: list[tuple[float, float]], gpus: int = GPUS) -> list[float]:
+    """Completion to next start on the GPU it freed: with single-GPU jobs the i-th start
+    after the first wave reuses the GPU of the (i - gpus)-th end (first freed, first
+    reused), so the gap is the time that GPU stood idle between two jobs."""
+    starts = sorted(start for start, _ in times)
     ends = sorted(end for _, end in times)
-    out = []
-    for start, _ in sorted(times):
-        before = [e for e in ends if e <= start]
-        if before:
-            out.append(start - before[-1])
-    return out
+    return [max(0.0, starts[i] - ends[i - gpus]) for i in range(gpus, len(starts))]
 
 
 def wait_done(cli: Any, prefix: str, timeout: float) -> None:

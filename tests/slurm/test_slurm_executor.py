@@ -7,6 +7,7 @@ this process, on the test database; Slurm itself runs the jobs.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -234,7 +235,7 @@ def test_a_submission_whose_answer_was_lost_is_found_by_name_not_duplicated(
 def test_slurm_stopped_and_restarted_loses_nothing(slurm: Any) -> None:
     job = submit(slurm, slurm.owner, slurm.owner_user, [(TYPE_A, 1)], ["sleep", "8"])
     run = drive(slurm, lambda: (r := slurm_run(job)) and r.started_seen and r)
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_DIR": str(ROOT / "var" / "slurm")}
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_DIR": str(Path(CONF).parent)}
     subprocess.run([str(ROOT / "scripts/slurm/stop")], check=True, env=env, timeout=60)
     try:
         result = sync.sync_queue(slurm.queue.pk, cli=Cli(conf=CONF, timeout=3))
@@ -275,3 +276,17 @@ def test_the_queue_page_says_since_when_slurm_is_unreachable(slurm: Any) -> None
     assert "executor paused" in page and "unreachable since" in page
     assert "Slurm unreachable since" in web.get(f"/queues/{slurm.queue.pk}/slurm/").content.decode()
     assert AuditEntry.objects.filter(event_type=AuditEvent.EXECUTOR_PAUSED).count() == 1
+
+
+def test_a_job_slurm_keeps_refusing_fails_after_retries_with_backoff(slurm: Any) -> None:
+    # The type keeps its capacity (gpu-a's nodes) but Slurm refuses the partition list.
+    SlurmTypeConfig.objects.filter(queue=slurm.queue, instance_type__name=TYPE_A).update(
+        partition="gpu-a,no-such-partition"
+    )
+    job = submit(slurm, slurm.owner, slurm.owner_user, [(TYPE_A, 1)], ["true"])
+    drive(slurm, lambda: state(job) == JobState.FAILED, timeout=60)
+    run = SlurmRun.objects.get(job=job)
+    assert run.attempts == sync.MAX_SUBMIT_ATTEMPTS and run.slurm_job_id is None
+    failures = AuditEntry.objects.filter(event_type=AuditEvent.EXECUTOR_FAILED)
+    assert failures.count() == sync.MAX_SUBMIT_ATTEMPTS
+    assert "Slurm refused the job" in JobEvent.objects.get(job=job, type="failed").message
