@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from governance import demo
 from governance.models import Job, JobState, SlurmRun
+from tests.slurm.conftest import drive
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
 
 def test_the_demo_queue_runs_its_jobs_on_the_local_slurm(slurm_env: Any) -> None:
-    from scheduler.executors.slurm import sync
-
     demo.load()
     assert demo.load_slurm() is True
     assert demo.load_slurm() is False
     queue = demo.JobQueue.objects.get(name=demo.SLURM_QUEUE)
-    for _ in range(20):
-        sync.sync_queue(queue.pk, cli=slurm_env.cli)
-        if SlurmRun.objects.filter(job__queue=queue, started_seen=True).exists():
-            break
+    world = SimpleNamespace(queue=queue, cli=slurm_env.cli)
+    drive(world, lambda: SlurmRun.objects.filter(job__queue=queue, started_seen=True).exists())
     running = Job.objects.filter(queue=queue, state=JobState.RUNNING)
     assert running.exists()
     assert SlurmRun.objects.filter(job__in=running, started_seen=True).exists()

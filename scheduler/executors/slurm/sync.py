@@ -38,6 +38,7 @@ from governance.models import (
     Job,
     JobQueue,
     JobState,
+    QueueCapacity,
     SlurmQueueConfig,
     SlurmRun,
     SlurmRunState,
@@ -358,6 +359,13 @@ def _observe_capacity(
         capacity[mapping.instance_type.name] = count
     if not capacity:
         return None
+    stored = dict(
+        QueueCapacity.objects.filter(
+            queue_id=queue_id, instance_type__name__in=list(capacity)
+        ).values_list("instance_type__name", "count")
+    )
+    if stored == capacity:
+        return None  # the usual pass: nothing to lock or write
     nodes_text = ", ".join(sorted(unusable)) if unusable else "none"
     return slurm_services.queue_capacity_observed(
         queue_id=queue_id,
