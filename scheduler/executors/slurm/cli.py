@@ -45,6 +45,10 @@ UNREACHABLE_HINTS = (
 )
 
 
+# scancel's answers for a job that already ended (or was purged): nothing left to stop.
+ALREADY_GONE = ("already completing or completed", "invalid job id")
+
+
 class SlurmError(Exception):
     """A Slurm command answered with an error (its stderr is the message)."""
 
@@ -155,10 +159,20 @@ class Cli:
 
     def signal(self, job_id: int, signal: str = "TERM") -> None:
         """Signal the batch shell and every step (the job may checkpoint, then exit)."""
-        self.run("scancel", ["--full", f"--signal={signal}", str(job_id)])
+        self._scancel(["--full", f"--signal={signal}", str(job_id)])
 
     def cancel(self, job_id: int) -> None:
-        self.run("scancel", [str(job_id)])
+        self._scancel([str(job_id)])
+
+    def _scancel(self, args: list[str]) -> None:
+        """scancel; a job that ended meanwhile is what was wanted, not a failure."""
+        try:
+            self.run("scancel", args)
+        except SlurmUnreachable:
+            raise
+        except SlurmError as exc:
+            if not any(gone in str(exc).lower() for gone in ALREADY_GONE):
+                raise
 
 
 def job_state(job: Mapping[str, Any]) -> str:
