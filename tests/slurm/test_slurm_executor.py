@@ -290,3 +290,13 @@ def test_a_job_slurm_keeps_refusing_fails_after_retries_with_backoff(slurm: Any)
     failures = AuditEntry.objects.filter(event_type=AuditEvent.EXECUTOR_FAILED)
     assert failures.count() == sync.MAX_SUBMIT_ATTEMPTS
     assert "Slurm refused the job" in JobEvent.objects.get(job=job, type="failed").message
+
+
+def test_beats_slurm_sync_task_runs_the_pass_of_every_slurm_queue(slurm: Any) -> None:
+    from scheduler import tasks
+
+    job = submit(slurm, slurm.owner, slurm.owner_user, [(TYPE_A, 1)], ["sleep", "30"])
+    tasks.slurm_sync.apply()
+    run = slurm_run(job)
+    assert run is not None and run.slurm_job_id is not None
+    assert in_squeue(slurm, run.slurm_job_id) is not None
