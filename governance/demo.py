@@ -4,7 +4,7 @@ Two queues: the AWS worked example (three shares of one ml.g5.xlarge each) and a
 realistic fleet of four teams on five instance types, with priority bands, an agreement
 per share, exceptions in every state, a capacity plan for vision on the contended
 ml.p5.48xlarge (active now, named first by vision's training jobs) and users for each
-role. Passwords equal user
+role. With DEMO_SLURM a third queue runs on the local Slurm (``load_slurm``). Passwords equal user
 names: this is a demo.
 """
 
@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from governance.models import JobQueue, Share
+from governance.models import JobQueue, Share, Team
 from governance.roles import ADMIN_GROUP, AGENT_GROUP, REVIEWER_GROUP
 from governance.services import (
     agreements,
@@ -30,10 +30,12 @@ from governance.services import (
     shares,
     teams,
 )
+from governance.services import slurm as slurm_services
 from governance.services import users as user_services
 
 MARKER_QUEUE = "aws-worked-example"
 DEMO_PLAN = "vision-p5-reserved"
+SLURM_QUEUE = "slurm-local"
 
 INSTANCE_TYPES: list[dict[str, Any]] = [
     {"name": "ml.g5.xlarge", "accelerators": 1, "speed": 1.0, "hourly_price": "1.4080"},
@@ -439,3 +441,82 @@ def _jobs_and_exceptions(
     )
     exceptions.exception_approve(actor=admin, exception=expiring, note="Incident INC-2041.")
     exceptions.exception_expire_due(now=timezone.now() + timedelta(minutes=2))
+
+
+# A job of the Slurm demo: it works in steps of one second, checkpoints every 10 steps to
+# $GOV_CHECKPOINT_DIR/progress and resumes from $GOV_RESUME_WORK (docs/slurm.md).
+SLURM_DEMO_SCRIPT = """#!/bin/sh
+work=${GOV_RESUME_WORK%.*}
+total=$1
+while [ "$work" -lt "$total" ]; do
+  sleep 1
+  work=$((work + 1))
+  if [ $((work % 10)) -eq 0 ]; then echo "$work" > "$GOV_CHECKPOINT_DIR/progress"; fi
+done
+"""
+
+
+@transaction.atomic
+def load_slurm() -> bool:
+    """With DEMO_SLURM: a queue run by the local Slurm of scripts/slurm/start (two types,
+    one per partition, one GPU an instance), two teams' shares and a few jobs. Loaded
+    once; False when it was already there."""
+    if JobQueue.objects.filter(name=SLURM_QUEUE).exists():
+        return False
+    admin = get_user_model().objects.get(username="admin")
+    members = {team: get_user_model().objects.get(username=f"member-{team}") for team in TEAMS}
+    queue = capacity.queue_create(
+        actor=admin,
+        name=SLURM_QUEUE,
+        executor="slurm",
+        capacity={"ml.g5.xlarge": 8, "ml.g5.48xlarge": 8},
+        description="The local Slurm of scripts/slurm/start: partition gpu-a runs "
+        "ml.g5.xlarge, gpu-b runs ml.g5.48xlarge, one GPU an instance.",
+    )
+    slurm_services.slurm_config_set(
+        actor=admin,
+        queue=queue,
+        config={
+            "grace_seconds": 5,
+            "types": {
+                "ml.g5.xlarge": {"partition": "gpu-a", "gpus_per_instance": 1},
+                "ml.g5.48xlarge": {"partition": "gpu-b", "gpus_per_instance": 1},
+            },
+        },
+        reason="Demo: the local Slurm.",
+    )
+    team_objs = {team.name: team for team in Team.objects.filter(name__in=TEAMS)}
+    owner = shares.share_create(
+        actor=admin,
+        queue=queue,
+        team=team_objs["speech"],
+        name="speech-slurm",
+        policy="LEND",
+        limits={"ml.g5.xlarge": 4, "ml.g5.48xlarge": 4},
+    )
+    borrower = shares.share_create(
+        actor=admin,
+        queue=queue,
+        team=team_objs["vision"],
+        name="vision-slurm",
+        policy="LEND_AND_BORROW",
+        borrow_limit=-1,
+        limits={"ml.g5.xlarge": 4, "ml.g5.48xlarge": 4},
+    )
+    for share, user, name, count, seconds in (
+        (borrower, members["vision"], "sweep-wide", 8, 600),
+        (borrower, members["vision"], "sweep-narrow", 2, 300),
+        (owner, members["speech"], "asr-finetune", 4, 900),
+    ):
+        jobs.job_submit(
+            actor=user,
+            share=share,
+            name=name,
+            preferences=[
+                {"instance_type": "ml.g5.xlarge", "count": count},
+                {"instance_type": "ml.g5.48xlarge", "count": count},
+            ],
+            duration=seconds,
+            program={"script": SLURM_DEMO_SCRIPT.replace("$1", str(seconds))},
+        )
+    return True

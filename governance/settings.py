@@ -491,11 +491,29 @@ CELERY_BEAT_SCHEDULE = {
     # Notifications whose delivery task was lost, and agreements due for review.
     "notifications-sweep": {"task": "governance.tasks.notifications_sweep", "schedule": 60.0},
 }
+# The slurm executor (docs/slurm.md): the cluster's config for the client commands (empty:
+# Slurm's own default, /etc/slurm/slurm.conf), a timeout for every command, how often a
+# queue is synchronised with Slurm, and where job output and checkpoints go by default.
+SLURM_CONF = env_str("SLURM_CONF", "")
+SLURM_BIN_DIR = env_str("SLURM_BIN_DIR", "")
+SLURM_COMMAND_TIMEOUT = env_float("SLURM_COMMAND_TIMEOUT", 5.0)
+SLURM_POLL_SECONDS = env_float("SLURM_POLL_SECONDS", 0.5)
+SLURM_JOB_PREFIX = env_str("SLURM_JOB_PREFIX", "gov")
+SLURM_OUTPUT_DIR = env_str("SLURM_OUTPUT_DIR", str(DATA_DIR / "slurm-output"))
+SLURM_CHECKPOINT_DIR = env_str("SLURM_CHECKPOINT_DIR", str(DATA_DIR / "slurm-checkpoints"))
+CELERY_BEAT_SCHEDULE["slurm-sync"] = {
+    "task": "scheduler.tasks.slurm_sync",
+    "schedule": SLURM_POLL_SECONDS,
+    "options": {"expires": max(1.0, 2 * SLURM_POLL_SECONDS)},
+}
 # Simulated fleet: how many simulated seconds pass per real second (60 = an hour a minute).
 DEMO_TIME_FACTOR = env_float("DEMO_TIME_FACTOR", 60.0)
 # Demo activity (governance.demo_activity): seconds between ticks; 0 turns it off.
 DEMO_ACTIVITY_SECONDS = env_float("DEMO_ACTIVITY_SECONDS", 0.0)
 DEMO_SEED = env_int("DEMO_SEED", 1)
+# DEMO_SLURM=1: the demo adds a queue run by the local Slurm (scripts/slurm/start; the
+# run script starts it), docs/slurm.md.
+DEMO_SLURM = env_bool("DEMO_SLURM", False)
 # Idempotency keys are honoured for 24 h (governance/services/idempotency.py); older ones go.
 CELERY_BEAT_SCHEDULE["purge-idempotency-keys"] = {
     "task": "governance.tasks.purge_idempotency_keys",

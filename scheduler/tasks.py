@@ -70,6 +70,15 @@ def declare_lost_runs() -> int:
     )
 
 
+@shared_task(ignore_result=True, expires=2.0)
+def slurm_sync() -> None:
+    """Beat's Slurm pass (every SLURM_POLL_SECONDS): every queue run by Slurm, synchronised
+    (scheduler/executors/slurm/sync.py): reports, capacity, the cycle, submissions, stops."""
+    from scheduler.executors.slurm import sync
+
+    sync.sync_all()
+
+
 @shared_task(ignore_result=True)
 def demo_activity() -> None:
     """Beat's demo tick (only scheduled when DEMO_ACTIVITY_SECONDS > 0)."""

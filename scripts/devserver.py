@@ -347,6 +347,11 @@ def main() -> int:
     # health checks replace one that a PostgreSQL restart broke.
     env.setdefault("DB_CONN_MAX_AGE", "60")
     manage = [sys.executable, "manage.py"]
+    if env.get("DEMO_SLURM", "").lower() in ("1", "true", "yes", "on"):
+        # The demo's Slurm queue runs on the local Slurm (docs/slurm.md).
+        say("starting the local Slurm (scripts/slurm/start)")
+        subprocess.run([str(ROOT / "scripts" / "slurm" / "start")], cwd=ROOT, check=True)
+        env.setdefault("SLURM_CONF", str(ROOT / "var" / "slurm" / "slurm.conf"))
     supervisord: subprocess.Popen[bytes] | None = None
     followers: list[Follower] = []
     try:

@@ -21,6 +21,7 @@ from governance.models import InstanceType, JobQueue
 from governance.models.capacity import Executor
 from governance.selectors import capacity as capacity_selectors
 from governance.services import capacity as capacity_services
+from governance.services import slurm as slurm_services
 
 
 class InstanceTypeSerializer(serializers.ModelSerializer):
@@ -166,6 +167,35 @@ class QueueUsageSerializer(serializers.Serializer):
     )
 
 
+class SlurmTypeSerializer(serializers.Serializer):
+    partition = serializers.CharField(allow_blank=True)
+    feature = serializers.CharField(allow_blank=True)
+    gpus_per_instance = serializers.IntegerField()
+    gres_name = serializers.CharField()
+
+
+class SlurmConfigSerializer(serializers.Serializer):
+    """How a queue maps onto Slurm (docs/slurm.md), and the executor's health."""
+
+    account = serializers.CharField(allow_blank=True)
+    qos = serializers.CharField(allow_blank=True)
+    grace_seconds = serializers.IntegerField()
+    types = serializers.DictField(child=SlurmTypeSerializer())
+    paused_since = serializers.DateTimeField(allow_null=True)
+    last_error = serializers.CharField(allow_blank=True)
+    failures = serializers.IntegerField()
+
+
+class SlurmConfigWriteSerializer(serializers.Serializer):
+    """Input: ``types`` replaces the whole map; ``reason`` goes to the audit trail."""
+
+    account = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    qos = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    grace_seconds = serializers.IntegerField(required=False)
+    types = serializers.JSONField(required=False)
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+
+
 class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewSet):
     """Job queues and their capacity. Everyone signed in reads; admins write."""
 
@@ -208,6 +238,33 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
             partial=True,
         )
         return Response(self.output(queue))
+
+    @extend_schema(responses={200: SlurmConfigSerializer, **ERROR_RESPONSES})
+    @action(detail=True, methods=["get"], filterset_fields=[], pagination_class=None)
+    def slurm(self, request: Request, pk: str | None = None) -> Response:
+        """How the queue maps onto Slurm, and whether the executor is paused (since when)."""
+        queue = self.get_object()
+        return Response(capacity_selectors.slurm_config(queue))
+
+    @extend_schema(
+        request=SlurmConfigWriteSerializer,
+        responses={200: SlurmConfigSerializer, **ERROR_RESPONSES},
+    )
+    @slurm.mapping.patch
+    def slurm_update(self, request: Request, pk: str | None = None) -> Response:
+        """Set the queue's Slurm mapping (admins): account, QOS, grace, types."""
+        queue = self.get_object()
+        self.call(
+            SlurmConfigWriteSerializer,
+            lambda changes: slurm_services.slurm_config_set(
+                actor=request.user,
+                queue=queue,
+                config={k: v for k, v in changes.items() if k != "reason"},
+                reason=changes.get("reason", ""),
+            ),
+            partial=True,
+        )
+        return Response(capacity_selectors.slurm_config(queue))
 
     @extend_schema(responses={200: QueueUsageSerializer, **ERROR_RESPONSES})
     @action(detail=True, methods=["get"], filterset_fields=[], pagination_class=None)

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from governance.api.common import call_service
 from governance.api.idempotency import idempotent
-from governance.models import Job, JobEvent, JobKind
+from governance.models import Job, JobEvent, JobKind, SlurmRun
 from governance.selectors import jobs as job_selectors
 from governance.selectors import scheduling
 from governance.selectors.filters import JobFilter
@@ -115,11 +115,34 @@ class JobSerializer(serializers.ModelSerializer):
         return list(job.preferences)
 
 
+class SlurmRunSerializer(serializers.ModelSerializer):
+    """The Slurm job that carried one run (queues run by Slurm; docs/slurm.md)."""
+
+    class Meta:
+        model = SlurmRun
+        fields = [
+            "run",
+            "name",
+            "state",
+            "slurm_job_id",
+            "partition",
+            "stdout",
+            "stderr",
+            "slurm_state",
+            "exit_code",
+            "created_at",
+            "ended_at",
+        ]
+        read_only_fields = fields
+
+
 class JobDetailSerializer(JobSerializer):
     events = JobEventSerializer(many=True, read_only=True)
+    program = serializers.JSONField(read_only=True)
+    slurm_runs = SlurmRunSerializer(many=True, read_only=True)
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "events"]
+        fields = [*JobSerializer.Meta.fields, "program", "events", "slurm_runs"]
         read_only_fields = fields
 
 
@@ -136,6 +159,7 @@ class JobSubmitSerializer(serializers.Serializer):
     max_pending = serializers.IntegerField(required=False, allow_null=True, default=None)
     checkpoint_interval = serializers.IntegerField(required=False, allow_null=True, default=None)
     duration = serializers.IntegerField(required=False, allow_null=True, default=None)
+    program = serializers.JSONField(required=False, default=None)
 
 
 class JobPatchSerializer(serializers.Serializer):
@@ -199,6 +223,7 @@ class JobViewSet(
                 max_pending=data["max_pending"],
                 checkpoint_interval=data["checkpoint_interval"],
                 duration=data["duration"],
+                program=data.get("program"),
             ),
         )
         # Built from what the service returned (the job, its share and team, the

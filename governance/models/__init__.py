@@ -15,6 +15,7 @@ from governance.models.notifications import (
 from governance.models.plans import CapacityPlan, PlanState
 from governance.models.priorities import PriorityDefinition
 from governance.models.shares import Policy, Share, ShareLimit
+from governance.models.slurm import SlurmQueueConfig, SlurmRun, SlurmRunState, SlurmTypeConfig
 from governance.models.teams import Membership, MembershipRole, Team
 from governance.models.whatif import WhatIf, WhatIfState
 
@@ -47,6 +48,10 @@ __all__ = [
     "QueueCapacity",
     "Share",
     "ShareLimit",
+    "SlurmQueueConfig",
+    "SlurmRun",
+    "SlurmRunState",
+    "SlurmTypeConfig",
     "Team",
     "WhatIf",
     "WhatIfState",

@@ -23,6 +23,7 @@ class DecisionRule(models.TextChoices):
     RETRIES_EXHAUSTED = "preemption_retries_exhausted", "preemption retries exhausted"
     HEARTBEAT_LOST = "heartbeat_lost", "agent stopped reporting"
     EXECUTOR = "executor", "the job itself failed"
+    SLURM_LOST = "slurm_lost", "Slurm no longer knows the job"
 
 
 class AuditEvent(models.TextChoices):
@@ -71,6 +72,10 @@ class AuditEvent(models.TextChoices):
     PLAN_ENDED = "plan.ended"
     WHATIF_REQUESTED = "whatif.requested"
     WHATIF_ATTACHED = "whatif.attached"
+    SLURM_CONFIG_CHANGED = "queue.slurm_config_changed"
+    EXECUTOR_FAILED = "executor.failed"
+    EXECUTOR_PAUSED = "executor.paused"
+    EXECUTOR_RESUMED = "executor.resumed"
 
 
 GENESIS_HASH = "0" * 64

@@ -30,6 +30,7 @@ class InstanceType(models.Model):
 class Executor(models.TextChoices):
     SIMULATED = "simulated", "Simulated fleet"
     AGENT = "agent", "External agents"
+    SLURM = "slurm", "Slurm cluster"
 
 
 class JobQueue(models.Model):

@@ -47,6 +47,10 @@ class Job(models.Model):
     # Work in seconds at speed 1.0; the simulated fleet runs a job for this long.
     duration = models.PositiveIntegerField(null=True, blank=True)
     restart_overhead = models.PositiveIntegerField(default=0)
+    # What to run, for executors that run programs (Slurm): {"command": [argv...]} or
+    # {"script": "#!..."}, with optional "workdir" and "env" ({NAME: value}); empty for
+    # the simulated fleet and agents. Checked by ``services.slurm.clean_program``.
+    program = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.PENDING)
     instance_type = models.ForeignKey(
         InstanceType, null=True, blank=True, on_delete=models.PROTECT, related_name="+"

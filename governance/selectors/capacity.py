@@ -41,6 +41,8 @@ from governance.models import (
     JobState,
     QueueCapacity,
     Share,
+    SlurmQueueConfig,
+    SlurmTypeConfig,
 )
 from governance.models.shares import ShareLimit
 from governance.selectors.scheduling import ShareOnType, account_type
@@ -138,6 +140,38 @@ def queues() -> QuerySet[JobQueue]:
             ),
         )
     ).order_by("name")
+
+
+def slurm_mapping(queue: JobQueue) -> dict[str, Any]:
+    """How a queue maps onto Slurm: account, QOS, grace and per type its partition,
+    feature, GPUs per instance and gres name (what SLURM_CONFIG_CHANGED audits)."""
+    config = SlurmQueueConfig.objects.filter(queue=queue).first()
+    types = SlurmTypeConfig.objects.filter(queue=queue).select_related("instance_type")
+    return {
+        "account": config.account if config else "",
+        "qos": config.qos if config else "",
+        "grace_seconds": config.grace_seconds if config else 10,
+        "types": {
+            t.instance_type.name: {
+                "partition": t.partition,
+                "feature": t.feature,
+                "gpus_per_instance": t.gpus_per_instance,
+                "gres_name": t.gres_name,
+            }
+            for t in sorted(types, key=lambda t: t.instance_type.name)
+        },
+    }
+
+
+def slurm_config(queue: JobQueue) -> dict[str, Any]:
+    """The mapping plus the executor's health: paused since when, the last error."""
+    config = SlurmQueueConfig.objects.filter(queue=queue).first()
+    return {
+        **slurm_mapping(queue),
+        "paused_since": config.paused_since if config else None,
+        "last_error": config.last_error if config else "",
+        "failures": config.failures if config else 0,
+    }
 
 
 def capacity_of(queue: JobQueue) -> dict[str, int]:

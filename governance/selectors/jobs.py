@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Prefetch, QuerySet
 
-from governance.models import Job, JobEvent, JobQueue
+from governance.models import Job, JobEvent, JobQueue, SlurmRun
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.services.errors import NotFound, ValidationFailed
@@ -19,10 +19,13 @@ def jobs() -> QuerySet[Job]:
 
 
 def job_with_events(job_id: int) -> Job | None:
-    """One job with its events (oldest first) prefetched."""
+    """One job with its events (oldest first) and its Slurm jobs prefetched."""
     return (
         jobs()
-        .prefetch_related(Prefetch("events", queryset=JobEvent.objects.order_by("at", "id")))
+        .prefetch_related(
+            Prefetch("events", queryset=JobEvent.objects.order_by("at", "id")),
+            Prefetch("slurm_runs", queryset=SlurmRun.objects.order_by("run", "id")),
+        )
         .filter(pk=job_id)
         .first()
     )
@@ -55,3 +58,10 @@ def stop_orders(
     if agent:
         jobs = jobs.filter(agent=agent)
     return jobs.order_by("id")
+
+
+def slurm_runs(job: Job, limit: int = 10) -> list[SlurmRun]:
+    """The Slurm jobs that carried the job's latest runs, newest first (Slurm queues)."""
+    if job.queue.executor != Executor.SLURM:
+        return []
+    return list(SlurmRun.objects.filter(job=job).order_by("-run", "-id")[:limit])

@@ -64,6 +64,13 @@ class Errors:
     def __bool__(self) -> bool:
         return bool(self._errors)
 
+    def fields(self) -> set[str]:
+        return set(self._errors)
+
+    def messages(self, field: str) -> list[str]:
+        """The messages collected for ``field`` (to re-key them under another field)."""
+        return list(self._errors.get(field, []))
+
     def raise_if_any(self) -> None:
         if self._errors:
             raise ValidationFailed(self._errors)

@@ -31,11 +31,13 @@ from governance.models import (
     Share,
     ShareLimit,
 )
+from governance.models.capacity import Executor
 from governance.models.jobs import ACTIVE_STATES, MAX_PREFERENCES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.roles import AnyUser
 from governance.selectors import priorities as priority_selectors
 from governance.services import audit, hooks, limits
+from governance.services import slurm as slurm_services
 from governance.services.errors import Errors, PermissionDenied, ValidationFailed
 from governance.services.kit import is_int, job_event, lock_job
 
@@ -312,6 +314,7 @@ def job_submit(
     max_pending: int | None = None,
     checkpoint_interval: int | None = None,
     duration: int | None = None,
+    program: dict[str, Any] | None = None,
 ) -> Job:
     """Submit a job to a share: members and leads of the share's team, and admins.
 
@@ -364,6 +367,17 @@ def job_submit(
         resolved = _resolve_preferences(
             errors, preferences, count, share_types, kind=kind, share_plans=share_plans
         )
+        clean_program = slurm_services.clean_program(program, errors)
+        if (
+            share_obj.queue.executor == Executor.SLURM
+            and not clean_program
+            and "program" not in errors.fields()
+        ):
+            errors.add(
+                "program",
+                f"Queue {share_obj.queue.name} runs jobs on Slurm: say what to run, "
+                '{"command": ["prog", "arg"...]} or {"script": "#!/bin/bash..."}.',
+            )
         for field, value in (
             ("max_pending", max_pending),
             ("checkpoint_interval", checkpoint_interval),
@@ -391,6 +405,7 @@ def job_submit(
             max_pending=max_pending,
             checkpoint_interval=checkpoint_interval,
             duration=duration,
+            program=clean_program,
             state=JobState.PENDING,
             submitted_at=now,
         )
@@ -414,7 +429,7 @@ def job_submit(
         hooks.queue_changed(share_obj.queue_id)
     # A fresh job's timeline is exactly its ``submitted`` event: cache it as prefetched,
     # so ``job.events.all()`` (the API's 201 response) costs no query.
-    job._prefetched_objects_cache = {"events": [submitted]}  # type: ignore[attr-defined]
+    job._prefetched_objects_cache = {"events": [submitted], "slurm_runs": []}  # type: ignore[attr-defined]
     return job
 
 

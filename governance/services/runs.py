@@ -481,9 +481,13 @@ def run_report(
 
 def _record_started(job: Job, actor: AnyUser | None, now: datetime) -> None:
     """The run's ``started`` timeline event and audit entry."""
-    job_event(
-        job, now, "started", f"Started by agent {job.agent or 'simulated fleet'}.", run=job.run
-    )
+    if job.agent:
+        who = f"agent {job.agent}"
+    elif job.queue.executor == Executor.SLURM:
+        who = "Slurm"
+    else:
+        who = "the simulated fleet"
+    job_event(job, now, "started", f"Started by {who}.", run=job.run)
     audit.record_job(
         event_type=AuditEvent.JOB_STARTED,
         actor=actor,
@@ -542,14 +546,22 @@ def run_stop_acknowledged(
 
 
 @transaction.atomic
-def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | None:
-    """A run whose agent stopped reporting is lost: requeue the job and free its capacity.
+def run_declare_lost(
+    *,
+    job_id: int,
+    now: datetime,
+    explanation: str,
+    run: int | None = None,
+    rule: str = DecisionRule.HEARTBEAT_LOST,
+) -> Job | None:
+    """A run whose agent stopped reporting (or that Slurm no longer knows: ``rule``) is
+    lost: requeue the job and free its capacity. ``run``, when given, must be current.
 
     Like a capacity loss, this is not the job yielding to anyone, so it does not count
     against the share's retry limit; work since the last checkpoint is lost.
     """
     job = lock_job(job_id, "share__team", "instance_type")
-    if job.state != JobState.RUNNING:
+    if job.state != JobState.RUNNING or (run is not None and job.run != run):
         return None
     before = _snapshot(job)
     speed = job.instance_type.speed if job.instance_type_id and job.instance_type else 1.0
@@ -582,11 +594,38 @@ def run_declare_lost(*, job_id: int, now: datetime, explanation: str) -> Job | N
         actor=None,
         job=job,
         before=before,
-        after={**_snapshot(job), "rule": DecisionRule.HEARTBEAT_LOST, "lost_work": round(lost, 3)},
+        after={**_snapshot(job), "rule": rule, "lost_work": round(lost, 3)},
         reason=explanation,
         at=now,
     )
     transaction.on_commit(lambda: metrics.count_executor_error("lost"))
+    queue_changed(job.queue_id)
+    return job
+
+
+@transaction.atomic
+def run_capacity_lost(*, job_id: int, run: int, now: datetime, explanation: str) -> Job | None:
+    """The executor's backend lost the machines under a run (a Slurm node failed): the run
+    is preempted as ``capacity_lost``, like a capacity drop (not counted against the
+    share's retry limit), and the job requeued from its last checkpoint."""
+    job = lock_job(job_id, "share__team", "instance_type", "queue")
+    if job.state != JobState.RUNNING or job.run != run:
+        return None
+    speed = job.instance_type.speed if job.instance_type_id and job.instance_type else 1.0
+    done = current_work(job, now, speed=speed)
+    lost = float(work.lost_work(work=done, checkpoint=job.checkpoint_work))
+    run_preempt(
+        job=job,
+        reason=DecisionRule.CAPACITY_LOST,
+        by_job=None,
+        lost_work=lost,
+        saved_work=job.checkpoint_work,
+        fail=False,
+        counts_against_retries=False,
+        share_versions={job.share.name: job.share.version},
+        now=now,
+        explanation=explanation,
+    )
     queue_changed(job.queue_id)
     return job
 

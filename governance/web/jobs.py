@@ -97,6 +97,7 @@ def _status_context(job: Job) -> dict[str, Any]:
         "timeline": web_jobs.timeline(job),
         "reasons": web_jobs.with_reason_words(reasons),
         "active": job.state in ACTIVE_STATES,
+        "slurm_runs": job_selectors.slurm_runs(job),
     }
 
 

@@ -86,6 +86,8 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
         "forecast_error": insight.forecast_error(
             queue_id=queue.pk, since=timezone.now() - FORECAST_ERROR_WINDOW
         ),
+        # Only queues run by Slurm pay the query: whether their executor is paused.
+        "slurm": capacity_selectors.slurm_config(queue) if queue.executor == "slurm" else None,
     }
     return render(request, "queues/detail.html", context)
 

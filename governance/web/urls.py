@@ -7,7 +7,7 @@ Page modules register their routes here (namespace ``web``); the navigation in
 
 from django.urls import path
 
-from governance.web import account, jobs, overview, plans, queues, shares, teams
+from governance.web import account, jobs, overview, plans, queues, shares, slurm, teams
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
 from governance.web import exceptions as exception_pages
@@ -26,6 +26,7 @@ urlpatterns: list = [
     # Queues and shares.
     path("queues/", queues.queue_list, name="queues"),
     path("queues/<int:queue_id>/", queues.queue_detail, name="queue"),
+    path("queues/<int:queue_id>/slurm/", slurm.queue_slurm, name="queue-slurm"),
     path(
         "queues/<int:queue_id>/partials/usage/",
         queues.queue_usage_partial,

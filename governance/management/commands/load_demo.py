@@ -20,6 +20,8 @@ class Command(BaseCommand):
         else:
             demo.load(settings.DATA_DIR)
             self.stdout.write(self.style.SUCCESS("Demo data loaded."))
+        if settings.DEMO_SLURM and demo.load_slurm():
+            self.stdout.write(self.style.SUCCESS("Demo queue on the local Slurm loaded."))
         written = demo_history.load_history()
         if written:
             self.stdout.write(

@@ -1,0 +1,348 @@
+"""The same work through Slurm alone and through the product on the same local Slurm.
+
+    ./scripts/slurm/start
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything SLURM_CONF=var/slurm/slurm.conf \\
+        .venv/bin/python bench/slurm.py [--a-jobs 480] [--b-jobs 2000]
+
+Runs in a throwaway database ``bench_slurm_<name>`` (dropped and re-created). The product
+side drives the slurm executor's passes (``sync.sync_queue``: what beat's ``slurm-sync``
+task does) back to back in this process; Slurm runs every job. Prints:
+
+(a) ``--a-jobs`` one-second single-GPU jobs on the 16 GPUs: makespan and overhead per job
+    start (makespan x GPUs / jobs - 1 s) of Slurm alone and of the product;
+(b) ``--b-jobs`` jobs of 1 to 8 GPUs from four teams' shares (4 GPUs each): team A
+    submits half of them at once and borrows whatever is idle; B, C and D each keep one
+    job within their own limit submitted (the next when the last ends), so each of their
+    jobs takes its GPUs back from A: time until all are placed, and reclaim latency (an
+    owner's submission to its Slurm job running, as Slurm's start time says, 1 s
+    resolution) p50/p95 over the jobs that reclaimed;
+(c) completion to next start: for each Slurm job start after the first wave, the time
+    the GPU it takes stood idle since the job before it on that GPU ended (first freed,
+    first reused; Slurm's own end/start times, 1 s resolution), p50/p95, for both runs
+    of (a).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import sys
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+TYPE = "ml.g5.bench"
+GPUS = 16
+
+
+def _setup() -> None:
+    base = os.environ.get("DATABASE_URL")
+    if not base:
+        sys.exit("set DATABASE_URL to a PostgreSQL server (its database name names the bench DB)")
+    parts = urlsplit(base)
+    given = parts.path.strip("/")
+    name = f"bench_slurm_{given}" if given.replace("_", "").isalnum() else "bench_slurm"
+    import psycopg
+
+    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    os.environ.update(
+        DATABASE_URL=urlunsplit(parts._replace(path=f"/{name}")),
+        REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15"),
+        DJANGO_SETTINGS_MODULE="governance.settings",
+        LOG_LEVEL="WARNING",
+        SLURM_CONF=os.environ.get("SLURM_CONF") or str(ROOT / "var/slurm/slurm.conf"),
+        SLURM_OUTPUT_DIR="/tmp/bench-slurm/out",
+        SLURM_CHECKPOINT_DIR="/tmp/bench-slurm/ckpt",
+    )
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def pct(values: list[float], p: float) -> float | None:
+    """Nearest rank (DESIGN 8)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p * len(ordered) / 100) - 1)]
+
+
+def fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def slurm_times(cli: Any, ids: list[int]) -> dict[int, tuple[float, float]]:
+    """Start and end (epoch seconds) of finished Slurm jobs, from the completion log."""
+    out: dict[int, tuple[float, float]] = {}
+    for chunk in range(0, len(ids), 200):
+        text = cli.run(
+            "sacct",
+            [
+                "-c",
+                "-n",
+                "-P",
+                "-o",
+                "JobID,Start,End",
+                "-j",
+                ",".join(map(str, ids[chunk : chunk + 200])),
+            ],
+        )
+        for line in text.splitlines():
+            job, start, end = ([*line.split("|"), "", ""])[:3]
+            if job.isdigit() and start[:1].isdigit() and end[:1].isdigit():
+                out[int(job)] = (
+                    datetime.fromisoformat(start).timestamp(),
+                    datetime.fromisoformat(end).timestamp(),
+                )
+    return out
+
+
+def gaps(times: list[tuple[float, float]], gpus: int = GPUS) -> list[float]:
+    """Completion to next start on the GPU it freed: with single-GPU jobs the i-th start
+    after the first wave reuses the GPU of the (i - gpus)-th end (first freed, first
+    reused), so the gap is the time that GPU stood idle between two jobs."""
+    starts = sorted(start for start, _ in times)
+    ends = sorted(end for _, end in times)
+    return [max(0.0, starts[i] - ends[i - gpus]) for i in range(gpus, len(starts))]
+
+
+def wait_done(cli: Any, prefix: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        live = [
+            j
+            for j in cli.squeue()
+            if str(j.get("name", "")).startswith(prefix)
+            and j.get("job_state") in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
+        ]
+        if not live:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"Slurm jobs {prefix}* not done within {timeout} s")
+
+
+def slurm_alone(cli: Any, jobs: int) -> tuple[float, list[tuple[float, float]]]:
+    prefix = f"alone-{uuid.uuid4().hex[:6]}-"
+    ids = []
+    began = time.time()
+    for i in range(jobs):
+        ids.append(
+            cli.sbatch(
+                "#!/bin/sh\nexec sleep 1\n",
+                [
+                    f"--job-name={prefix}{i}",
+                    "--no-requeue",
+                    "--ntasks=1",
+                    "--gpus-per-task=1",
+                    "--partition=gpu-a,gpu-b",
+                    "--output=/dev/null",
+                ],
+                {},
+            )
+        )
+    wait_done(cli, prefix, 3600)
+    times = list(slurm_times(cli, ids).values())
+    makespan = max(end for _, end in times) - began
+    return makespan, times
+
+
+def world(prefix: str, shares: list[tuple[str, int, str]]) -> tuple[Any, dict[str, Any]]:
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+
+    from governance.models import (
+        InstanceType,
+        JobQueue,
+        Membership,
+        QueueCapacity,
+        Share,
+        ShareLimit,
+        SlurmQueueConfig,
+        SlurmTypeConfig,
+        Team,
+    )
+    from governance.models.capacity import Executor
+
+    settings.SLURM_JOB_PREFIX = prefix
+    itype, _ = InstanceType.objects.get_or_create(name=TYPE, defaults={"accelerators": 1})
+    queue = JobQueue.objects.create(name=f"bench-{prefix}", executor=Executor.SLURM)
+    QueueCapacity.objects.create(queue=queue, instance_type=itype, count=GPUS)
+    SlurmQueueConfig.objects.create(queue=queue, grace_seconds=0)
+    SlurmTypeConfig.objects.create(
+        queue=queue, instance_type=itype, partition="gpu-a,gpu-b", gpus_per_instance=1
+    )
+    users: dict[str, Any] = {}
+    for name, limit, policy in shares:
+        team = Team.objects.create(name=f"{prefix}-{name}")
+        share = Share.objects.create(
+            queue=queue, team=team, name=name, policy=policy, borrow_limit=-1
+        )
+        ShareLimit.objects.create(share=share, instance_type=itype, count=limit)
+        user = get_user_model().objects.create(username=f"{prefix}-{name}")
+        Membership.objects.create(team=team, user=user, role="member")
+        users[name] = (share, user)
+    return queue, users
+
+
+def drive(queue_id: int, cli: Any, done: Any, timeout: float) -> int:
+    from scheduler.executors.slurm import sync
+
+    passes = 0
+    deadline = time.monotonic() + timeout
+    while not done():
+        sync.sync_queue(queue_id, cli=cli)
+        passes += 1
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the product run did not finish within {timeout} s")
+    return passes
+
+
+def product_a(cli: Any, jobs: int) -> tuple[float, list[tuple[float, float]], int]:
+    from governance.models import Job, JobState, SlurmRun
+    from governance.services import jobs as job_services
+
+    prefix = f"pa{uuid.uuid4().hex[:6]}"
+    queue, users = world(prefix, [("a", GPUS, "LEND_AND_BORROW")])
+    share, user = users["a"]
+    began = time.time()
+    for i in range(jobs):
+        job_services.job_submit(
+            actor=user,
+            share=share,
+            name=f"a{i}",
+            preferences=[{"instance_type": TYPE, "count": 1}],
+            program={"command": ["sleep", "1"]},
+        )
+    active = Job.objects.filter(queue=queue, state__in=(JobState.PENDING, JobState.RUNNING))
+    passes = drive(queue.pk, cli, lambda: not active.exists(), 3600)
+    ids = list(SlurmRun.objects.filter(job__queue=queue).values_list("slurm_job_id", flat=True))
+    times = list(slurm_times(cli, [i for i in ids if i]).values())
+    makespan = max(end for _, end in times) - began
+    return makespan, times, passes
+
+
+def product_b(cli: Any, jobs: int, seed: int) -> dict[str, float | None]:
+    """Team A (LEND_AND_BORROW) submits half the jobs at once (1 to 8 GPUs) and borrows
+    whatever is idle; B, C and D (LEND) each keep one job of 1 to 4 GPUs submitted at a
+    time, the next as soon as the last ends, so every owner submission finds its share's
+    entitlement lent to A and takes it back."""
+    from governance.models import Job, JobEvent, JobState, SlurmRun
+    from governance.services import jobs as job_services
+    from scheduler.executors.slurm import sync
+
+    rng = random.Random(seed)
+    prefix = f"pb{uuid.uuid4().hex[:6]}"
+    policies = [("A", 4, "LEND_AND_BORROW"), ("B", 4, "LEND"), ("C", 4, "LEND"), ("D", 4, "LEND")]
+    queue, users = world(prefix, policies)
+    submitted_at: dict[int, float] = {}
+
+    def send(team: str, count: int) -> Job:
+        share, user = users[team]
+        job = job_services.job_submit(
+            actor=user,
+            share=share,
+            name=team,
+            preferences=[{"instance_type": TYPE, "count": count}],
+            program={"command": ["sleep", "1"]},
+        )
+        submitted_at[job.pk] = job.submitted_at.timestamp()
+        return job
+
+    began = time.time()
+    for _ in range(jobs // 2):
+        send("A", rng.randint(1, 8))
+    owners_left = jobs - jobs // 2
+    current: dict[str, Job | None] = {"B": None, "C": None, "D": None}
+    # Let A take every GPU first.
+    drive(queue.pk, cli, lambda: SlurmRun.objects.filter(job__queue=queue).count() > 2, 120)
+    pending = Job.objects.filter(queue=queue, state=JobState.PENDING)
+    active = Job.objects.filter(queue=queue, state__in=(JobState.PENDING, JobState.RUNNING))
+    placed_at = None
+    deadline = time.monotonic() + 3600
+    while owners_left or active.exists():
+        for team, job in current.items():
+            if owners_left and (
+                job is None or job.state not in (JobState.PENDING, JobState.RUNNING)
+            ):
+                current[team] = send(team, rng.randint(1, 4))
+                owners_left -= 1
+        sync.sync_queue(queue.pk, cli=cli)
+        for job in current.values():
+            if job is not None:
+                job.refresh_from_db(fields=["state"])
+        if placed_at is None and not owners_left and not pending.exists():
+            placed_at = time.time()
+        if time.monotonic() > deadline:
+            raise SystemExit("the product run of (b) did not finish within an hour")
+    reclaimers = set(
+        JobEvent.objects.filter(
+            job__queue=queue, type="preempted", data__reason="reclaim"
+        ).values_list("data__by", flat=True)
+    )
+    first_runs = {
+        r.job_id: r.slurm_job_id
+        for r in SlurmRun.objects.filter(job_id__in=reclaimers, run=1)
+        if r.slurm_job_id
+    }
+    times = slurm_times(cli, list(first_runs.values()))
+    latency = [times[sid][0] - submitted_at[jid] for jid, sid in first_runs.items() if sid in times]
+    return {
+        "placed": (placed_at or time.time()) - began,
+        "reclaims": float(len(latency)),
+        "p50": pct(latency, 50),
+        "p95": pct(latency, 95),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--a-jobs", type=int, default=480)
+    parser.add_argument("--b-jobs", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    _setup()
+    from scheduler.executors.slurm.sync import cli_from_settings
+
+    cli = cli_from_settings()
+    if args.a_jobs:
+        print(f"(a) {args.a_jobs} one-second single-GPU jobs on {GPUS} GPUs")
+        alone, alone_times = slurm_alone(cli, args.a_jobs)
+        per_start = alone * GPUS / args.a_jobs - 1
+        print(f"    Slurm alone:  makespan {alone:.1f} s, overhead per job start {per_start:.3f} s")
+        product, product_times, passes = product_a(cli, args.a_jobs)
+        per_start_p = product * GPUS / args.a_jobs - 1
+        print(
+            f"    the product:  makespan {product:.1f} s, overhead per job start "
+            f"{per_start_p:.3f} s ({passes} executor passes); ratio {product / alone:.2f} "
+            "(target <= 1.2)"
+        )
+        print("(c) completion to next start (Slurm's end and start times, 1 s resolution)")
+        for label, times in (("Slurm alone", alone_times), ("the product", product_times)):
+            g = gaps(times)
+            print(
+                f"    {label}: p50 {fmt(pct(g, 50))} s, p95 {fmt(pct(g, 95))} s (target p95 <= 2)"
+            )
+    if args.b_jobs:
+        print(f"(b) {args.b_jobs} jobs of 1 to 8 GPUs, four shares of 4 GPUs, A borrowing")
+        b = product_b(cli, args.b_jobs, args.seed)
+        print(
+            f"    all placed after {b['placed']:.1f} s; {b['reclaims']:.0f} reclaiming jobs, "
+            f"submission to Slurm start p50 {fmt(b['p50'])} s, p95 {fmt(b['p95'])} s "
+            "(target p95 <= 3)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""Slurm's command-line tools, driven without a shell.
+
+pyslurm does not build against Debian's Slurm, so the executor runs ``sbatch``,
+``squeue``, ``sacct``, ``sinfo`` and ``scancel``: argv lists (never a shell), a timeout on
+every call, JSON where Slurm offers it. Nothing here knows Django, so it can be tested
+and benchmarked on its own. ``SlurmUnreachable`` means the controller did not answer (the
+executor pauses); ``SlurmError`` that it answered with a refusal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# States after which a Slurm job runs no more (squeue's ``job_state``, sacct's ``State``).
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "CANCELLED",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+# Node states in which a node supplies no capacity (sinfo's ``state`` and ``state_flags``).
+UNUSABLE_NODE = frozenset(
+    {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "UNKNOWN"}
+)
+UNREACHABLE_HINTS = (
+    "unable to contact slurm controller",
+    "connection refused",
+    "socket timed out",
+    "communication connection failure",
+    "zero bytes were transmitted",
+    "slurm_load",
+)
+
+
+# scancel's answers for a job that already ended (or was purged): nothing left to stop.
+ALREADY_GONE = ("already completing or completed", "invalid job id")
+
+
+class SlurmError(Exception):
+    """A Slurm command answered with an error (its stderr is the message)."""
+
+
+class SlurmUnreachable(SlurmError):
+    """The controller could not be reached or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A finished job from the completion log: its state and exit code."""
+
+    state: str
+    exit_code: int | None
+    signal: int | None
+
+
+@dataclass
+class Cli:
+    """The client tools of one cluster: ``conf`` is its slurm.conf (SLURM_CONF)."""
+
+    conf: str = ""
+    timeout: float = 5.0
+    bin_dir: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+    def _argv(self, tool: str, args: Sequence[str]) -> list[str]:
+        return [os.path.join(self.bin_dir, tool) if self.bin_dir else tool, *args]
+
+    def _env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.env)
+        if self.conf:
+            env["SLURM_CONF"] = self.conf
+        if extra:
+            env.update(extra)
+        return env
+
+    def run(
+        self,
+        tool: str,
+        args: Sequence[str],
+        *,
+        stdin: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Run one tool; its stdout, or SlurmError/SlurmUnreachable."""
+        argv = self._argv(tool, args)
+        try:
+            done = subprocess.run(
+                argv,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=timeout or self.timeout,
+                env=self._env(env),
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmUnreachable(f"{tool} did not answer within {exc.timeout:g} s") from exc
+        except OSError as exc:
+            raise SlurmUnreachable(f"{tool} could not be run: {exc}") from exc
+        if done.returncode != 0:
+            message = (done.stderr or done.stdout).strip()[:2000] or f"exit {done.returncode}"
+            if any(hint in message.lower() for hint in UNREACHABLE_HINTS):
+                raise SlurmUnreachable(f"{tool}: {message}")
+            raise SlurmError(f"{tool}: {message}")
+        return done.stdout
+
+    def sbatch(self, script: str, options: Sequence[str], env: Mapping[str, str]) -> int:
+        """Submit a batch script (on stdin) with ``--parsable``; the Slurm job id."""
+        out = self.run("sbatch", ["--parsable", *options], stdin=script, env=env)
+        match = re.match(r"\s*(\d+)", out)
+        if not match:
+            raise SlurmError(f"sbatch answered {out.strip()[:200]!r}, not a job id")
+        return int(match.group(1))
+
+    def squeue(self) -> list[dict[str, Any]]:
+        """Every job the controller knows (``squeue --json`` ignores -j/-t: filter here)."""
+        data = json.loads(self.run("squeue", ["--json"]))
+        return list(data.get("jobs", []))
+
+    def sinfo_nodes(self) -> list[dict[str, Any]]:
+        data = json.loads(self.run("sinfo", ["--json"]))
+        return list(data.get("nodes", []))
+
+    def finished(self, job_ids: Sequence[int]) -> dict[int, Finished]:
+        """Finished jobs from the completion log (``sacct -c``: no slurmdbd needed)."""
+        if not job_ids:
+            return {}
+        out = self.run(
+            "sacct",
+            ["-c", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", ",".join(map(str, job_ids))],
+        )
+        found: dict[int, Finished] = {}
+        for line in out.splitlines():
+            parts = line.split("|")
+            if len(parts) < 3 or not parts[0].isdigit():
+                continue
+            code, _, sig = parts[2].partition(":")
+            found[int(parts[0])] = Finished(
+                state=parts[1].split()[0] if parts[1] else "",
+                exit_code=int(code) if code.isdigit() else None,
+                signal=int(sig) if sig.isdigit() else None,
+            )
+        return found
+
+    def signal(self, job_id: int, signal: str = "TERM") -> None:
+        """Signal the batch shell and every step (the job may checkpoint, then exit)."""
+        self._scancel(["--full", f"--signal={signal}", str(job_id)])
+
+    def cancel(self, job_id: int) -> None:
+        self._scancel([str(job_id)])
+
+    def _scancel(self, args: list[str]) -> None:
+        """scancel; a job that ended meanwhile is what was wanted, not a failure."""
+        try:
+            self.run("scancel", args)
+        except SlurmUnreachable:
+            raise
+        except SlurmError as exc:
+            if not any(gone in str(exc).lower() for gone in ALREADY_GONE):
+                raise
+
+
+def job_state(job: Mapping[str, Any]) -> str:
+    """The base state of a squeue --json job (``RUNNING``, ``COMPLETED``...)."""
+    state = job.get("job_state", "")
+    if isinstance(state, list):  # newer Slurm answers a list of flags
+        state = state[0] if state else ""
+    return str(state).split()[0] if state else ""
+
+
+def exit_status(job: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(exit code, signal) of a squeue --json job (22.05 gives the raw wait status)."""
+    raw = job.get("exit_code")
+    if isinstance(raw, dict):  # newer Slurm: {"return_code": ..., "signal": {...}}
+        code = raw.get("return_code")
+        sig = (raw.get("signal") or {}).get("id")
+        return (code if isinstance(code, int) else None, sig if isinstance(sig, int) else None)
+    if not isinstance(raw, int):
+        return None, None
+    if raw & 0x7F:
+        return None, raw & 0x7F
+    return (raw >> 8) & 0xFF, None
+
+
+def node_gpus(node: Mapping[str, Any], gres_name: str) -> int:
+    """GPUs of one gres name on a node (``gpu:4``, ``gpu:a100:4(S:0-1)``, lists)."""
+    total = 0
+    for item in str(node.get("gres", "")).split(","):
+        parts = re.sub(r"\(.*?\)", "", item).split(":")
+        if parts[0] == gres_name and len(parts) >= 2 and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def node_usable(node: Mapping[str, Any]) -> bool:
+    """Whether the node can run jobs (not down, drained, failing or silent)."""
+    states = {str(node.get("state", "")).upper()}
+    states |= {str(flag).upper() for flag in node.get("state_flags", []) or []}
+    return not (states & UNUSABLE_NODE)

@@ -1,0 +1,609 @@
+"""One pass of the slurm executor over one queue (``sync_queue``).
+
+A pass reads Slurm (``squeue --json`` for live jobs, ``sacct -c`` for jobs gone from
+squeue, ``sinfo --json`` for nodes), then, in DESIGN's order within an instant:
+
+1. reports what each Slurm job did through the run services (started, completed,
+   failed with its exit code, node failure as ``capacity_lost``, unknown to Slurm as lost)
+   and confirms the end of runs the product stopped;
+2. sets each type's capacity from the usable nodes, so a node going down reaches the
+   engine as lost capacity and a node coming back as new capacity;
+3. runs the queue's scheduling cycle (``scheduler.bridge.run_cycle``);
+4. submits each new admission (one ``sbatch`` per run, its row written first so a lost
+   answer is found again by the job's name, never submitted twice) and stops runs the
+   product preempted or cancelled: a signal first, a cancel after the grace period.
+
+If Slurm cannot be reached the pass changes nothing and the executor pauses (the pages
+say since when); passes retry with backoff until Slurm answers. Passes of one queue never
+overlap (a PostgreSQL advisory lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from governance.models import (
+    DecisionRule,
+    Job,
+    JobQueue,
+    JobState,
+    QueueCapacity,
+    SlurmQueueConfig,
+    SlurmRun,
+    SlurmRunState,
+    SlurmTypeConfig,
+)
+from governance.models.capacity import Executor
+from governance.services import runs
+from governance.services import slurm as slurm_services
+from governance.services.errors import ServiceError
+from governance.services.kit import job_event
+from scheduler import bridge
+from scheduler.executors.slurm import submit
+from scheduler.executors.slurm.cli import (
+    TERMINAL_STATES,
+    Cli,
+    Finished,
+    SlurmError,
+    SlurmUnreachable,
+    exit_status,
+    job_state,
+    node_gpus,
+    node_usable,
+)
+
+log = logging.getLogger(__name__)
+
+LOCK_CLASS = 0x51A7  # advisory lock namespace of the slurm executor
+MAX_BACKOFF_SECONDS = 30.0
+MAX_SUBMIT_ATTEMPTS = 5
+SUBMIT_THREADS = 8  # sbatch calls at once (each waits on the controller)
+RECANCEL_SECONDS = 5.0
+# Slurm states in which a run has lost its machines rather than failed by itself.
+LOST_MACHINES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
+LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
+
+
+@dataclass
+class SyncResult:
+    queue_id: int
+    paused: bool = False
+    skipped: str = ""
+    submitted: int = 0
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    lost: int = 0
+    stopped: int = 0
+    capacity: dict[str, int] | None = None
+    cycle: bridge.CycleResult | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def cli_from_settings() -> Cli:
+    return Cli(
+        conf=settings.SLURM_CONF,
+        timeout=settings.SLURM_COMMAND_TIMEOUT,
+        bin_dir=settings.SLURM_BIN_DIR,
+    )
+
+
+def backoff(failures: int) -> float:
+    """Seconds before the next attempt after ``failures`` failures in a row."""
+    return float(min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** max(0, failures - 1)))
+
+
+@contextmanager
+def queue_lock(queue_id: int) -> Iterator[bool]:
+    """One pass per queue at a time, across workers (session-level advisory lock)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_CLASS, queue_id])
+        got = bool(cursor.fetchone()[0])
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_CLASS, queue_id])
+
+
+def sync_all(cli: Cli | None = None) -> list[SyncResult]:
+    """A pass over every queue run by Slurm (beat's ``slurm-sync`` entry)."""
+    ids = JobQueue.objects.filter(executor=Executor.SLURM).values_list("id", flat=True)
+    return [sync_queue(queue_id, cli=cli) for queue_id in ids]
+
+
+def sync_queue(queue_id: int, *, cli: Cli | None = None) -> SyncResult:
+    """One pass over one queue (see the module's docstring)."""
+    cli = cli or cli_from_settings()
+    result = SyncResult(queue_id=queue_id)
+    with queue_lock(queue_id) as got:
+        if not got:
+            result.skipped = "another pass of this queue is running"
+            return result
+        _sync(queue_id, cli, result)
+    return result
+
+
+def _sync(queue_id: int, cli: Cli, result: SyncResult) -> None:
+    config, _ = SlurmQueueConfig.objects.get_or_create(queue_id=queue_id)
+    now = timezone.now()
+    if config.retry_at is not None and now < config.retry_at:
+        result.paused = config.paused_since is not None
+        result.skipped = "backing off after a failure"
+        return
+    prefix = f"{settings.SLURM_JOB_PREFIX}-"
+    active = list(
+        SlurmRun.objects.filter(job__queue_id=queue_id)
+        .exclude(state=SlurmRunState.ENDED)
+        .select_related("job")
+        .order_by("id")
+    )
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:  # two independent reads at once
+            squeue_call = pool.submit(cli.squeue)
+            nodes_call = pool.submit(cli.sinfo_nodes)
+            squeue, nodes = squeue_call.result(), nodes_call.result()
+        by_id = {int(j["job_id"]): j for j in squeue if "job_id" in j}
+        gone = [r.slurm_job_id for r in active if r.slurm_job_id and r.slurm_job_id not in by_id]
+        finished = cli.finished(gone)
+    except SlurmError as exc:
+        result.paused = True
+        slurm_services.executor_pause(
+            queue_id=queue_id, now=now, message=str(exc), retry_in=backoff(config.failures + 1)
+        )
+        return
+    if config.paused_since is not None or config.failures:
+        slurm_services.executor_resume(queue_id=queue_id, now=now)
+    by_name = {str(j.get("name")): j for j in squeue if str(j.get("name", "")).startswith(prefix)}
+
+    # One transaction for every report of the pass: each report is its own savepoint
+    # (the run services are atomic), and a pass costs one commit, not one per report.
+    # Ends first, starts after the submissions: what a completion frees is resubmitted
+    # before the pass spends time on the start reports of runs already running.
+    starts: list[SlurmRun] = []
+    with transaction.atomic():
+        for slurm_run in active:
+            if slurm_run.slurm_job_id is None:
+                found = by_name.get(slurm_run.name)
+                if found is not None:  # a submission whose answer was lost: adopt it
+                    _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
+            try:  # the run services are atomic: a refusal leaves the pass's transaction usable
+                _follow(slurm_run, by_id, finished, now, result, starts)
+            except ServiceError as exc:  # a report the run services refuse (an old run)
+                log.info("report for %s refused: %s", slurm_run.name, exc)
+
+    result.capacity = _observe_capacity(queue_id, nodes, now)
+    result.cycle = bridge.run_cycle(queue_id)
+    now = timezone.now()
+    _stop(queue_id, cli, config, by_id, by_name, now, result)
+    _submit_admitted(queue_id, cli, config, by_name, now, result)
+    with transaction.atomic():
+        for slurm_run in starts:
+            try:
+                _report_started(slurm_run, now, result)
+            except ServiceError as exc:  # preempted meanwhile: the stop step handles it
+                log.info("start of %s refused: %s", slurm_run.name, exc)
+    _checkpoints(queue_id, now)
+
+
+def _adopt(slurm_run: SlurmRun, slurm_job_id: int, partition: str) -> None:
+    slurm_run.slurm_job_id = slurm_job_id
+    slurm_run.state = SlurmRunState.SUBMITTED
+    slurm_run.stdout = slurm_run.stdout.replace("%j", str(slurm_job_id))
+    slurm_run.stderr = slurm_run.stdout
+    slurm_run.partition = partition or slurm_run.partition
+    slurm_run.retry_at = None
+    slurm_run.save(
+        update_fields=["slurm_job_id", "state", "stdout", "stderr", "partition", "retry_at"]
+    )
+
+
+def _status(
+    slurm_run: SlurmRun, by_id: dict[int, dict[str, Any]], finished: dict[int, Finished]
+) -> tuple[str | None, int | None, int | None]:
+    """(state, exit code, signal) of the run's Slurm job; state None when Slurm knows
+    nothing of it."""
+    if slurm_run.slurm_job_id is None:
+        return None, None, None
+    live = by_id.get(slurm_run.slurm_job_id)
+    if live is not None:
+        code, sig = exit_status(live)
+        return job_state(live), code, sig
+    done = finished.get(slurm_run.slurm_job_id)
+    if done is not None:
+        return done.state, done.exit_code, done.signal
+    return None, None, None
+
+
+def _end(slurm_run: SlurmRun, state: str | None, code: int | None, now: datetime) -> None:
+    slurm_run.state = SlurmRunState.ENDED
+    slurm_run.slurm_state = state or "UNKNOWN"
+    slurm_run.exit_code = code
+    slurm_run.ended_at = now
+    slurm_run.save(update_fields=["state", "slurm_state", "exit_code", "ended_at"])
+
+
+def _follow(
+    slurm_run: SlurmRun,
+    by_id: dict[int, dict[str, Any]],
+    finished: dict[int, Finished],
+    now: datetime,
+    result: SyncResult,
+    starts: list[SlurmRun],
+) -> None:
+    """Report what the run's Slurm job did since the last pass (a start is only noted in
+    ``starts``: the pass reports it later)."""
+    if slurm_run.slurm_job_id is None:
+        return  # not (yet) in Slurm: the submission step retries or gives it up
+    job = slurm_run.job  # as read at the pass's start; the run services re-read and lock it
+    current = job.state == JobState.RUNNING and job.run == slurm_run.run
+    state, code, sig = _status(slurm_run, by_id, finished)
+    sid = slurm_run.slurm_job_id
+    if slurm_run.state == SlurmRunState.STOPPING or not current:
+        if state is None or state in TERMINAL_STATES:
+            _end(slurm_run, state, code, now)
+            job_event(
+                job,
+                now,
+                "stopped",
+                f"Slurm confirmed the end of job {sid} (run {slurm_run.run}): "
+                f"{state or 'no longer known'}.",
+                run=slurm_run.run,
+                slurm_job_id=sid,
+            )
+            result.stopped += 1
+        return
+    if state is None:
+        _end(slurm_run, None, None, now)
+        runs.run_declare_lost(
+            job_id=job.pk,
+            run=slurm_run.run,
+            now=now,
+            rule=DecisionRule.SLURM_LOST,
+            explanation=(
+                f"Slurm no longer knows job {sid} of run {slurm_run.run}, neither in its "
+                "queue nor in its completion log: the run is lost and the job requeued."
+            ),
+        )
+        result.lost += 1
+        return
+    if state in LIVE_STATES and not slurm_run.started_seen:
+        slurm_run.slurm_state = state
+        starts.append(slurm_run)
+        return
+    if state not in TERMINAL_STATES:
+        if slurm_run.slurm_state != state:
+            slurm_run.slurm_state = state
+            slurm_run.save(update_fields=["slurm_state"])
+        return
+    _end(slurm_run, state, code, now)
+    how = f"exit code {code}" if code is not None else f"signal {sig}"
+    if state == "COMPLETED" and code == 0:
+        runs.run_complete(actor=None, job_id=job.pk, run=slurm_run.run, now=now)
+        result.completed += 1
+    elif state in LOST_MACHINES:
+        runs.run_capacity_lost(
+            job_id=job.pk,
+            run=slurm_run.run,
+            now=now,
+            explanation=(
+                f"Stopped: Slurm job {sid} ended {state} (its node failed or went down); "
+                "the job is requeued from its last checkpoint."
+            ),
+        )
+        result.lost += 1
+    elif state == "CANCELLED":
+        runs.run_fail(
+            actor=None,
+            job_id=job.pk,
+            run=slurm_run.run,
+            now=now,
+            message=f"Slurm job {sid} was cancelled in Slurm, outside the product ({how}).",
+        )
+        result.failed += 1
+    else:
+        runs.run_fail(
+            actor=None,
+            job_id=job.pk,
+            run=slurm_run.run,
+            now=now,
+            message=f"Slurm job {sid} ended {state} with {how}.",
+        )
+        result.failed += 1
+
+
+def _report_started(slurm_run: SlurmRun, now: datetime, result: SyncResult) -> None:
+    """The run's Slurm job runs: the run's ``started`` report (once)."""
+    slurm_run.started_seen = True
+    slurm_run.save(update_fields=["started_seen", "slurm_state"])
+    runs.run_report(actor=None, job_id=slurm_run.job_id, run=slurm_run.run, kind="started", now=now)
+    result.started += 1
+
+
+def _observe_capacity(
+    queue_id: int, nodes: list[dict[str, Any]], now: datetime
+) -> dict[str, int] | None:
+    """Each mapped type's capacity from the usable nodes of its partition/feature."""
+    capacity: dict[str, int] = {}
+    unusable: set[str] = set()
+    for mapping in SlurmTypeConfig.objects.filter(queue_id=queue_id).select_related(
+        "instance_type"
+    ):
+        count = 0
+        for node in nodes:
+            partitions = node.get("partitions") or []
+            features = str(node.get("active_features") or node.get("features") or "").split(",")
+            if mapping.partition and not set(mapping.partition.split(",")) & set(partitions):
+                continue
+            if mapping.feature and mapping.feature not in features:
+                continue
+            if not node_usable(node):
+                unusable.add(f"{node.get('name')} ({str(node.get('state', '')).lower()})")
+                continue
+            if mapping.gpus_per_instance:
+                count += node_gpus(node, mapping.gres_name) // mapping.gpus_per_instance
+            else:
+                count += 1
+        capacity[mapping.instance_type.name] = count
+    if not capacity:
+        return None
+    stored = dict(
+        QueueCapacity.objects.filter(
+            queue_id=queue_id, instance_type__name__in=list(capacity)
+        ).values_list("instance_type__name", "count")
+    )
+    if stored == capacity:
+        return None  # the usual pass: nothing to lock or write
+    nodes_text = ", ".join(sorted(unusable)) if unusable else "none"
+    return slurm_services.queue_capacity_observed(
+        queue_id=queue_id,
+        capacity=capacity,
+        now=now,
+        explanation=f"Capacity as Slurm reports it; unusable nodes: {nodes_text}.",
+    )
+
+
+def _stop(
+    queue_id: int,
+    cli: Cli,
+    config: SlurmQueueConfig,
+    by_id: dict[int, dict[str, Any]],
+    by_name: dict[str, dict[str, Any]],
+    now: datetime,
+    result: SyncResult,
+) -> None:
+    """Signal, then cancel after the grace period, every Slurm job whose run is over."""
+    for slurm_run in (
+        SlurmRun.objects.filter(job__queue_id=queue_id)
+        .exclude(state=SlurmRunState.ENDED)
+        .select_related("job")
+        .order_by("id")
+    ):
+        job = slurm_run.job
+        current = job.state == JobState.RUNNING and job.run == slurm_run.run
+        if current and slurm_run.state != SlurmRunState.STOPPING:
+            continue
+        if slurm_run.slurm_job_id is None:
+            found = by_name.get(slurm_run.name)
+            if found is None:
+                _end(slurm_run, "NEVER_SUBMITTED", None, now)
+                continue
+            _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
+        sid = slurm_run.slurm_job_id
+        assert sid is not None
+        state = job_state(by_id[sid]) if sid in by_id else None
+        if state in TERMINAL_STATES:
+            continue  # the next pass confirms it
+        try:
+            if slurm_run.state != SlurmRunState.STOPPING:
+                if state in LIVE_STATES and config.grace_seconds > 0:
+                    cli.signal(sid, "TERM")
+                    wait = float(config.grace_seconds)
+                else:
+                    cli.cancel(sid)
+                    wait = RECANCEL_SECONDS
+                slurm_run.state = SlurmRunState.STOPPING
+                slurm_run.signalled_at = now
+                slurm_run.retry_at = now + timedelta(seconds=wait)
+                slurm_run.save(update_fields=["state", "signalled_at", "retry_at"])
+            elif slurm_run.retry_at is None or now >= slurm_run.retry_at:
+                cli.cancel(sid)
+                slurm_run.retry_at = now + timedelta(seconds=RECANCEL_SECONDS)
+                slurm_run.save(update_fields=["retry_at"])
+        except SlurmError as exc:
+            result.errors.append(str(exc))
+            slurm_services.executor_failed(
+                queue_id=queue_id,
+                now=now,
+                message=f"stopping Slurm job {sid} of {slurm_run.name}: {exc}",
+                retry_in=0,
+            )
+
+
+def _submit_admitted(
+    queue_id: int,
+    cli: Cli,
+    config: SlurmQueueConfig,
+    by_name: dict[str, dict[str, Any]],
+    now: datetime,
+    result: SyncResult,
+) -> None:
+    """One sbatch per admitted run without a Slurm job (and retries of failed ones).
+
+    Three steps: the runs' rows are written and committed first (one transaction), so
+    that a submission whose answer is lost is found again by its name; then the sbatch
+    calls, several at once; then their answers are recorded (one transaction).
+    """
+    running = list(
+        Job.objects.filter(queue_id=queue_id, state=JobState.RUNNING)
+        .select_related("instance_type")
+        .order_by("run_started_at", "id")
+    )
+    if not running:
+        return
+    existing = {
+        (r.job_id, r.run): r
+        for r in SlurmRun.objects.filter(job__in=[j.pk for j in running]).order_by("id")
+    }
+    mappings = {m.instance_type_id: m for m in SlurmTypeConfig.objects.filter(queue_id=queue_id)}
+    todo: list[tuple[Job, SlurmRun, submit.Submission | None]] = []
+    with transaction.atomic():
+        for job in running:
+            slurm_run = existing.get((job.pk, job.run))
+            if slurm_run is None:
+                try:
+                    with transaction.atomic():
+                        slurm_run = SlurmRun.objects.create(
+                            job=job,
+                            run=job.run,
+                            name=submit.job_name(settings.SLURM_JOB_PREFIX, job.pk, job.run),
+                            created_at=now,
+                        )
+                except IntegrityError:
+                    continue  # another pass wrote it first
+            elif (
+                slurm_run.state != SlurmRunState.SUBMITTING
+                or slurm_run.slurm_job_id
+                or (slurm_run.retry_at is not None and now < slurm_run.retry_at)
+            ):
+                continue
+            elif slurm_run.name in by_name:
+                found = by_name[slurm_run.name]
+                _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
+                continue
+            mapping = mappings.get(job.instance_type_id) if job.instance_type_id else None
+            sub = _prepare(job, slurm_run, mapping, config)
+            todo.append((job, slurm_run, sub))
+    if not todo:
+        return
+
+    def call(item: tuple[Job, SlurmRun, submit.Submission | None]) -> int | SlurmError | None:
+        sub = item[2]
+        if sub is None:
+            return None
+        try:
+            return cli.sbatch(sub.script, sub.options, sub.env)
+        except SlurmError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=SUBMIT_THREADS) as pool:
+        answers = list(pool.map(call, todo))
+    with transaction.atomic():
+        for (job, slurm_run, sub), answer in zip(todo, answers, strict=True):
+            with transaction.atomic():
+                _record(job, slurm_run, sub, answer, now, result)
+
+
+def _prepare(
+    job: Job, slurm_run: SlurmRun, mapping: SlurmTypeConfig | None, config: SlurmQueueConfig
+) -> submit.Submission | None:
+    """The sbatch call of a run (None without a mapping for its type); counts the attempt."""
+    if mapping is None:
+        return None
+    count = int(job.preferences[job.preference or 0]["count"])
+    speed = float(job.instance_type.speed) if job.instance_type else 1.0
+    limit = None
+    if job.duration is not None:
+        limit = max(0.0, job.duration - job.checkpoint_work) / speed * 1.5 + 60
+    checkpoint_dir = os.path.join(settings.SLURM_CHECKPOINT_DIR, str(job.pk))
+    output_dir = settings.SLURM_OUTPUT_DIR
+    for path in (checkpoint_dir, output_dir):
+        os.makedirs(path, exist_ok=True)
+    sub = submit.build(
+        name=slurm_run.name,
+        job_id=job.pk,
+        run=job.run,
+        count=count,
+        mapping=submit.TypeMapping(
+            partition=mapping.partition,
+            feature=mapping.feature,
+            gpus_per_instance=mapping.gpus_per_instance,
+            gres_name=mapping.gres_name,
+        ),
+        program=job.program or {},
+        account=config.account,
+        qos=config.qos,
+        output_dir=output_dir,
+        checkpoint_dir=checkpoint_dir,
+        resume_work=job.checkpoint_work,
+        time_limit_seconds=limit,
+    )
+    slurm_run.attempts += 1
+    slurm_run.stdout = sub.stdout
+    slurm_run.partition = mapping.partition
+    slurm_run.save(update_fields=["attempts", "stdout", "partition"])
+    return sub
+
+
+def _record(
+    job: Job,
+    slurm_run: SlurmRun,
+    sub: submit.Submission | None,
+    answer: int | SlurmError | None,
+    now: datetime,
+    result: SyncResult,
+) -> None:
+    """What sbatch answered: the Slurm job id, or a failure (audited, retried later)."""
+    if sub is None:
+        type_name = job.instance_type.name if job.instance_type else "?"
+        _give_up(job, slurm_run, now, f"no Slurm mapping for instance type {type_name}", result)
+        return
+    if isinstance(answer, int):
+        _adopt(slurm_run, answer, slurm_run.partition)
+        result.submitted += 1
+        return
+    exc = answer if isinstance(answer, SlurmError) else SlurmError("no answer")
+    refused = not isinstance(exc, SlurmUnreachable)
+    slurm_run.retry_at = now + timedelta(seconds=backoff(slurm_run.attempts))
+    slurm_run.save(update_fields=["retry_at"])
+    result.errors.append(str(exc))
+    slurm_services.executor_failed(
+        queue_id=job.queue_id,
+        now=now,
+        message=f"sbatch of {slurm_run.name} (attempt {slurm_run.attempts}): {exc}",
+        retry_in=0,
+    )
+    if refused and slurm_run.attempts >= MAX_SUBMIT_ATTEMPTS:
+        _give_up(job, slurm_run, now, f"Slurm refused the job: {exc}", result)
+
+
+def _give_up(job: Job, slurm_run: SlurmRun, now: datetime, why: str, result: SyncResult) -> None:
+    _end(slurm_run, "NOT_SUBMITTED", None, now)
+    runs.run_fail(actor=None, job_id=job.pk, run=slurm_run.run, now=now, message=why[:2000])
+    result.failed += 1
+
+
+def _checkpoints(queue_id: int, now: datetime) -> None:
+    """Checkpoints a job wrote (``$GOV_CHECKPOINT_DIR/progress``: the work units its last
+    checkpoint saved), reported as the run's checkpoints (docs/slurm.md)."""
+    for job in Job.objects.filter(queue_id=queue_id, state=JobState.RUNNING).only(
+        "id", "run", "checkpoint_work", "duration"
+    ):
+        path = os.path.join(settings.SLURM_CHECKPOINT_DIR, str(job.pk), "progress")
+        try:
+            with open(path, encoding="ascii") as handle:
+                saved = float(handle.read(64).strip() or "nan")
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if not saved > job.checkpoint_work:
+            continue
+        if job.duration is not None:
+            saved = min(saved, float(job.duration))
+        try:
+            runs.run_report(
+                actor=None, job_id=job.pk, run=job.run, kind="checkpoint", now=now, work=saved
+            )
+        except ServiceError as exc:
+            log.info("checkpoint of job %s refused: %s", job.pk, exc)

@@ -1,0 +1,192 @@
+"""The slurm executor's configuration, a job's program and the sbatch call built from them
+(no Slurm needed: tests/slurm runs them against the local Slurm)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from governance.models import AuditEntry, AuditEvent, SlurmTypeConfig
+from governance.models.capacity import Executor
+from governance.services import jobs as job_services
+from governance.services import slurm as slurm_services
+from governance.services.errors import Errors, PermissionDenied, ValidationFailed
+from scheduler.executors.slurm import submit
+from scheduler.executors.slurm.cli import exit_status, node_gpus, node_usable
+from tests.factories import TeamFactory, make_admin, make_member, make_queue, make_share
+
+G5 = "ml.g5.xlarge"
+
+
+def clean(value: Any) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    errors = Errors()
+    out = slurm_services.clean_program(value, errors)
+    try:
+        errors.raise_if_any()
+    except ValidationFailed as exc:
+        return out, exc.errors
+    return out, {}
+
+
+def test_a_program_is_a_command_or_a_script_with_workdir_and_env() -> None:
+    ok, errors = clean({"command": ["python", "train.py"], "workdir": "/w", "env": {"A": "1"}})
+    assert not errors and ok == {
+        "command": ["python", "train.py"],
+        "workdir": "/w",
+        "env": {"A": "1"},
+    }
+    assert clean({"script": "#!/bin/bash\necho hi\n"})[1] == {}
+    for bad in (
+        "python train.py",
+        {"command": []},
+        {"command": "python"},
+        {"command": ["a"], "script": "#!/bin/sh"},
+        {"script": "echo no shebang"},
+        {"command": ["a\x00b"]},
+        {"command": ["a"], "workdir": "relative"},
+        {"command": ["a"], "env": {"1BAD": "x"}},
+        {"command": ["a"], "env": {"GOV_RUN": "9"}},
+        {"command": ["a"], "env": {"A": 5}},
+        {"command": ["a"], "shell": True},
+        {"command": ["x" * 5000]},
+    ):
+        assert "program" in clean(bad)[1], bad
+
+
+def test_the_batch_script_quotes_every_argument() -> None:
+    argv = ["echo", "$(rm -rf /)", "a b", "it's"]
+    sub = submit.build(
+        name="gov-1-r2",
+        job_id=1,
+        run=2,
+        count=3,
+        mapping=submit.TypeMapping("gpu-a", "fa", 2, "gpu"),
+        program={"command": argv, "env": {"X": "$HOME"}},
+        account="acct",
+        qos="high",
+        output_dir="/out",
+        checkpoint_dir="/ck/1",
+        resume_work=30.0,
+        time_limit_seconds=600,
+    )
+    assert sub.script.splitlines()[1] == f"exec {shlex.join(argv)}"
+    assert shlex.split(sub.script.splitlines()[1])[1:] == argv
+    for option in (
+        "--job-name=gov-1-r2",
+        "--no-requeue",
+        "--ntasks=3",
+        "--gpus-per-task=2",
+        "--partition=gpu-a",
+        "--constraint=fa",
+        "--account=acct",
+        "--qos=high",
+        "--time=10",
+    ):
+        assert option in sub.options
+    assert sub.env["X"] == "$HOME" and sub.env["GOV_RUN"] == "2"
+    assert sub.env["GOV_CHECKPOINT_DIR"] == "/ck/1" and sub.env["GOV_RESUME_WORK"] == "30"
+
+
+def test_slurm_answers_are_read() -> None:
+    assert exit_status({"exit_code": 3 << 8}) == (3, None)
+    assert exit_status({"exit_code": 9}) == (None, 9)
+    assert exit_status({"exit_code": {"return_code": 2, "signal": {"id": 0}}}) == (2, 0)
+    assert node_gpus({"gres": "gpu:a100:4(S:0-1),gpu:2"}, "gpu") == 6
+    assert node_gpus({"gres": "mps:100"}, "gpu") == 0
+    assert node_usable({"state": "idle", "state_flags": []})
+    assert node_usable({"state": "mixed"})
+    assert not node_usable({"state": "down"})
+    assert not node_usable({"state": "idle", "state_flags": ["DRAIN"]})
+
+
+@pytest.mark.django_db
+def test_the_mapping_is_set_by_admins_validated_and_audited() -> None:
+    queue = make_queue("s", {G5: 4})
+    admin = make_admin()
+    team = TeamFactory(name="t")
+    with pytest.raises(PermissionDenied):
+        slurm_services.slurm_config_set(actor=make_member(team), queue=queue, config={})
+    with pytest.raises(ValidationFailed) as refused:
+        slurm_services.slurm_config_set(
+            actor=admin,
+            queue=queue,
+            config={
+                "account": "bad name",
+                "grace_seconds": -1,
+                "types": {G5: {"gpus_per_instance": 2}, "nope": {"partition": "p"}},
+            },
+        )
+    assert set(refused.value.errors) == {"account", "grace_seconds", "types"}
+    assert any("partition or a feature" in m for m in refused.value.errors["types"])
+    after = slurm_services.slurm_config_set(
+        actor=admin,
+        queue=queue,
+        config={"account": "ml", "types": {G5: {"partition": "gpu-a", "gpus_per_instance": 4}}},
+        reason="new cluster",
+    )
+    assert after["types"][G5] == {
+        "partition": "gpu-a",
+        "feature": "",
+        "gpus_per_instance": 4,
+        "gres_name": "gpu",
+    }
+    entry = AuditEntry.objects.get(event_type=AuditEvent.SLURM_CONFIG_CHANGED)
+    assert entry.after["account"] == "ml" and entry.reason == "new cluster"
+    slurm_services.slurm_config_set(actor=admin, queue=queue, config={"types": {}})
+    assert not SlurmTypeConfig.objects.filter(queue=queue).exists()
+
+
+@pytest.mark.django_db
+def test_a_job_of_a_slurm_queue_must_say_what_to_run() -> None:
+    queue = make_queue("s", {G5: 4})
+    queue.executor = Executor.SLURM
+    queue.save()
+    team = TeamFactory(name="t")
+    share = make_share(queue, team, "s", {G5: 2})
+    user = make_member(team)
+    prefs = [{"instance_type": G5, "count": 1}]
+    with pytest.raises(ValidationFailed) as refused:
+        job_services.job_submit(actor=user, share=share, name="j", preferences=prefs)
+    assert "program" in refused.value.errors
+    job = job_services.job_submit(
+        actor=user, share=share, name="j", preferences=prefs, program={"command": ["true"]}
+    )
+    assert job.program == {"command": ["true"]}
+
+
+@pytest.mark.django_db
+def test_the_api_and_the_page_show_and_change_the_mapping() -> None:
+    queue = make_queue("s", {G5: 4})
+    admin = make_admin()
+    api = APIClient()
+    api.force_authenticate(admin)
+    url = f"/api/queues/{queue.pk}/slurm/"
+    assert api.get(url).json()["paused_since"] is None
+    bad = api.patch(url, {"types": {G5: {"partition": "a;b"}}}, format="json")
+    assert bad.status_code == 400 and "types" in bad.json()
+    good = api.patch(url, {"qos": "q1", "types": {G5: {"feature": "fa"}}}, format="json")
+    assert good.status_code == 200, good.content
+    assert good.json()["types"][G5]["feature"] == "fa" and good.json()["qos"] == "q1"
+
+    web = Client()
+    web.force_login(admin)
+    page = web.get(f"/queues/{queue.pk}/slurm/")
+    assert page.status_code == 200 and b"fa" in page.content
+    form = {
+        "account": "",
+        "qos": "q2",
+        "grace_seconds": "5",
+        "t0_partition": "gpu-b",
+        "t0_feature": "",
+        "t0_gpus_per_instance": "2",
+        "t0_gres_name": "gpu",
+        "reason": "",
+    }
+    assert web.post(f"/queues/{queue.pk}/slurm/", form).status_code == 302
+    assert api.get(url).json()["types"][G5]["partition"] == "gpu-b"
+    refused = web.post(f"/queues/{queue.pk}/slurm/", {**form, "t0_partition": "no way"})
+    assert refused.status_code == 400 and b"letters, digits" in refused.content
