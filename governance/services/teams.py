@@ -106,6 +106,7 @@ def team_create(
     description: str = "",
     leads: list[str] | None = None,
     members: list[str] | None = None,
+    reason: str = "",
 ) -> Team:
     """Create a team with its leads and members (usernames). Audited as TEAM_CREATED."""
     require_admin(actor, "create teams")
@@ -127,12 +128,15 @@ def team_create(
             actor=actor,
             subject=team,
             after=team_snapshot(team),
+            reason=reason,
             team_id=team.pk,
         )
     return team
 
 
-def team_update(*, actor: AnyUser, team: Team | int, changes: Mapping[str, Any]) -> Team:
+def team_update(
+    *, actor: AnyUser, team: Team | int, changes: Mapping[str, Any], reason: str = ""
+) -> Team:
     """Change a team's name/description (TEAM_UPDATED) and/or membership (MEMBERSHIP_CHANGED).
 
     ``changes`` holds only the fields to change; ``leads``/``members`` replace the whole
@@ -180,6 +184,7 @@ def team_update(*, actor: AnyUser, team: Team | int, changes: Mapping[str, Any])
                 subject=locked,
                 before=before_fields,
                 after=after_fields,
+                reason=reason,
                 team_id=locked.pk,
             )
         _set_memberships(locked, lead_users, member_users)
@@ -192,6 +197,7 @@ def team_update(*, actor: AnyUser, team: Team | int, changes: Mapping[str, Any])
                 subject=locked,
                 before=before_members,
                 after=after_members,
+                reason=reason,
                 team_id=locked.pk,
             )
     return locked

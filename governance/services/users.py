@@ -126,6 +126,7 @@ def user_create(
     first_name: str = "",
     last_name: str = "",
     roles: Iterable[str] = (),
+    reason: str = "",
 ) -> AbstractUser:
     """Create a user (admins). Without a password the user signs in only after a password
     reset by email. Audited as USER_CREATED."""
@@ -164,7 +165,11 @@ def user_create(
             raise ValidationFailed({"username": [f"A user named {username!r} exists."]}) from exc
         _set_roles(user, clean_roles)
         audit.record(
-            event_type=AuditEvent.USER_CREATED, actor=actor, subject=user, after=user_snapshot(user)
+            event_type=AuditEvent.USER_CREATED,
+            actor=actor,
+            subject=user,
+            after=user_snapshot(user),
+            reason=reason,
         )
     return user
 
@@ -286,3 +291,29 @@ def user_reactivate(
     """Let a deactivated user sign in again (admins). Audited as USER_REACTIVATED."""
     _require_admin(actor, "reactivate users")
     return _set_active(actor=actor, user=user, active=True, reason=reason)
+
+
+def user_edit(
+    *,
+    actor: AnyUser | None,
+    user: AbstractUser | int,
+    changes: Mapping[str, Any],
+    roles: Iterable[str],
+    active: bool,
+    reason: str = "",
+) -> AbstractUser:
+    """What the admin's user page saves at once (admins): fields, site roles and whether
+    the user may sign in, in one transaction, so a refused part leaves nothing half-done.
+    Each part keeps its own audit entry (USER_UPDATED, USER_ROLES_CHANGED,
+    USER_DEACTIVATED / USER_REACTIVATED) carrying the same reason."""
+    _require_admin(actor, "change users")
+    if not isinstance(active, bool):
+        raise ValidationFailed({"active": ["Must be true or false."]})
+    with transaction.atomic():
+        locked = user_update(actor=actor, user=user, changes=changes, reason=reason)
+        locked = user_set_roles(actor=actor, user=locked, roles=roles, reason=reason)
+        if active:
+            locked = user_reactivate(actor=actor, user=locked, reason=reason)
+        else:
+            locked = user_deactivate(actor=actor, user=locked, reason=reason)
+    return locked

@@ -27,6 +27,7 @@ NAV: list[tuple[str, str, str]] = [
     ("web:priorities", "Priorities", "all"),
     ("web:agreements", "Agreements", "all"),
     ("web:audit", "Audit trail", "review"),
+    ("web:admin", "Admin", "admin"),
 ]
 
 

@@ -2,12 +2,13 @@
 
 Page modules register their routes here (namespace ``web``); the navigation in
 ``governance.web.nav`` links to ``web:overview``, ``web:queues``, ``web:jobs``,
-``web:exceptions``, ``web:priorities``, ``web:agreements`` and ``web:audit``.
+``web:exceptions``, ``web:priorities``, ``web:agreements``, ``web:audit`` and (admins)
+``web:admin``.
 """
 
 from django.urls import path
 
-from governance.web import account, jobs, overview, queues, shares
+from governance.web import account, administration, jobs, overview, queues, shares
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
 from governance.web import exceptions as exception_pages
@@ -66,4 +67,19 @@ urlpatterns += [
     path("audit/", audit_pages.audit_list, name="audit"),
     path("notifications/", notification_pages.notification_list, name="notifications"),
     path("notifications/read/", notification_pages.notification_read, name="notifications-read"),
+]
+
+# The admins' pages (issue 13): queues, instance types, capacity, teams, shares, users.
+
+urlpatterns += [
+    path("admin/", administration.index, name="admin"),
+    path("admin/types/new/", administration.type_new, name="admin-type-new"),
+    path("admin/types/<int:pk>/", administration.type_edit, name="admin-type"),
+    path("admin/queues/new/", administration.queue_new, name="admin-queue-new"),
+    path("admin/queues/<int:pk>/", administration.queue_edit, name="admin-queue"),
+    path("admin/teams/new/", administration.team_new, name="admin-team-new"),
+    path("admin/teams/<int:pk>/", administration.team_edit, name="admin-team"),
+    path("admin/shares/new/", administration.share_new, name="admin-share-new"),
+    path("admin/users/new/", administration.user_new, name="admin-user-new"),
+    path("admin/users/<int:pk>/", administration.user_edit, name="admin-user"),
 ]
