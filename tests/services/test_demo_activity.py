@@ -41,3 +41,16 @@ def test_the_same_seed_gives_the_same_activity(tmp_path: Path) -> None:
         transaction.set_rollback(True)  # back to the same world
     assert first
     assert simulated.tick(3) == first
+
+
+@pytest.mark.django_db
+def test_demo_activity_is_recorded_under_the_demo_actor_only(tmp_path: Path) -> None:
+    """Issue 13: the demo's moves never appear under a real user's name."""
+    demo.load(tmp_path)
+    first_new = AuditEntry.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    for number in (0, 1, 2, 3, 4):
+        simulated.tick(number)
+    entries = AuditEntry.objects.filter(id__gt=first_new).exclude(actor=None)
+    assert entries.exists()
+    assert set(entries.values_list("actor__username", flat=True)) == {demo.DEMO_ACTOR}
+    assert set(Job.objects.values_list("submitter__username", flat=True)) == {demo.DEMO_ACTOR}
