@@ -441,3 +441,23 @@ def test_an_admin_cannot_drop_their_own_admin_role_and_nothing_is_half_saved(wor
     world.admin.refresh_from_db()
     assert world.admin.email == ""  # the email change was rolled back with the refusal
     assert audit_count() == before
+
+
+# --- one's own API tokens --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["red_member", "admin"])
+def test_everyone_reaches_their_tokens_and_a_bad_expiry_shows_beside_its_field(
+    world: Any, role: str
+) -> None:
+    c = client_for(getattr(world, role))
+    assert 'href="/account/tokens/"' in c.get("/").content.decode()  # in the top bar
+    before = audit_count()
+    response = c.post(reverse("web:tokens"), {"hours": "0"})
+    assert response.status_code == 400
+    assert 'id="id_hours_errors"' in response.content.decode()
+    assert audit_count() == before
+    assert c.post(reverse("web:tokens"), {"hours": "1"}).status_code == 200
+    assert AuditEntry.objects.filter(
+        event_type=AuditEvent.TOKEN_CREATED, actor=getattr(world, role)
+    ).exists()
