@@ -14,7 +14,7 @@ from governance.models.capacity import Executor
 from governance.models.shares import Policy
 from governance.selectors.administration import SITE_ROLES
 from governance.services import limits as limits_
-from governance.web.forms_shares import ShareEditForm
+from governance.web.forms_shares import LIMIT_ROWS, ShareEditForm
 
 REASON_MAX = 2000
 ROLE_LABELS = {
@@ -153,7 +153,8 @@ class UserForm(forms.Form):
         required=False,
         max_length=4096,
         strip=False,
-        widget=forms.PasswordInput(render_value=False),
+        # new-password: a browser must not fill in the signed-in admin's own password.
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
         help_text="Empty: they sign in after a password reset by email.",
     )
     roles = forms.MultipleChoiceField(
@@ -200,5 +201,9 @@ class ShareCreateForm(ShareEditForm):
         )
         self.fields["name"] = forms.CharField(max_length=100, label="Share name")
         self.fields["reason"].validators.append(MaxLengthValidator(REASON_MAX))
+        for i in range(LIMIT_ROWS):
+            for prefix in ("limit_type_", "limit_count_"):
+                field = self.fields[f"{prefix}{i}"]
+                field.widget.attrs["aria-label"] = str(field.label)
         self.fields["policy"].initial = Policy.RESERVE
         self.fields["enabled"].initial = True

@@ -318,6 +318,8 @@ def share_data(world: Any, **changes: Any) -> dict[str, Any]:
 
 
 def test_an_admin_creates_a_share(world: Any) -> None:
+    form = client_for(world.admin).get(reverse("web:admin-share-new")).content.decode()
+    assert 'aria-label="Type 1"' in form and 'aria-label="Count 5"' in form
     response = client_for(world.admin).post(reverse("web:admin-share-new"), share_data(world))
     assert response.status_code == 302
     share = Share.objects.get(name="blue-batch")
@@ -372,6 +374,8 @@ def test_an_admin_creates_a_reviewer(world: Any) -> None:
     )
     assert response.status_code == 302
     rita = get_user_model().objects.get(username="rita")
+    form = client_for(world.admin).get(reverse("web:admin-user", args=[rita.pk]))
+    assert 'autocomplete="new-password"' in form.content.decode()  # no autofilled password
     assert rita.check_password("a-long-enough-pass-phrase")
     entry = AuditEntry.objects.get(event_type=AuditEvent.USER_CREATED, subject_id=str(rita.pk))
     assert entry.after["roles"] == ["reviewer"]
