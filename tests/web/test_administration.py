@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from governance.models import (
@@ -21,7 +23,14 @@ from governance.models import (
     Share,
     Team,
 )
-from tests.factories import make_world
+from tests.factories import (
+    TeamFactory,
+    UserFactory,
+    make_lead,
+    make_queue,
+    make_share,
+    make_world,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -465,3 +474,21 @@ def test_everyone_reaches_their_tokens_and_a_bad_expiry_shows_beside_its_field(
     assert AuditEntry.objects.filter(
         event_type=AuditEvent.TOKEN_CREATED, actor=getattr(world, role)
     ).exists()
+
+
+def test_the_index_costs_the_same_queries_however_much_there_is(world: Any) -> None:
+    """Each list is one or two reads (prefetched), not one per row."""
+    c = client_for(world.admin)
+    c.get(reverse("web:admin"))  # warm the session and caches
+    with CaptureQueriesContext(connection) as few:
+        assert c.get(reverse("web:admin")).status_code == 200
+    for i in range(4):
+        team = TeamFactory(name=f"more-{i}")
+        make_lead(team, f"more-lead-{i}")
+        UserFactory(username=f"more-user-{i}")
+        queue = make_queue(f"more-queue-{i}", {"ml.g5.xlarge": 1})
+        make_share(queue, team, f"more-share-{i}", {"ml.g5.xlarge": 1})
+    with CaptureQueriesContext(connection) as many:
+        body = c.get(reverse("web:admin")).content.decode()
+    assert "more-share-3" in body and "more-lead-3" in body
+    assert len(many) == len(few)
