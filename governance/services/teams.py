@@ -201,3 +201,61 @@ def team_update(
                 team_id=locked.pk,
             )
     return locked
+
+
+def user_set_teams(
+    *,
+    actor: AnyUser,
+    user: Any,
+    lead_of: list[int],
+    member_of: list[int],
+    reason: str = "",
+) -> None:
+    """Make ``user`` lead exactly the teams ``lead_of`` and a member of exactly
+    ``member_of`` (team ids), from the user's side: each team whose people change gets
+    its own MEMBERSHIP_CHANGED entry, as if edited on its page. Admins only."""
+    require_admin(actor, "change teams")
+    errors = Errors()
+    for field, given in (("lead_of", lead_of), ("member_of", member_of)):
+        if not isinstance(given, list | tuple) or not all(isinstance(t, int) for t in given):
+            errors.add(field, "Give a list of team ids.")
+    errors.raise_if_any()
+    both = set(lead_of) & set(member_of)
+    if both:
+        names = sorted(Team.objects.filter(pk__in=both).values_list("name", flat=True))
+        errors.add(
+            "member_of",
+            f"Lead or member, not both, of {', '.join(names)}: a lead has every member right.",
+        )
+    wanted = set(lead_of) | set(member_of)
+    known = set(Team.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    if wanted - known:
+        errors.add("lead_of", "No such team.")
+    errors.raise_if_any()
+    username = user.get_username()
+    with transaction.atomic():
+        current = dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
+        for team_id in sorted(known | set(current)):
+            role = (
+                MembershipRole.LEAD
+                if team_id in lead_of
+                else MembershipRole.MEMBER
+                if team_id in member_of
+                else None
+            )
+            if current.get(team_id) == role:
+                continue
+            team = Team.objects.get(pk=team_id)
+            people = membership_snapshot(team)
+            leads = [u for u in people["leads"] if u != username]
+            members = [u for u in people["members"] if u != username]
+            if role == MembershipRole.LEAD:
+                leads.append(username)
+            elif role == MembershipRole.MEMBER:
+                members.append(username)
+            team_update(
+                actor=actor,
+                team=team_id,
+                changes={"leads": leads, "members": members},
+                reason=reason,
+            )

@@ -308,9 +308,13 @@ def share_new(request: HttpRequest) -> HttpResponse:
 # --- users and roles ------------------------------------------------------------------
 
 
+def _team_choices() -> list[tuple[int, str]]:
+    return [(t.pk, t.name) for t in sel.teams()]
+
+
 @admin_only
 def user_new(request: HttpRequest) -> HttpResponse:
-    form = UserForm(request.POST or None)
+    form = UserForm(request.POST or None, teams=_team_choices())
     status = 200
     if request.method == "POST":
 
@@ -324,6 +328,8 @@ def user_new(request: HttpRequest) -> HttpResponse:
                 last_name=data["last_name"],
                 roles=list(data["roles"]),
                 reason=_reason(data),
+                lead_of=list(data["lead_of"]),
+                member_of=list(data["member_of"]),
             )
 
         user, status = _save(form, create)
@@ -347,9 +353,11 @@ def user_edit(request: HttpRequest, pk: int) -> HttpResponse:
         "first_name": person.first_name,
         "last_name": person.last_name,
         "roles": described["roles"],
+        "lead_of": [t.pk for t in described["leads"]],
+        "member_of": [t.pk for t in described["member_of"]],
         "active": person.is_active,
     }
-    form = UserForm(request.POST or None, initial=initial, editing=True)
+    form = UserForm(request.POST or None, initial=initial, teams=_team_choices(), editing=True)
     status = 200
     if request.method == "POST":
 
@@ -364,6 +372,8 @@ def user_edit(request: HttpRequest, pk: int) -> HttpResponse:
                 roles=list(data["roles"]),
                 active=bool(data["active"]),
                 reason=_reason(data),
+                lead_of=list(data["lead_of"]),
+                member_of=list(data["member_of"]),
             )
 
         saved, status = _save(form, update)

@@ -162,15 +162,34 @@ class UserForm(forms.Form):
         choices=[(role, ROLE_LABELS[role]) for role in SITE_ROLES],
         widget=forms.CheckboxSelectMultiple,
         label="Site roles",
-        help_text="Team lead is a team role: give it on the team's page.",
+    )
+    lead_of = forms.TypedMultipleChoiceField(
+        coerce=int,
+        required=False,
+        label="Team lead of",
+        help_text="A lead submits jobs, files priority exceptions and keeps the team's agreements.",
+    )
+    member_of = forms.TypedMultipleChoiceField(
+        coerce=int, required=False, label="Member of", help_text="Members submit jobs."
     )
     active = forms.BooleanField(
         required=False, initial=True, label="May sign in (unticked: deactivated, tokens revoked)"
     )
     reason = reason_field()
 
-    def __init__(self, *args: Any, editing: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        teams: list[tuple[int, str]],
+        editing: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
+        for name in ("lead_of", "member_of"):
+            field = self.fields[name]
+            assert isinstance(field, forms.TypedMultipleChoiceField)
+            field.choices = teams
+            field.widget.attrs["size"] = min(8, max(3, len(teams)))
         if editing:
             self.fields["username"].disabled = True
             self.fields["username"].help_text = "Usernames do not change."

@@ -395,7 +395,7 @@ def test_an_admin_creates_a_reviewer(world: Any) -> None:
 def test_an_admin_changes_roles_and_deactivates_in_one_save(world: Any) -> None:
     url = reverse("web:admin-user", args=[world.red_member.pk])
     page = client_for(world.admin).get(url).content.decode()
-    assert "member of" in page and "red" in page
+    assert f'<option value="{world.red.pk}" selected>red</option>' in page  # member of red
     response = client_for(world.admin).post(
         url,
         {
@@ -404,10 +404,12 @@ def test_an_admin_changes_roles_and_deactivates_in_one_save(world: Any) -> None:
             "last_name": "",
             "password": "",
             "roles": ["agent"],
+            "member_of": [str(world.red.pk)],
             "reason": "Now runs the cluster agent only.",
         },
     )
     assert response.status_code == 302
+    assert not AuditEntry.objects.filter(event_type=AuditEvent.MEMBERSHIP_CHANGED).exists()
     world.red_member.refresh_from_db()
     assert not world.red_member.is_active
     roles = AuditEntry.objects.get(event_type=AuditEvent.USER_ROLES_CHANGED)
@@ -492,3 +494,51 @@ def test_the_index_costs_the_same_queries_however_much_there_is(world: Any) -> N
         body = c.get(reverse("web:admin")).content.decode()
     assert "more-share-3" in body and "more-lead-3" in body
     assert len(many) == len(few)
+
+
+def test_team_roles_are_given_from_the_users_page(world: Any) -> None:
+    """A lead of blue who stays a member of red: each team changed is its own entry."""
+    url = reverse("web:admin-user", args=[world.red_member.pk])
+    response = client_for(world.admin).post(
+        url,
+        {
+            "lead_of": [str(world.blue.pk)],
+            "member_of": [str(world.red.pk)],
+            "active": "on",
+            "reason": "Leads blue from Monday.",
+        },
+    )
+    assert response.status_code == 302
+    roles = dict(Membership.objects.filter(user=world.red_member).values_list("team__name", "role"))
+    assert roles == {"blue": "lead", "red": "member"}
+    [entry] = AuditEntry.objects.filter(event_type=AuditEvent.MEMBERSHIP_CHANGED)
+    assert entry.team_id == world.blue.pk and entry.reason == "Leads blue from Monday."
+    assert entry.after == {"leads": ["blue_lead", "red_member"], "members": []}
+
+
+def test_a_new_user_joins_teams_and_a_refusal_leaves_no_user(world: Any) -> None:
+    c = client_for(world.admin)
+    before_users, before_audit = get_user_model().objects.count(), audit_count()
+    both = c.post(
+        reverse("web:admin-user-new"),
+        {
+            "username": "newbie",
+            "lead_of": [str(world.red.pk)],
+            "member_of": [str(world.red.pk)],
+            "reason": "Joins red.",
+        },
+    )
+    assert both.status_code == 400
+    assert any("not both" in m for m in field_errors(both, "member_of"))
+    assert get_user_model().objects.count() == before_users
+    assert audit_count() == before_audit
+    ok = c.post(
+        reverse("web:admin-user-new"),
+        {"username": "newbie", "member_of": [str(world.red.pk)], "reason": "Joins red."},
+    )
+    assert ok.status_code == 302
+    newbie = get_user_model().objects.get(username="newbie")
+    assert Membership.objects.get(user=newbie).team == world.red
+    assert AuditEntry.objects.filter(
+        event_type=AuditEvent.MEMBERSHIP_CHANGED, team_id=world.red.pk, reason="Joins red."
+    ).exists()
