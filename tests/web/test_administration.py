@@ -327,6 +327,10 @@ def share_data(world: Any, **changes: Any) -> dict[str, Any]:
 
 
 def test_an_admin_creates_a_share(world: Any) -> None:
+    index = client_for(world.admin).get(reverse("web:admin")).content.decode()
+    assert f'href="{reverse("web:admin-share-new")}?queue={world.queue.pk}"' in index
+    chosen = client_for(world.admin).get(reverse("web:admin-share-new"), {"queue": world.queue.pk})
+    assert f'<option value="{world.queue.pk}" selected>main</option>' in chosen.content.decode()
     form = client_for(world.admin).get(reverse("web:admin-share-new")).content.decode()
     assert 'aria-label="Type 1"' in form and 'aria-label="Count 5"' in form
     response = client_for(world.admin).post(reverse("web:admin-share-new"), share_data(world))
