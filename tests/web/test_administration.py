@@ -546,3 +546,26 @@ def test_a_new_user_joins_teams_and_a_refusal_leaves_no_user(world: Any) -> None
     assert AuditEntry.objects.filter(
         event_type=AuditEvent.MEMBERSHIP_CHANGED, team_id=world.red.pk, reason="Joins red."
     ).exists()
+
+
+def test_bad_edits_of_a_type_and_a_team_show_field_errors_and_change_nothing(world: Any) -> None:
+    itype = InstanceType.objects.get(name="ml.g5.xlarge")
+    c = client_for(world.admin)
+    before = audit_count()
+    bad_type = c.post(
+        reverse("web:admin-type", args=[itype.pk]),
+        type_data(name="ml.g5.xlarge", accelerated="yes", speed="5000", reason="Faster?"),
+    )
+    assert bad_type.status_code == 400
+    assert any("less than or equal to 1000" in m for m in field_errors(bad_type, "speed"))
+    itype.refresh_from_db()
+    assert itype.speed == 1.0
+    bad_team = c.post(
+        reverse("web:admin-team", args=[world.red.pk]),
+        {"name": "blue", "leads": ["red_lead"], "members": ["red_member"], "reason": "Merge."},
+    )
+    assert bad_team.status_code == 400
+    assert any("already exists" in m for m in field_errors(bad_team, "name"))
+    world.red.refresh_from_db()
+    assert world.red.name == "red"
+    assert audit_count() == before
