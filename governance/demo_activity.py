@@ -4,7 +4,8 @@ The simulated fleet (``scheduler.executors.simulated``) runs a simulated queue's
 their duration at the type's speed times ``DEMO_TIME_FACTOR`` and completes them. What the
 demo adds here, when ``DEMO_ACTIVITY_SECONDS`` is set (``./scripts/run`` sets it),
 is a seeded stream of what happens on a busy cluster, every change made through the
-services by the demo's users like any other change:
+services like any other change, by the demo's own actor (``demo.demo_actor``: the audit
+trail and the job pages name "demo", never a person who did not act):
 
 - the AWS worked example replays: when its queue is idle the background team submits its
   three jobs again; once background borrows, the medium team's job arrives and reclaims;
@@ -39,8 +40,8 @@ ACTIVE = (JobState.PENDING, JobState.RUNNING)
 MAX_ACTIVE_FLEET_JOBS = 24
 
 
-def _user(name: str) -> Any:
-    return get_user_model().objects.get(username=name)
+def _actor() -> Any:
+    return demo.demo_actor()
 
 
 def tick(number: int | None = None) -> list[str]:
@@ -67,7 +68,7 @@ def _aws_example() -> list[str]:
     active = {j.name: j for j in Job.objects.filter(queue=queue, state__in=ACTIVE)}
     one = [{"instance_type": "ml.g5.xlarge", "count": 1}]
     if not active:
-        lead = _user("lead-vision")
+        lead = _actor()
         for name, priority in (("bg-high", 3), ("bg-med", 2), ("bg-low", 1)):
             jobs.job_submit(
                 actor=lead,
@@ -82,7 +83,7 @@ def _aws_example() -> list[str]:
     borrowing = any(j.borrowed for j in active.values() if j.state == JobState.RUNNING)
     if borrowing and "med-1" not in active:
         jobs.job_submit(
-            actor=_user("lead-language"),
+            actor=_actor(),
             share=shares["medium"],
             name="med-1",
             preferences=one,
@@ -101,7 +102,7 @@ def _aws_example() -> list[str]:
         and low.priority <= high.priority
     ):
         jobs.job_reprioritise(
-            actor=_user("lead-vision"),
+            actor=_actor(),
             job=low,
             priority=high.priority + 1,
             reason="Demo: bg-low became the most urgent background job.",
@@ -134,7 +135,7 @@ def _fleet_work(rng: random.Random) -> list[str]:
         preferences = [{"plan": plan.name}, *preferences]
     name = f"{share.team.name}-{kind}-{rng.randint(100, 999)}"
     jobs.job_submit(
-        actor=_user(f"member-{share.team.name}"),
+        actor=_actor(),
         share=share,
         name=name,
         preferences=preferences,
@@ -159,7 +160,7 @@ def _fleet_weather(rng: random.Random, number: int) -> list[str]:
     current = dict(
         QueueCapacity.objects.filter(queue=queue).values_list("instance_type__name", "count")
     )
-    admin = _user("admin")
+    admin = _actor()
     if number % 8 == 4 and current != demo.FLEET_CAPACITY:
         capacity.queue_set_capacity(
             actor=admin,

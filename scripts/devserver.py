@@ -2,7 +2,8 @@
 
 1. database and Redis: ``DATABASE_URL`` / ``REDIS_URL`` if set, else the embedded servers
    under ``DATA_DIR`` (started here, or reused when already running);
-2. ``manage.py migrate``, ``manage.py load_demo`` (which skips data already loaded) and
+2. ``manage.py migrate``, ``manage.py load_demo`` (which skips data already loaded; not
+   with ``DEMO=0``, an empty installation) and
    ``manage.py collectstatic`` (into ``staticfiles/``, served by whitenoise);
 3. supervisor (``supervisord``, configuration written to ``DATA_DIR/supervisord.conf``)
    runs the web server (gunicorn on ``$PORT``, default 8000), ``$WORKERS`` Celery workers
@@ -341,8 +342,10 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
 
     env = dict(os.environ, PYTHONUNBUFFERED="1", DATA_DIR=str(var), PORT=str(port))
+    # DEMO=0: an empty installation (docs/admin-guide.md), no demo data and no activity.
+    with_demo = env.get("DEMO", "1") != "0"
     # The demo keeps working: teams submit, capacity comes and goes (docs/operations.md).
-    env.setdefault("DEMO_ACTIVITY_SECONDS", "20")
+    env.setdefault("DEMO_ACTIVITY_SECONDS", "20" if with_demo else "0")
     # Behind gunicorn and on the worker a kept connection saves its setup on every request;
     # health checks replace one that a PostgreSQL restart broke.
     env.setdefault("DB_CONN_MAX_AGE", "60")
@@ -359,8 +362,9 @@ def main() -> int:
             try:
                 say("migrating the database")
                 subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
-                say("loading the demo data (skipped when present)")
-                subprocess.run([*manage, "load_demo"], cwd=ROOT, env=env, check=True)
+                if with_demo:
+                    say("loading the demo data (skipped when present)")
+                    subprocess.run([*manage, "load_demo"], cwd=ROOT, env=env, check=True)
                 say("collecting static files")
                 subprocess.run(
                     [*manage, "collectstatic", "--noinput", "--verbosity", "0"],

@@ -33,13 +33,17 @@ class InstanceTypeSerializer(serializers.ModelSerializer):
 
 
 class InstanceTypeWriteSerializer(serializers.Serializer):
-    """Input. ``accelerated`` defaults from the family (ml.p, ml.g, ml.trn) when omitted."""
+    """Input. ``accelerated`` defaults from the family (ml.p, ml.g, ml.trn) when omitted;
+    ``reason`` goes to the audit trail."""
 
     name = serializers.CharField(required=False, allow_blank=True)
     accelerated = serializers.BooleanField(required=False)
     accelerators = serializers.IntegerField(required=False)
     speed = serializers.FloatField(required=False)
     hourly_price = serializers.DecimalField(max_digits=20, decimal_places=4, required=False)
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=2000, help_text="Why, for the audit trail."
+    )
 
 
 class InstanceTypeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewSet):
@@ -67,6 +71,7 @@ class InstanceTypeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Serv
                 accelerators=data.get("accelerators", 0),
                 speed=data.get("speed", 1.0),
                 hourly_price=data.get("hourly_price", 0),
+                reason=data.get("reason", ""),
             ),
             partial=False,
         )
@@ -81,7 +86,10 @@ class InstanceTypeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Serv
         itype = self.call(
             InstanceTypeWriteSerializer,
             lambda changes: capacity_services.instance_type_update(
-                actor=request.user, instance_type=itype, changes=changes
+                actor=request.user,
+                instance_type=itype,
+                changes={k: v for k, v in changes.items() if k != "reason"},
+                reason=changes.get("reason", ""),
             ),
             partial=True,
         )
@@ -217,6 +225,7 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
                 description=data.get("description", ""),
                 executor=data.get("executor", Executor.SIMULATED),
                 capacity=data.get("capacity") or {},
+                reason=data.get("reason", ""),
             ),
             partial=False,
         )

@@ -34,12 +34,16 @@ class TeamSerializer(serializers.ModelSerializer):
 
 
 class TeamWriteSerializer(serializers.Serializer):
-    """Input: ``leads``/``members`` are usernames and replace the whole list."""
+    """Input: ``leads``/``members`` are usernames and replace the whole list; ``reason``
+    goes to the audit trail."""
 
     name = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     description = serializers.CharField(required=False, allow_blank=True)
     leads = StringListField(required=False)
     members = StringListField(required=False)
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=2000, help_text="Why, for the audit trail."
+    )
 
 
 class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewSet):
@@ -61,6 +65,7 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewS
                 description=data.get("description", ""),
                 leads=data.get("leads") or [],
                 members=data.get("members") or [],
+                reason=data.get("reason", ""),
             ),
             partial=False,
         )
@@ -72,7 +77,10 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewS
         team = self.call(
             TeamWriteSerializer,
             lambda changes: team_services.team_update(
-                actor=request.user, team=team, changes=changes
+                actor=request.user,
+                team=team,
+                changes={k: v for k, v in changes.items() if k != "reason"},
+                reason=changes.get("reason", ""),
             ),
             partial=True,
         )

@@ -88,6 +88,7 @@ def instance_type_create(
     accelerators: int = 0,
     speed: float = 1.0,
     hourly_price: Decimal | float | str = 0,
+    reason: str = "",
 ) -> InstanceType:
     """Create an instance type; ``accelerated`` defaults from the family (ml.p/ml.g/ml.trn)."""
     require_admin(actor, "create instance types")
@@ -125,12 +126,17 @@ def instance_type_create(
             actor=actor,
             subject=itype,
             after=instance_type_snapshot(itype),
+            reason=reason,
         )
     return itype
 
 
 def instance_type_update(
-    *, actor: AnyUser, instance_type: InstanceType | int, changes: Mapping[str, Any]
+    *,
+    actor: AnyUser,
+    instance_type: InstanceType | int,
+    changes: Mapping[str, Any],
+    reason: str = "",
 ) -> InstanceType:
     """Change an instance type's attributes (not its name). Audited as INSTANCE_TYPE_UPDATED."""
     require_admin(actor, "change instance types")
@@ -162,6 +168,7 @@ def instance_type_update(
             subject=itype,
             before=before,
             after=instance_type_snapshot(itype),
+            reason=reason,
         )
     return itype
 
@@ -238,6 +245,7 @@ def queue_create(
     description: str = "",
     executor: str = Executor.SIMULATED,
     capacity: Mapping[str, int] | None = None,
+    reason: str = "",
 ) -> JobQueue:
     """Create a queue with its capacity map. Audited as QUEUE_CREATED (capacity included)."""
     require_admin(actor, "create queues")
@@ -260,6 +268,7 @@ def queue_create(
             actor=actor,
             subject=queue,
             after=queue_snapshot(queue),
+            reason=reason,
             queue_id=queue.pk,
         )
         hooks.queue_changed(queue.pk)

@@ -345,14 +345,22 @@ def job_stopped(job: Any, *, failed: bool, why: str, at: datetime) -> None:
     )
 
 
-def share_changed(share: Any, actor: AnyUser, reason: str) -> None:
+def share_changed(share: Any, actor: AnyUser, reason: str, *, what: str = "changed") -> None:
+    """A share of the team was created, ``changed`` (one event per saved version) or
+    deleted; the team's leads and members hear, not the admin who did it."""
+    key = {
+        "created": f"share.created:{share.pk}",
+        "deleted": f"share.deleted:{share.pk}",
+    }.get(what, f"share.updated:{share.pk}:{share.version}")
+    # A deleted share has no page left: point at its queue instead.
+    url = _path("web:queue", share.queue_id) if what == "deleted" else _path("web:share", share.pk)
     tell(
         kind=NotificationKind.SHARE_CHANGED,
-        key=f"share.updated:{share.pk}:{share.version}",
+        key=key,
         recipients=team_people(share.team_id),
-        title=f"Share {share.name} of team {share.team.name} was changed by {actor.get_username()}",
+        title=f"Share {share.name} of team {share.team.name} was {what} by {actor.get_username()}",
         body=reason,
-        url=_path("web:share", share.pk),
+        url=url,
         exclude=actor,
     )
 

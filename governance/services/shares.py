@@ -224,6 +224,7 @@ def share_create(
             share_id=share.pk,
             queue_id=share.queue_id,
         )
+        notifications.share_changed(share, actor, reason, what="created")
         hooks.queue_changed(share.queue_id)
     return share
 
@@ -422,5 +423,6 @@ def share_delete(*, actor: AnyUser, share: Share | int, reason: str = "") -> Non
             share_id=locked.pk,
             queue_id=locked.queue_id,
         )
+        notifications.share_changed(locked, actor, reason, what="deleted")
         locked.delete()
         hooks.queue_changed(queue_id)

@@ -106,6 +106,7 @@ def team_create(
     description: str = "",
     leads: list[str] | None = None,
     members: list[str] | None = None,
+    reason: str = "",
 ) -> Team:
     """Create a team with its leads and members (usernames). Audited as TEAM_CREATED."""
     require_admin(actor, "create teams")
@@ -127,12 +128,15 @@ def team_create(
             actor=actor,
             subject=team,
             after=team_snapshot(team),
+            reason=reason,
             team_id=team.pk,
         )
     return team
 
 
-def team_update(*, actor: AnyUser, team: Team | int, changes: Mapping[str, Any]) -> Team:
+def team_update(
+    *, actor: AnyUser, team: Team | int, changes: Mapping[str, Any], reason: str = ""
+) -> Team:
     """Change a team's name/description (TEAM_UPDATED) and/or membership (MEMBERSHIP_CHANGED).
 
     ``changes`` holds only the fields to change; ``leads``/``members`` replace the whole
@@ -180,6 +184,7 @@ def team_update(*, actor: AnyUser, team: Team | int, changes: Mapping[str, Any])
                 subject=locked,
                 before=before_fields,
                 after=after_fields,
+                reason=reason,
                 team_id=locked.pk,
             )
         _set_memberships(locked, lead_users, member_users)
@@ -192,6 +197,65 @@ def team_update(*, actor: AnyUser, team: Team | int, changes: Mapping[str, Any])
                 subject=locked,
                 before=before_members,
                 after=after_members,
+                reason=reason,
                 team_id=locked.pk,
             )
     return locked
+
+
+def user_set_teams(
+    *,
+    actor: AnyUser,
+    user: Any,
+    lead_of: list[int],
+    member_of: list[int],
+    reason: str = "",
+) -> None:
+    """Make ``user`` lead exactly the teams ``lead_of`` and a member of exactly
+    ``member_of`` (team ids), from the user's side: each team whose people change gets
+    its own MEMBERSHIP_CHANGED entry, as if edited on its page. Admins only."""
+    require_admin(actor, "change teams")
+    errors = Errors()
+    for field, given in (("lead_of", lead_of), ("member_of", member_of)):
+        if not isinstance(given, list | tuple) or not all(isinstance(t, int) for t in given):
+            errors.add(field, "Give a list of team ids.")
+    errors.raise_if_any()
+    both = set(lead_of) & set(member_of)
+    if both:
+        names = sorted(Team.objects.filter(pk__in=both).values_list("name", flat=True))
+        errors.add(
+            "member_of",
+            f"Lead or member, not both, of {', '.join(names)}: a lead has every member right.",
+        )
+    wanted = set(lead_of) | set(member_of)
+    known = set(Team.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    if wanted - known:
+        errors.add("lead_of", "No such team.")
+    errors.raise_if_any()
+    username = user.get_username()
+    with transaction.atomic():
+        current = dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
+        for team_id in sorted(known | set(current)):
+            role = (
+                MembershipRole.LEAD
+                if team_id in lead_of
+                else MembershipRole.MEMBER
+                if team_id in member_of
+                else None
+            )
+            if current.get(team_id) == role:
+                continue
+            team = Team.objects.get(pk=team_id)
+            people = membership_snapshot(team)
+            leads = [u for u in people["leads"] if u != username]
+            members = [u for u in people["members"] if u != username]
+            if role == MembershipRole.LEAD:
+                leads.append(username)
+            elif role == MembershipRole.MEMBER:
+                members.append(username)
+            team_update(
+                actor=actor,
+                team=team_id,
+                changes={"leads": leads, "members": members},
+                reason=reason,
+            )

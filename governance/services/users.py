@@ -23,6 +23,7 @@ from governance import roles
 from governance.models import AuditEvent
 from governance.roles import AnyUser
 from governance.services import audit
+from governance.services import teams as team_services
 from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
 from governance.services.limits import valid_id
 
@@ -52,6 +53,13 @@ def user_snapshot(user: AbstractUser) -> dict[str, Any]:
         "is_active": user.is_active,
         "roles": user_roles(user),
     }
+
+
+def _team_actor(actor: AnyUser | None) -> AnyUser:
+    """Team roles are given by an admin (``services.teams``); the system (None) has none."""
+    if actor is None:
+        raise ValidationFailed({"lead_of": ["Team roles are given by an admin, not the system."]})
+    return actor
 
 
 def _lock_user(user: AbstractUser | int) -> AbstractUser:
@@ -126,9 +134,13 @@ def user_create(
     first_name: str = "",
     last_name: str = "",
     roles: Iterable[str] = (),
+    reason: str = "",
+    lead_of: list[int] | None = None,
+    member_of: list[int] | None = None,
 ) -> AbstractUser:
     """Create a user (admins). Without a password the user signs in only after a password
-    reset by email. Audited as USER_CREATED."""
+    reset by email. Audited as USER_CREATED; teams given in ``lead_of`` / ``member_of``
+    (ids) are joined in the same transaction (``teams.user_set_teams``)."""
     _require_admin(actor, "create users")
     User = get_user_model()
     errors = Errors()
@@ -164,8 +176,20 @@ def user_create(
             raise ValidationFailed({"username": [f"A user named {username!r} exists."]}) from exc
         _set_roles(user, clean_roles)
         audit.record(
-            event_type=AuditEvent.USER_CREATED, actor=actor, subject=user, after=user_snapshot(user)
+            event_type=AuditEvent.USER_CREATED,
+            actor=actor,
+            subject=user,
+            after=user_snapshot(user),
+            reason=reason,
         )
+        if lead_of or member_of:
+            team_services.user_set_teams(
+                actor=_team_actor(actor),
+                user=user,
+                lead_of=lead_of or [],
+                member_of=member_of or [],
+                reason=reason,
+            )
     return user
 
 
@@ -286,3 +310,40 @@ def user_reactivate(
     """Let a deactivated user sign in again (admins). Audited as USER_REACTIVATED."""
     _require_admin(actor, "reactivate users")
     return _set_active(actor=actor, user=user, active=True, reason=reason)
+
+
+def user_edit(
+    *,
+    actor: AnyUser | None,
+    user: AbstractUser | int,
+    changes: Mapping[str, Any],
+    roles: Iterable[str],
+    active: bool,
+    reason: str = "",
+    lead_of: list[int] | None = None,
+    member_of: list[int] | None = None,
+) -> AbstractUser:
+    """What the admin's user page saves at once (admins): fields, site roles, the teams
+    they lead or belong to (ids; both None leaves them) and whether the user may sign in, in
+    one transaction, so a refused part leaves nothing half-done. Each part keeps its own
+    audit entry (USER_UPDATED, USER_ROLES_CHANGED, MEMBERSHIP_CHANGED per team,
+    USER_DEACTIVATED / USER_REACTIVATED) carrying the same reason."""
+    _require_admin(actor, "change users")
+    if not isinstance(active, bool):
+        raise ValidationFailed({"active": ["Must be true or false."]})
+    with transaction.atomic():
+        locked = user_update(actor=actor, user=user, changes=changes, reason=reason)
+        locked = user_set_roles(actor=actor, user=locked, roles=roles, reason=reason)
+        if lead_of is not None or member_of is not None:
+            team_services.user_set_teams(
+                actor=_team_actor(actor),
+                user=locked,
+                lead_of=lead_of or [],
+                member_of=member_of or [],
+                reason=reason,
+            )
+        if active:
+            locked = user_reactivate(actor=actor, user=locked, reason=reason)
+        else:
+            locked = user_deactivate(actor=actor, user=locked, reason=reason)
+    return locked

@@ -30,6 +30,7 @@ NAV: list[tuple[str, str, str]] = [
     ("web:agreements", "Agreements", "all"),
     ("web:signals", "Signals", "all"),
     ("web:audit", "Audit trail", "review"),
+    ("web:admin", "Admin", "admin"),
 ]
 
 

@@ -2,12 +2,23 @@
 
 Page modules register their routes here (namespace ``web``); the navigation in
 ``governance.web.nav`` links to ``web:overview``, ``web:queues``, ``web:jobs``,
-``web:teams``, ``web:exceptions``, ``web:priorities``, ``web:agreements`` and ``web:audit``.
+``web:teams``, ``web:exceptions``, ``web:priorities``, ``web:agreements``, ``web:audit`` and
+(admins) ``web:admin``.
 """
 
 from django.urls import path
 
-from governance.web import account, jobs, overview, plans, queues, shares, slurm, teams
+from governance.web import (
+    account,
+    administration,
+    jobs,
+    overview,
+    plans,
+    queues,
+    shares,
+    slurm,
+    teams,
+)
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
 from governance.web import exceptions as exception_pages
@@ -86,4 +97,19 @@ urlpatterns += [
     path("whatif/<int:run_id>/attach/", whatif_pages.whatif_attach, name="whatif-attach"),
     path("notifications/", notification_pages.notification_list, name="notifications"),
     path("notifications/read/", notification_pages.notification_read, name="notifications-read"),
+]
+
+# The admins' pages (issue 13): queues, instance types, capacity, teams, shares, users.
+
+urlpatterns += [
+    path("admin/", administration.index, name="admin"),
+    path("admin/types/new/", administration.type_new, name="admin-type-new"),
+    path("admin/types/<int:pk>/", administration.type_edit, name="admin-type"),
+    path("admin/queues/new/", administration.queue_new, name="admin-queue-new"),
+    path("admin/queues/<int:pk>/", administration.queue_edit, name="admin-queue"),
+    path("admin/teams/new/", administration.team_new, name="admin-team-new"),
+    path("admin/teams/<int:pk>/", administration.team_edit, name="admin-team"),
+    path("admin/shares/new/", administration.share_new, name="admin-share-new"),
+    path("admin/users/new/", administration.user_new, name="admin-user-new"),
+    path("admin/users/<int:pk>/", administration.user_edit, name="admin-user"),
 ]

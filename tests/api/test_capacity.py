@@ -206,3 +206,34 @@ def test_permission_matrix(role, target):
     assert response.status_code in (401, 403)
     assert not AuditEntry.objects.exists()
     assert InstanceType.objects.get().speed == 1.0
+
+
+def test_types_and_new_queues_take_a_reason_for_the_audit_trail(admin_client):
+    created = admin_client.post(
+        "/api/instance-types/", {"name": "ml.g6.xlarge", "reason": "New GPUs"}, format="json"
+    )
+    assert created.status_code == 201, created.json()
+    changed = admin_client.patch(
+        "/api/instance-types/ml.g6.xlarge/", {"speed": 1.5, "reason": "Benchmarked"}, format="json"
+    )
+    assert changed.status_code == 200, changed.json()
+    queue = admin_client.post(
+        "/api/queues/",
+        {"name": "batch", "capacity": {"ml.g6.xlarge": 2}, "reason": "Cluster online"},
+        format="json",
+    )
+    assert queue.status_code == 201, queue.json()
+    reasons = dict(
+        AuditEntry.objects.filter(
+            event_type__in=(
+                AuditEvent.INSTANCE_TYPE_CREATED,
+                AuditEvent.INSTANCE_TYPE_UPDATED,
+                AuditEvent.QUEUE_CREATED,
+            )
+        ).values_list("event_type", "reason")
+    )
+    assert reasons == {
+        AuditEvent.INSTANCE_TYPE_CREATED: "New GPUs",
+        AuditEvent.INSTANCE_TYPE_UPDATED: "Benchmarked",
+        AuditEvent.QUEUE_CREATED: "Cluster online",
+    }

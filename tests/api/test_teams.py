@@ -121,3 +121,22 @@ def test_filter_by_name(admin_client):
     TeamFactory(name="blue")
     response = admin_client.get("/api/teams/?name=blue")
     assert [t["name"] for t in response.json()["results"]] == ["blue"]
+
+
+def test_the_reason_goes_to_the_audit_entries(admin_client):
+    UserFactory(username="ann")
+    created = admin_client.post("/api/teams/", {"name": "red", "reason": "Q1 plan"}, format="json")
+    assert created.status_code == 201
+    team_id = created.json()["id"]
+    assert "reason" not in created.json()
+    changed = admin_client.patch(
+        f"/api/teams/{team_id}/", {"leads": ["ann"], "reason": "Ann leads"}, format="json"
+    )
+    assert changed.status_code == 200
+    reasons = dict(AuditEntry.objects.filter(team_id=team_id).values_list("event_type", "reason"))
+    assert reasons == {
+        AuditEvent.TEAM_CREATED: "Q1 plan",
+        AuditEvent.MEMBERSHIP_CHANGED: "Ann leads",
+    }
+    too_long = admin_client.patch(f"/api/teams/{team_id}/", {"reason": "x" * 2001}, format="json")
+    assert too_long.status_code == 400 and "reason" in too_long.json()

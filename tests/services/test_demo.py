@@ -3,6 +3,8 @@
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 
 from governance import demo
 from governance.models import AuditEntry, ExceptionState, JobQueue, PriorityException, Share
@@ -87,3 +89,21 @@ def test_demo_history_is_played_written_once_and_replays(tmp_path: Path, setting
     history_ids = {str(pk) for pk in history.values_list("pk", flat=True)}
     recorded = [e for e in exported["recorded"] if e["job"] in history_ids]
     assert [e for e in replayed if e["job"] in history_ids] == recorded
+
+
+@pytest.mark.django_db
+def test_the_demo_acts_under_its_own_actor_who_cannot_sign_in(tmp_path: Path) -> None:
+    """Issue 13: the seed is recorded under "demo", not the people it signs in as; only
+    filing an exception stays with a team's lead (no one else may file one)."""
+    demo.load(tmp_path)
+    actor = get_user_model().objects.get(username=demo.DEMO_ACTOR)
+    assert not actor.is_active and not actor.has_usable_password()
+    client = Client()
+    answer = client.post("/login/", {"username": demo.DEMO_ACTOR, "password": demo.DEMO_ACTOR})
+    assert answer.status_code != 302 and "_auth_user_id" not in client.session
+    by_people = AuditEntry.objects.exclude(actor=None).exclude(actor=actor)
+    assert set(by_people.values_list("event_type", flat=True)) == {"exception.filed"}
+    assert set(by_people.values_list("actor__username", flat=True)) <= {
+        f"lead-{team}" for team in demo.TEAMS
+    }
+    assert AuditEntry.objects.filter(actor=actor, event_type="share.created").exists()

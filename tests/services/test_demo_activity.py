@@ -66,3 +66,16 @@ def test_vision_training_work_names_its_plan_first(tmp_path: Path) -> None:
     for preferences in found:
         assert preferences[0]["plan"] == demo.DEMO_PLAN
         assert all("instance_type" in p for p in preferences[1:]) and len(preferences) > 1
+
+
+@pytest.mark.django_db
+def test_demo_activity_is_recorded_under_the_demo_actor_only(tmp_path: Path) -> None:
+    """Issue 13: the demo's moves never appear under a real user's name."""
+    demo.load(tmp_path)
+    first_new = AuditEntry.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    for number in (0, 1, 2, 3, 4):
+        simulated.tick(number)
+    entries = AuditEntry.objects.filter(id__gt=first_new).exclude(actor=None)
+    assert entries.exists()
+    assert set(entries.values_list("actor__username", flat=True)) == {demo.DEMO_ACTOR}
+    assert set(Job.objects.values_list("submitter__username", flat=True)) == {demo.DEMO_ACTOR}
