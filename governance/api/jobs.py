@@ -32,6 +32,15 @@ class ReasonSerializer(serializers.Serializer):
     preference = serializers.IntegerField(help_text="0-based index in the job's preferences")
     reason = serializers.CharField(help_text="a reason code, as listed in docs/scheduling.md")
     message = serializers.CharField()
+    can_ever_start = serializers.BooleanField(
+        help_text="false when this preference can never start as the share and queue are "
+        "configured (it asks more than the capacity, or than the share's limit plus what "
+        "it may borrow); waiting will not help"
+    )
+    what_would_let_it = serializers.CharField(
+        help_text="when it can never start: what would let it (raise the limit or the "
+        "borrow limit, more capacity, another preference); empty otherwise"
+    )
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -209,8 +218,10 @@ class JobViewSet(
         responses={200: ReasonSerializer(many=True)},
         description=(
             "Why a pending job waits: one reason per preference, in preference order, as "
-            "the engine gives it (codes in docs/scheduling.md). Empty for a job that is not "
-            "pending."
+            "the engine gives it (codes in docs/scheduling.md), each saying whether that "
+            "preference could ever start as configured and, if not, what would let it. A "
+            "job whose every preference has can_ever_start false waits forever unless "
+            "something is changed. Empty for a job that is not pending."
         ),
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])

@@ -22,6 +22,7 @@ PAGE_SIZE = 50
 QUEUE_ROW_COLUMNS = (
     "id",
     "share_id",
+    "queue_id",
     "name",
     "kind",
     "state",
@@ -138,10 +139,15 @@ def _jobs_context(
     for job in [*running.object_list, *pending.object_list]:
         job.page_url = job_url.format(job.pk)
         job.share_url = share_url.format(job.share_id)
+    # Jobs that can never start as configured say so, with what would let them.
+    never = scheduling.never_starting(pending.object_list)
     pending_rows = [
         {
             "job": job,
-            "reasons": web_jobs.with_reason_words(reasons.get(job.pk)),
+            "reasons": web_jobs.with_reason_words(
+                scheduling.with_blockers(reasons.get(job.pk) or [], never.get(job.pk))
+            ),
+            "never": never.get(job.pk),
         }
         for job in pending.object_list
     ]
