@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import Job, JobState
 from governance.models.jobs import ACTIVE_STATES
+from governance.selectors import exceptions as exception_selectors
 from governance.selectors import jobs as job_selectors
 from governance.selectors import priorities as priority_selectors
 from governance.selectors import scheduling, web_jobs
@@ -118,6 +119,9 @@ def _detail(
             else None
         ),
         "band": priority_selectors.band_for(job.priority),
+        # The exceptions filed for this job, whatever their state (newest first).
+        "job_exceptions": list(exception_selectors.exceptions().filter(job_id=job.pk)[:20]),
+        "may_file_exception": roles.is_lead_of(request.user, job.share.team_id),
     }
     return render(request, "jobs/detail.html", context, status=status)
 
