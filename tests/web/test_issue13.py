@@ -314,3 +314,10 @@ def test_overview_claims_live_updates_only_with_javascript(world):
     body = client_for(world.admin).get("/").content.decode()
     assert '<span class="muted small live-note js-only" hidden>Updates live' in body
     assert "<noscript>" in body and "reload to see newer ones" in body
+
+
+def test_filing_from_the_job_page_preselects_the_job_and_keeps_the_default_expiry(world):
+    job = submit(world.lead_vision, world.background, "from-its-page", duration=600)
+    body = client_for(world.lead_vision).get(f"/exceptions/new/?job={job.pk}").content.decode()
+    assert re.search(rf'<option value="{job.pk}"[^>]*selected', body)
+    assert re.search(r'name="expires_at"[^>]*value="\d{4}-\d\d-\d\dT\d\d:\d\d', body)
