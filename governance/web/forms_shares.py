@@ -70,7 +70,14 @@ class ShareEditForm(forms.Form):
                 choices=choices, required=False, label=f"Type {i + 1}"
             )
             self.fields[f"limit_count_{i}"] = forms.IntegerField(
-                required=False, min_value=0, label=f"Count {i + 1}"
+                required=False,
+                min_value=0,
+                label=f"Count {i + 1}",
+                error_messages={
+                    "min_value": "A limit is a count of 0 or more (0 makes the type "
+                    "borrow-only); leave the row empty to drop the type.",
+                    "invalid": "A limit is a whole number of instances.",
+                },
             )
 
     @classmethod

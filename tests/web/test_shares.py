@@ -142,7 +142,10 @@ def test_a_negative_limit_gets_one_message(world):
     )
     assert response.status_code == 400
     form = response.context["form"]
-    assert form.errors["limit_count_0"] == ["Ensure this value is greater than or equal to 0."]
+    assert form.errors["limit_count_0"] == [
+        "A limit is a count of 0 or more (0 makes the type borrow-only); leave the row "
+        "empty to drop the type."
+    ]
     assert "limit_type_0" not in form.errors and "limits" not in form.errors
     body = response.content.decode()
     assert "Give a count" not in body
