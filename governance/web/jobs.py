@@ -207,7 +207,12 @@ def job_new(request: HttpRequest) -> HttpResponse:
             type_shares.setdefault(name, []).append(share_id)
     type_names = share_limits[chosen] if chosen is not None else sorted(type_shares)
     status = 200
-    if request.method == "POST":
+    if request.method == "POST" and "pick" in request.POST:
+        # Without JavaScript: "List this share's instance types" re-shows the form, what
+        # was typed kept, the rows narrowed to the chosen share; nothing is submitted.
+        kept = {k: v for k, v in request.POST.dict().items() if k in JobSubmitForm.base_fields}
+        form = JobSubmitForm(initial=kept, shares=share_choices, type_names=type_names)
+    elif request.method == "POST":
         form = JobSubmitForm(request.POST, shares=share_choices, type_names=type_names)
         if form.is_valid():
             try:

@@ -321,3 +321,17 @@ def test_filing_from_the_job_page_preselects_the_job_and_keeps_the_default_expir
     body = client_for(world.lead_vision).get(f"/exceptions/new/?job={job.pk}").content.decode()
     assert re.search(rf'<option value="{job.pk}"[^>]*selected', body)
     assert re.search(r'name="expires_at"[^>]*value="\d{4}-\d\d-\d\dT\d\d:\d\d', body)
+
+
+def test_without_javascript_picking_a_share_narrows_the_rows_and_submits_nothing(world):
+    only_language = InstanceTypeFactory(name="ml.p4d.24xlarge")
+    world.queue.capacities.create(instance_type=only_language, count=2)
+    world.medium.limits.create(instance_type=only_language, count=1)
+    response = client_for(world.admin).post(
+        "/jobs/new/", {"share": world.background.pk, "name": "kept", "pick": "1"}
+    )
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert 'value="ml.p4d.24xlarge"' not in body and 'value="ml.g5.xlarge"' in body
+    assert 'value="kept"' in body and "This field is required" not in body
+    assert not Job.objects.filter(name="kept").exists()
