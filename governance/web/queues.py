@@ -83,7 +83,7 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
 # their HTML is cached under both and the requested page numbers: a page view with
 # nothing changed skips the two counts, the two job queries and building 100 rows. The
 # relative times are left as slots and written at each request (web_time.fill_slots).
-JOBS_HTML_VERSION = 1
+JOBS_HTML_VERSION = 2
 
 
 def _jobs_html(
