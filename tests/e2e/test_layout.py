@@ -122,6 +122,9 @@ def test_pages_fit_the_window_with_readable_bars(
     check(admin, f"queue {width}")
     expect(admin.get_by_text("Can never start as configured")).to_be_visible()
 
+    admin.goto(f"/shares/{share.pk}/")
+    check(admin, f"share page {width}")
+
     admin.goto(f"/shares/{share.pk}/edit/")
     check(admin, f"share editor {width}")
     expect(admin.get_by_role("button", name="Preview")).to_be_visible()
