@@ -2,6 +2,8 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import HttpRequest, HttpResponseRedirect
+from django.templatetags.static import static
 from django.urls import include, path
 
 from governance.web.metrics import metrics
@@ -11,7 +13,15 @@ handler403 = "governance.guards.permission_denied"
 handler404 = "governance.guards.page_not_found"
 handler500 = "governance.guards.server_error"
 
+
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """Browsers ask for /favicon.ico whatever the page's <link rel="icon"> says: send
+    them to the static file (served by whitenoise, or runserver in development)."""
+    return HttpResponseRedirect(static("favicon.ico"))
+
+
 urlpatterns = [
+    path("favicon.ico", favicon),
     path("django-admin/", admin.site.urls),
     path("api/", include("governance.api.urls")),
     path("metrics", metrics, name="metrics"),

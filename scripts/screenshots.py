@@ -1,4 +1,4 @@
-"""Full-page screenshots of the main pages into docs/screenshots/ (for the README and review).
+"""Full-page screenshots of the main pages into docs/screenshots/, 400 and 1400 px wide.
 
     .venv/bin/python -m scripts.screenshots                 # starts what it needs
     .venv/bin/python -m scripts.screenshots --base-url http://127.0.0.1:8000
@@ -9,6 +9,7 @@ starts ``runserver --insecure`` on a free port and a Celery worker (so the demo'
 scheduled and the feed has decisions), and stops both at the end. With ``--base-url`` it
 starts nothing: the server there must hold the demo data (passwords equal user names).
 
+Each page is saved twice, ``<page>-narrow.png`` (400 px) and ``<page>-wide.png`` (1400 px).
 Each page is taken as the role that uses it: the admin for the overview, queue, share
 editor (with its live preview showing) and agreements; a member for a job; a lead for
 the team view (own team first, pending jobs with estimated starts); the reviewer for the
@@ -44,7 +45,11 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-VIEWPORT: Any = {"width": 1400, "height": 1000}
+# Every page is taken at both widths the layout is checked at (tests/e2e/test_layout.py).
+WIDTHS: dict[str, Any] = {
+    "narrow": {"width": 400, "height": 900},
+    "wide": {"width": 1400, "height": 1000},
+}
 WORKER = [sys.executable, "-m", "celery", "-A", "governance", "worker"]
 WORKER += ["--pool", "solo", "--loglevel", "WARNING"]
 
@@ -134,6 +139,13 @@ def local_server(worker: bool) -> Iterator[str]:
 
 
 def shoot(base: str, names: set[str] | None) -> list[Path]:
+    saved: list[Path] = []
+    for width, viewport in WIDTHS.items():
+        saved += _shoot(base, names, width, viewport)
+    return saved
+
+
+def _shoot(base: str, names: set[str] | None, width: str, viewport: Any) -> list[Path]:
     from playwright.sync_api import expect, sync_playwright
 
     OUT.mkdir(parents=True, exist_ok=True)
@@ -146,7 +158,7 @@ def shoot(base: str, names: set[str] | None) -> list[Path]:
 
         def as_user(username: str) -> Any:
             if username not in pages:
-                context = browser.new_context(base_url=base, viewport=VIEWPORT)
+                context = browser.new_context(base_url=base, viewport=viewport)
                 context.set_default_timeout(15_000)
                 page = context.new_page()
                 page.goto("/login/")
@@ -159,7 +171,7 @@ def shoot(base: str, names: set[str] | None) -> list[Path]:
 
         def save(name: str, page: Any) -> None:
             page.wait_for_load_state("networkidle")
-            path = OUT / f"{name}.png"
+            path = OUT / f"{name}-{width}.png"
             page.screenshot(path=str(path), full_page=True)
             saved.append(path)
             say(f"{path.relative_to(ROOT)}  ({page.url})")

@@ -102,14 +102,27 @@ def _row(entry: AuditEntry) -> dict[str, Any]:
     }
 
 
+# The CSV is read by people in a spreadsheet: each id column is followed by the name it
+# stands for (as named now; empty when the row is gone). The ids stay, to join on.
+CSV_FIELDS = [
+    name
+    for field in FIELDS
+    for name in ((field, f"{field}_name") if field in ("team", "share", "queue") else (field,))
+]
+
+
 def _csv_lines(queryset: QuerySet[AuditEntry]) -> Iterator[str]:
     writer = csv.writer(_Echo())
-    yield writer.writerow(FIELDS)
+    yield writer.writerow(CSV_FIELDS)
+    # Teams, shares and queues are few (bounded in services/limits.py): one read each.
+    names = audit_selectors.subject_names()
     for entry in queryset.iterator(chunk_size=1000):
         row = _row(entry)
         for key in ("before", "after"):
             row[key] = "" if row[key] is None else json.dumps(row[key], sort_keys=True)
-        yield writer.writerow(["" if row[f] is None else row[f] for f in FIELDS])
+        for key in ("team", "share", "queue"):
+            row[f"{key}_name"] = names[key].get(row[key]) if row[key] is not None else None
+        yield writer.writerow(["" if row[f] is None else row[f] for f in CSV_FIELDS])
 
 
 def _json_chunks(queryset: QuerySet[AuditEntry]) -> Iterator[str]:

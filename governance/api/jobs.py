@@ -34,6 +34,15 @@ class ReasonSerializer(serializers.Serializer):
     preference = serializers.IntegerField(help_text="0-based index in the job's preferences")
     reason = serializers.CharField(help_text="a reason code, as listed in docs/scheduling.md")
     message = serializers.CharField()
+    can_ever_start = serializers.BooleanField(
+        help_text="false when this preference can never start as the share and queue are "
+        "configured (it asks more than the capacity, or than the share's limit plus what "
+        "it may borrow); waiting will not help"
+    )
+    what_would_let_it = serializers.CharField(
+        help_text="when it can never start: what would let it (raise the limit or the "
+        "borrow limit, more capacity, another preference); empty otherwise"
+    )
 
 
 class ExplainSerializer(serializers.Serializer):
@@ -270,7 +279,9 @@ class JobViewSet(
             "as the engine gives them; codes in docs/scheduling.md), its `position` in the "
             "cycle's order and its `estimated_start`, with `estimate_basis` saying how it "
             "was estimated (docs/insight.md). Empty reasons and nulls for a job that is "
-            "not pending; `estimated_start` is null when the playback finds no start."
+            "not pending; `estimated_start` is null when the playback finds no start. Each "
+            "reason says whether that preference could ever start as configured "
+            "(`can_ever_start`) and, if not, what would let it (`what_would_let_it`)."
         ),
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from governance import roles
-from governance.models import AuditChainHead, AuditEntry
+from governance.models import AuditChainHead, AuditEntry, Job, JobQueue, Share, Team
 from governance.models.audit import GENESIS_HASH
 from governance.roles import AnyUser
 from governance.services.errors import PermissionDenied
@@ -116,3 +117,35 @@ def verify_chain(*, batch: int = 5000) -> ChainReport:
             None,
         )
     return ChainReport(checked, seq, previous)
+
+
+def subject_names() -> dict[str, dict[int, str]]:
+    """Every team, share and queue id -> its name now (for the CSV export)."""
+    return {
+        "team": dict(Team.objects.values_list("pk", "name")),
+        "share": dict(Share.objects.values_list("pk", "name")),
+        "queue": dict(JobQueue.objects.values_list("pk", "name")),
+    }
+
+
+# What an id in an audit entry's before/after or subject columns names, by its kind.
+_NAMED = {
+    "user": lambda: get_user_model().objects,
+    "team": lambda: Team.objects,
+    "share": lambda: Share.objects,
+    "queue": lambda: JobQueue.objects,
+    "job": lambda: Job.objects,
+}
+
+
+def names_of(refs: dict[str, set[int]]) -> dict[tuple[str, int], str]:
+    """``{kind: ids}`` -> ``{(kind, id): name}`` as named now, one query per kind given
+    (users by user name); ids of rows gone since are absent."""
+    out: dict[tuple[str, int], str] = {}
+    for kind, ids in refs.items():
+        if kind not in _NAMED or not ids:
+            continue
+        field = "username" if kind == "user" else "name"
+        for pk, name in _NAMED[kind]().filter(pk__in=ids).values_list("pk", field):
+            out[(kind, pk)] = str(name)
+    return out

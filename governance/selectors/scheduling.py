@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from governance import roles
 from governance.celery import app as celery_app
-from governance.models import Job, JobQueue, JobState, Share
+from governance.models import Job, JobQueue, JobState, QueueCapacity, Share, ShareLimit
 from governance.roles import AnyUser
 from governance.selectors import web_state
 from governance.services import insight
@@ -41,11 +41,14 @@ __all__ = [
     "explain_job",
     "explain_jobs",
     "forecast_jobs",
+    "never_starting",
     "preview_share_change",
     "queue_history",
     "queue_signals",
     "replay",
+    "share_change_warnings",
     "signals_rows",
+    "start_blockers",
     "whatif_replay",
     "whatif_start",
 ]
@@ -106,10 +109,157 @@ def explain_generation(queue_id: int, fingerprint: str) -> str | None:
 
 
 def explain_job(job: Job) -> list[dict[str, Any]]:
-    """Why one pending job waits (empty when it does not)."""
+    """Why one pending job waits (empty when it does not), each preference's reason with
+    ``can_ever_start`` and, when it cannot, ``what_would_let_it`` (see ``start_blockers``)."""
     if job.state != JobState.PENDING:
         return []
-    return explain_jobs(job.queue_id, [job.pk]).get(job.pk, [])
+    reasons = explain_jobs(job.queue_id, [job.pk]).get(job.pk, [])
+    return with_blockers(reasons, never_starting([job]).get(job.pk))
+
+
+def with_blockers(
+    reasons: list[dict[str, Any]], blockers: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """The engine's reasons, each told whether its preference could ever start as the
+    share and queue are configured, and if not what would let it."""
+    by_preference = {b["preference"]: b for b in blockers or []}
+    out = []
+    for reason in reasons:
+        blocker = by_preference.get(reason.get("preference"))
+        out.append(
+            {
+                **reason,
+                "can_ever_start": blocker is None,
+                "what_would_let_it": blocker["what_would_let_it"] if blocker else "",
+            }
+        )
+    return out
+
+
+# A job that can never start as configured (DESIGN section 4 gives the reason for now;
+# this says whether waiting can ever help). Plain arithmetic on the stored limits and
+# capacity (scheduler.engine.accounting.most_ever): no engine run, so it is cheap enough
+# for every page that shows a pending job.
+
+
+def start_blockers(
+    preferences: list[dict[str, Any]],
+    *,
+    share_name: str,
+    policy: str,
+    limits: dict[str, int],
+    borrow_limit: int | None,
+    capacity: dict[str, int],
+) -> list[dict[str, Any]] | None:
+    """None when some preference could start under this configuration; else, for every
+    preference, what it asks, the most it could get and what would let it start."""
+    out = []
+    for index, pref in enumerate(preferences):
+        if pref.get("plan"):
+            return None  # a capacity plan: its own reasons (plan_*) say why it waits
+        type_name = str(pref.get("instance_type"))
+        count = pref.get("count")
+        if not isinstance(count, int):
+            return None  # not a job the service accepted: no claim about it
+        limit = limits.get(type_name)
+        cap = capacity.get(type_name, 0)
+        most = accounting.most_ever(policy, limit, borrow_limit, cap)
+        if count <= most:
+            return None
+        out.append(
+            {
+                "preference": index,
+                "instance_type": type_name,
+                "count": count,
+                "most": most,
+                "what_would_let_it": _what_would_let_it(
+                    type_name, count, share_name, policy, limit, borrow_limit, cap
+                ),
+            }
+        )
+    return out
+
+
+def _what_would_let_it(
+    type_name: str,
+    count: int,
+    share_name: str,
+    policy: str,
+    limit: int | None,
+    borrow_limit: int | None,
+    capacity: int,
+) -> str:
+    if count > capacity:
+        return (
+            f"The queue has {capacity} \u00d7 {type_name} in all: an admin would have to add "
+            f"capacity, or the job needs another preference."
+        )
+    if limit is None:
+        return (
+            f"Share {share_name} has no limit for {type_name}: an admin would have to add one "
+            f"(of at least {count}), or the job needs another preference."
+        )
+    percent = accounting.borrow_percent_needed(limit, count)
+    borrow = (
+        "an unlimited borrow limit (-1)"
+        if percent is None
+        else f"a borrow limit of at least {percent}%"
+    )
+    if policy != "LEND_AND_BORROW":
+        return (
+            f"Share {share_name} may hold {limit} \u00d7 {type_name} and cannot borrow: an admin "
+            f"would have to raise its limit to {count}, or make it Lend and borrow with "
+            f"{borrow}; or the job needs another preference."
+        )
+    cap_words = f"its limit {limit} plus a borrow limit of {borrow_limit or 0}%"
+    return (
+        f"Share {share_name} may hold at most "
+        f"{accounting.most_ever(policy, limit, borrow_limit, capacity)} \u00d7 {type_name} "
+        f"({cap_words}): an admin would have to raise the limit to {count} or set {borrow}; "
+        f"or the job needs another preference."
+    )
+
+
+def never_starting(jobs: Iterable[Job]) -> dict[int, list[dict[str, Any]]]:
+    """Pending job id -> ``start_blockers`` for the jobs of ``jobs`` that can never start
+    as their share and queue are configured now (three queries)."""
+    pending = [job for job in jobs if job.state == JobState.PENDING]
+    if not pending:
+        return {}
+    share_ids = {job.share_id for job in pending}
+    queue_ids = {job.queue_id for job in pending}
+    shares = {
+        row["pk"]: row
+        for row in Share.objects.filter(pk__in=share_ids).values(
+            "pk", "name", "policy", "borrow_limit"
+        )
+    }
+    limits: dict[int, dict[str, int]] = {}
+    for share_id, type_name, count in ShareLimit.objects.filter(share_id__in=share_ids).values_list(
+        "share_id", "instance_type__name", "count"
+    ):
+        limits.setdefault(share_id, {})[type_name] = count
+    capacity: dict[int, dict[str, int]] = {}
+    for queue_id, type_name, count in QueueCapacity.objects.filter(
+        queue_id__in=queue_ids
+    ).values_list("queue_id", "instance_type__name", "count"):
+        capacity.setdefault(queue_id, {})[type_name] = count
+    out = {}
+    for job in pending:
+        share = shares.get(job.share_id)
+        if share is None:
+            continue
+        blockers = start_blockers(
+            list(job.preferences or []),
+            share_name=share["name"],
+            policy=share["policy"],
+            limits=limits.get(job.share_id, {}),
+            borrow_limit=share["borrow_limit"],
+            capacity=capacity.get(job.queue_id, {}),
+        )
+        if blockers is not None:
+            out[job.pk] = blockers
+    return out
 
 
 # Forecasts, cached the same way as the reasons (same fingerprint, same lifetime): the
@@ -285,3 +435,58 @@ def whatif_replay(history_data: dict[str, Any], proposal: dict[str, Any]) -> dic
 def replay(scenario: dict[str, Any]) -> dict[str, Any]:
     """Play a scenario through the engine (``python -m scheduler.simulate``'s result)."""
     return simulate.run(scenario)
+
+
+def share_change_warnings(
+    share: Share, proposed: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """What an admin should know before saving ``proposed`` (as the share service takes
+    them; invalid values raise ``ValidationFailed``): ``over_allocated``, the types whose
+    limits would add up to more than the queue's capacity (entitlements then honoured
+    only as capacity allows), and ``never_start``, this share's pending jobs that could
+    never start under the proposed settings."""
+    values = validate_share_fields(share, proposed)
+    limits: dict[str, int] = values["limits"]
+    capacity = dict(
+        QueueCapacity.objects.filter(queue_id=share.queue_id).values_list(
+            "instance_type__name", "count"
+        )
+    )
+    others: dict[str, int] = {}
+    for type_name, count in (
+        ShareLimit.objects.filter(share__queue_id=share.queue_id)
+        .exclude(share_id=share.pk)
+        .values_list("instance_type__name", "count")
+    ):
+        others[type_name] = others.get(type_name, 0) + count
+    over = []
+    for type_name, count in sorted(limits.items()):
+        total = others.get(type_name, 0) + count
+        cap = capacity.get(type_name, 0)
+        if total > cap:
+            over.append(
+                {
+                    "instance_type": type_name,
+                    "limits": total,
+                    "capacity": cap,
+                    "over_by": total - cap,
+                }
+            )
+    never = []
+    pending = (
+        Job.objects.filter(share=share, state=JobState.PENDING)
+        .only("id", "name", "preferences")
+        .order_by("submitted_at", "id")
+    )
+    for job in pending[:500]:
+        blockers = start_blockers(
+            list(job.preferences or []),
+            share_name=share.name,
+            policy=values["policy"],
+            limits=limits,
+            borrow_limit=values["borrow_limit"],
+            capacity=capacity,
+        )
+        if blockers is not None:
+            never.append({"job": job.pk, "name": job.name, "blockers": blockers})
+    return {"over_allocated": over, "never_start": never}

@@ -19,3 +19,17 @@ def teams() -> QuerySet[Team]:
 def usernames(team: Team, role: MembershipRole) -> list[str]:
     """Usernames of ``team``'s memberships in ``role``, from the prefetched memberships."""
     return sorted(m.user.get_username() for m in team.memberships.all() if m.role == role)
+
+
+def lead_names(team_ids: set[int]) -> list[str]:
+    """The user names of the leads of these teams, sorted (whom a member asks to file an
+    exception)."""
+    if not team_ids:
+        return []
+    return sorted(
+        set(
+            Membership.objects.filter(team_id__in=team_ids, role=MembershipRole.LEAD).values_list(
+                "user__username", flat=True
+            )
+        )
+    )

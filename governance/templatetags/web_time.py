@@ -84,9 +84,11 @@ def time_html(t: datetime) -> SafeString:
     """``<time>`` with the relative words and the absolute time in its title."""
     shown = timezone.localtime(t) if timezone.is_aware(t) else t
     # Escaped though none can hold markup: isoformat/strftime/words only.
+    # The title names its time zone (the configured one, "UTC" by default).
+    absolute = shown.strftime("%Y-%m-%d %H:%M:%S %Z").rstrip()
     return mark_safe(
         f'<time datetime="{escape(shown.isoformat())}" '
-        f'title="{shown.strftime("%Y-%m-%d %H:%M:%S")} UTC">{escape(relative_time(t))}</time>'
+        f'title="{absolute}">{escape(relative_time(t))}</time>'
     )
 
 

@@ -8,6 +8,7 @@ table of hundreds of thousands of entries.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import render
 from django.utils.dateparse import parse_datetime
+from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from governance.models import AuditEntry, AuditEvent
@@ -38,6 +40,8 @@ class Change:
     new: Any
     had_old: bool
     has_new: bool
+    old_kind: str | None = None  # the kind of row the old value names (REF_KINDS), if any
+    new_kind: str | None = None
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -53,6 +57,57 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix or "value": value}
 
 
+# Keys of before/after whose value is the id of a row with a name: shown by that name
+# (read at each serving, like the actor's: a user or team may be renamed), the id in the
+# title. The last dotted part decides (``limits.x`` is never one of these).
+REF_KINDS = {
+    "actor": "user",
+    "user": "user",
+    "requester": "user",
+    "submitter": "user",
+    "decided_by": "user",
+    "created_by": "user",
+    "edited_by": "user",
+    "claimed_by": "user",
+    "team": "team",
+    "share": "share",
+    "queue": "queue",
+    "job": "job",
+    "by_job": "job",
+}
+_REF = re.compile(r"<!--ref:(user|team|share|queue|job):(\d+)-->")
+
+
+def ref_kind(key: str, value: Any) -> str | None:
+    """The kind of row ``value`` names under ``key``, or None (not an id key, or not an
+    integer id)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return REF_KINDS.get(key)
+
+
+def fill_refs(pieces: list[str]) -> list[str]:
+    """``pieces`` of HTML with each ``<!--ref:kind:id-->`` marker replaced by the row's
+    name, the id kept in the title ("kind id" when the row is gone): one query per kind
+    present in all of them together."""
+    refs: dict[str, set[int]] = {}
+    for html in pieces:
+        for kind, pk in _REF.findall(html):
+            refs.setdefault(kind, set()).add(int(pk))
+    if not refs:
+        return pieces
+    names = audit_selectors.names_of(refs)
+
+    def named(match: re.Match[str]) -> str:
+        kind, pk = match.group(1), int(match.group(2))
+        name = names.get((kind, pk))
+        if name is None:
+            return f"{kind} {pk}"
+        return f'<span class="ref" title="{kind} id {pk}">{escape(name)}</span>'
+
+    return [_REF.sub(named, html) for html in pieces]
+
+
 def changes(before: Any, after: Any) -> list[Change]:
     """Only the keys whose value differs (every key of a creation or a deletion)."""
     old = flatten(before) if before is not None else {}
@@ -62,13 +117,18 @@ def changes(before: Any, after: Any) -> list[Change]:
         o, n = old.get(key, MISSING), new.get(key, MISSING)
         if o == n:
             continue
+        last = key.rpartition(".")[2]
+        old_value = None if o is MISSING else o
+        new_value = None if n is MISSING else n
         rows.append(
             Change(
                 key=key,
-                old=None if o is MISSING else o,
-                new=None if n is MISSING else n,
+                old=old_value,
+                new=new_value,
                 had_old=o is not MISSING,
                 has_new=n is not MISSING,
+                old_kind=ref_kind(last, old_value),
+                new_kind=ref_kind(last, new_value),
             )
         )
     return rows
@@ -83,7 +143,7 @@ def changes(before: Any, after: Any) -> list[Change]:
 # database, the entry's id and its creation time, so an id reused by another database or
 # a re-created one never matches; CELLS_VERSION changes with the markup of
 # ``audit/list.html#entry_cells``.
-CELLS_VERSION = 3
+CELLS_VERSION = 4
 CELLS_TTL = 7 * 24 * 3600.0
 _WHO = "<!--who-->"
 
@@ -111,8 +171,10 @@ def entry_cells(entries: list[AuditEntry]) -> dict[int, tuple[SafeString, SafeSt
     keys = {_cells_key(e): e for e in entries}
     html = regions.regions(keys, _render_cells, CELLS_TTL)
     cells = {}
+    order = list(keys)
+    filled = dict(zip(order, fill_refs([html[key] for key in order]), strict=True))
     for key, entry in keys.items():
-        head, _, tail = html[key].partition(_WHO)
+        head, _, tail = filled[key].partition(_WHO)
         cells[entry.pk] = (mark_safe(head), mark_safe(tail))
     return cells
 

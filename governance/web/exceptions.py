@@ -104,7 +104,10 @@ def exception_new(request: HttpRequest) -> HttpResponse:
     if not roles.lead_team_ids(request.user):
         return HttpResponseForbidden("Only team leads file exceptions.")
     jobs, shares = sel.lead_targets(request.user)
-    form = ExceptionFileForm(request.POST or None, jobs=jobs, shares=shares)
+    # "File an exception for this job" on a job page links here with ?job=<id>.
+    raw_job = request.GET.get("job", "")
+    initial = {"job": int(raw_job)} if raw_job.isdigit() and len(raw_job) < 12 else {}
+    form = ExceptionFileForm(request.POST or None, jobs=jobs, shares=shares, initial=initial)
     status = 200
     if request.method == "POST":
         if form.is_valid():

@@ -57,14 +57,14 @@ class ExceptionFileForm(forms.Form):
     expires_at = forms.DateTimeField(widget=DateTimeLocalInput())
 
     def __init__(self, *args: Any, jobs: list[Job], shares: list[Share], **kwargs: Any) -> None:
-        kwargs.setdefault(
-            "initial",
-            {
-                "expires_at": (timezone.localtime() + timedelta(days=7)).replace(
-                    second=0, microsecond=0
-                )
-            },
-        )
+        # A week from now unless given; other initial values (a job chosen on its page)
+        # come on top.
+        kwargs["initial"] = {
+            "expires_at": (timezone.localtime() + timedelta(days=7)).replace(
+                second=0, microsecond=0
+            ),
+            **(kwargs.get("initial") or {}),
+        }
         super().__init__(*args, **kwargs)
         self.jobs = {j.pk: j for j in jobs}
         self.shares = {s.pk: s for s in shares}

@@ -6,6 +6,7 @@ share's limits, counts) and its field errors go back beside the fields.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
@@ -14,10 +15,15 @@ from governance.models import JobKind, JobState
 from governance.models.jobs import MAX_PREFERENCES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.selectors.filters import WINDOW_FIELDS
+from governance.services.errors import ServiceError
 
 PREFERENCE_ROWS = MAX_PREFERENCES
 # A preference row's value naming a capacity plan rather than an instance type.
 PLAN_PREFIX = "plan:"
+
+# How the job service names a preference (0-based, as the API's JSON): ``preferences[1]``,
+# optionally followed by ``.instance_type`` or ``.count``.
+_SERVICE_PREFERENCE = re.compile(r"preferences\[(\d+)\](\.instance_type|\.count)?")
 
 STATE_CHOICES = [("", "any state"), ("active", "pending or running"), *JobState.choices]
 KIND_CHOICES = [("", "any kind"), *JobKind.choices]
@@ -148,7 +154,43 @@ class JobSubmitForm(forms.Form):
                 pref["count"] = count
             prefs.append(pref)
         data["preference_list"] = prefs
+        # Which form row each sent preference came from (empty rows are skipped).
+        data["preference_rows"] = [
+            i
+            for i in range(PREFERENCE_ROWS)
+            if data.get(f"pref_type_{i}") or data.get(f"pref_count_{i}") is not None
+        ]
         return data
+
+    def apply_service_errors(self, exc: ServiceError) -> None:
+        """The service's errors beside their fields; a message about one preference goes
+        beside its row, in the page's words ("preference 2", counted from 1 as the rows
+        are) instead of the API's ``preferences[1].count``."""
+        rows: list[int] = self.cleaned_data.get("preference_rows", [])
+
+        def row_of(index: int) -> int:
+            return rows[index] if index < len(rows) else index
+
+        for field, messages in exc.errors.items():
+            for message in messages:
+                named = list(_SERVICE_PREFERENCE.finditer(message))
+                if field == "preferences" and len(named) == 1 and named[0].start() == 0:
+                    row = row_of(int(named[0].group(1)))
+                    target = "pref_count_" if named[0].group(2) == ".count" else "pref_type_"
+                    text = message[named[0].end() :].strip()
+                    if named[0].group(2) == ".count":
+                        text = f"the count {text}"
+                    elif text.startswith("is required"):
+                        text = "choose an instance type."
+                    self.add_error(f"{target}{row}", f"Preference {row + 1}: {text}")
+                    continue
+                text = _SERVICE_PREFERENCE.sub(
+                    lambda m: f"preference {row_of(int(m.group(1))) + 1}", message
+                )
+                target_field = field if field in self.fields else None
+                if target_field is None and field not in ("non_field_errors", "detail"):
+                    text = f"{field}: {text}"
+                self.add_error(target_field, text)
 
     def service_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data

@@ -15,6 +15,9 @@ from governance.models import Share
 from governance.models.shares import MAX_LIMITS_PER_SHARE, Policy
 
 LIMIT_ROWS = MAX_LIMITS_PER_SHARE
+# Posted rows looked at beyond the ones shown, so that a limit too many is refused by name
+# rather than dropped (the page shows a sixth row when the queue has more than five types).
+MAX_POSTED_ROWS = 20
 
 
 def _optional_int(value: Any) -> int | None:
@@ -30,7 +33,7 @@ class ShareEditForm(forms.Form):
     borrow_limit = forms.IntegerField(
         required=False,
         help_text="Percent of each limit it may borrow on top (200 = twice its limit); "
-        "-1 = unlimited. Only for Lend and borrow.",
+        "-1 = unlimited. Only for Lend and borrow: with another policy it is cleared.",
     )
     in_share_preemption = forms.BooleanField(
         required=False,
@@ -59,12 +62,22 @@ class ShareEditForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.require_reason = require_reason
         choices = [("", "—")] + [(name, name) for name in type_names]
-        for i in range(LIMIT_ROWS):
+        # One row more than a share may have when the queue has more types than that:
+        # filling it gets the service's "at most five" message instead of nowhere to type.
+        self.rows = LIMIT_ROWS + 1 if len(type_names) > LIMIT_ROWS else LIMIT_ROWS
+        for i in range(self.rows):
             self.fields[f"limit_type_{i}"] = forms.ChoiceField(
                 choices=choices, required=False, label=f"Type {i + 1}"
             )
             self.fields[f"limit_count_{i}"] = forms.IntegerField(
-                required=False, min_value=0, label=f"Count {i + 1}"
+                required=False,
+                min_value=0,
+                label=f"Count {i + 1}",
+                error_messages={
+                    "min_value": "A limit is a count of 0 or more (0 makes the type "
+                    "borrow-only); leave the row empty to drop the type.",
+                    "invalid": "A limit is a whole number of instances.",
+                },
             )
 
     @classmethod
@@ -83,14 +96,20 @@ class ShareEditForm(forms.Form):
         return initial
 
     def limit_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
-        return [(self[f"limit_type_{i}"], self[f"limit_count_{i}"]) for i in range(LIMIT_ROWS)]
+        return [(self[f"limit_type_{i}"], self[f"limit_count_{i}"]) for i in range(self.rows)]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         limits: dict[str, int] = {}
-        for i in range(LIMIT_ROWS):
+        extra = 0
+        for i in range(self.rows):
             type_name = data.get(f"limit_type_{i}")
             count = data.get(f"limit_count_{i}")
+            if f"limit_count_{i}" in self.errors or f"limit_type_{i}" in self.errors:
+                # Already told what is wrong with this row (e.g. a negative count): one
+                # message per row, not a second one contradicting it.
+                extra += 1
+                continue
             if not type_name and count is None:
                 continue
             if not type_name:
@@ -101,6 +120,18 @@ class ShareEditForm(forms.Form):
                 self.add_error(f"limit_type_{i}", f"{type_name} is already listed above.")
             else:
                 limits[type_name] = count
+        beyond = [
+            i
+            for i in range(self.rows, MAX_POSTED_ROWS)
+            if self.data.get(f"limit_type_{i}") or self.data.get(f"limit_count_{i}")
+        ]
+        given = len(limits) + extra + len(beyond)
+        if beyond or given > MAX_LIMITS_PER_SHARE:
+            self.add_error(
+                "limits",
+                f"A share has at most {MAX_LIMITS_PER_SHARE} limits; {given} given. "
+                "Remove one before adding another.",
+            )
         data["limits_map"] = limits
         if self.require_reason and not (data.get("reason") or "").strip():
             self.add_error("reason", "Say why you change this share; it goes into the audit trail.")
@@ -109,8 +140,9 @@ class ShareEditForm(forms.Form):
     def changes(self) -> dict[str, Any]:
         """The share fields as the service takes them (``limits`` replaces the whole map).
 
-        The page enables the borrow limit only for LEND_AND_BORROW; a value sent with
-        another policy still goes to the service, which refuses it by name.
+        Only a LEND_AND_BORROW share has a borrow limit: with another policy the field is
+        left out, so the service clears it. (Sending it got a refusal that the page could
+        not let the admin act on.)
         """
         data = self.cleaned_data
         changes: dict[str, Any] = {
@@ -120,7 +152,6 @@ class ShareEditForm(forms.Form):
             "preemption_retries": _optional_int(data.get("preemption_retries")),
             "enabled": bool(data.get("enabled")),
         }
-        borrow_limit = _optional_int(data.get("borrow_limit"))
-        if data["policy"] == Policy.LEND_AND_BORROW or borrow_limit is not None:
-            changes["borrow_limit"] = borrow_limit
+        if data["policy"] == Policy.LEND_AND_BORROW:
+            changes["borrow_limit"] = _optional_int(data.get("borrow_limit"))
         return changes

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import Job, JobState
 from governance.models.jobs import ACTIVE_STATES
-from governance.selectors import capacity as capacity_selectors
+from governance.selectors import exceptions as exception_selectors
 from governance.selectors import jobs as job_selectors
 from governance.selectors import plans as plan_selectors
 from governance.selectors import priorities as priority_selectors
@@ -96,6 +96,8 @@ def _status_context(job: Job) -> dict[str, Any]:
         "forecast": scheduling.forecast_job(job) if pending else None,
         "timeline": web_jobs.timeline(job),
         "reasons": web_jobs.with_reason_words(reasons),
+        # Waiting cannot help: no preference fits the share and queue as configured.
+        "never": bool(reasons) and not any(r["can_ever_start"] for r in reasons),
         "active": job.state in ACTIVE_STATES,
         "slurm_runs": job_selectors.slurm_runs(job),
     }
@@ -121,6 +123,9 @@ def _detail(
             else None
         ),
         "band": priority_selectors.band_for(job.priority),
+        # The exceptions filed for this job, whatever their state (newest first).
+        "job_exceptions": list(exception_selectors.exceptions().filter(job_id=job.pk)[:20]),
+        "may_file_exception": roles.is_lead_of(request.user, job.share.team_id),
     }
     return render(request, "jobs/detail.html", context, status=status)
 
@@ -179,17 +184,43 @@ def _submittable_shares(request: HttpRequest) -> list[tuple[int, str]]:
     return [(s.pk, f"{s.queue.name} / {s.name} ({s.team.name})") for s in shares]
 
 
+def _chosen_share(request: HttpRequest, share_limits: dict[int, list[str]]) -> int | None:
+    """The share the form is for (posted, or ``?share=`` in the link), if the user may
+    submit to it and it has limits."""
+    raw = (request.POST if request.method == "POST" else request.GET).get("share", "")
+    if not raw.isdigit() or len(raw) > 12:
+        return None
+    share_id = int(raw)
+    return share_id if share_id in share_limits else None
+
+
 @login_required
 def job_new(request: HttpRequest) -> HttpResponse:
     """Submit a job to one of the user's teams' shares (members, leads, admins)."""
     if not _may_submit_any(request):
         raise DjangoPermissionDenied("Only members and leads of a team, and admins, submit jobs.")
     share_choices = _submittable_shares(request)
-    type_names = [t.name for t in capacity_selectors.instance_types()]
+    share_limits = share_selectors.limit_types([pk for pk, _ in share_choices])
+    # Each preference row lists only the chosen share's types (a share may use only the
+    # types it has a limit for); before a share is chosen, those of all the user's shares,
+    # each option naming its shares so that the page's script narrows the list at once.
+    chosen = _chosen_share(request, share_limits)
+    type_shares: dict[str, list[int]] = {}
+    for share_id, names in share_limits.items():
+        for name in names:
+            type_shares.setdefault(name, []).append(share_id)
+    type_names = share_limits[chosen] if chosen is not None else sorted(type_shares)
     share_plans = plan_selectors.nameable_plans_of([pk for pk, _ in share_choices])
     plan_choices = plan_selectors.plan_choices(share_plans)
     status = 200
-    if request.method == "POST":
+    if request.method == "POST" and "pick" in request.POST:
+        # Without JavaScript: "List this share's instance types" re-shows the form, what
+        # was typed kept, the rows narrowed to the chosen share; nothing is submitted.
+        kept = {k: v for k, v in request.POST.dict().items() if k in JobSubmitForm.base_fields}
+        form = JobSubmitForm(
+            initial=kept, shares=share_choices, type_names=type_names, plans=plan_choices
+        )
+    elif request.method == "POST":
         form = JobSubmitForm(
             request.POST, shares=share_choices, type_names=type_names, plans=plan_choices
         )
@@ -197,7 +228,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
             try:
                 job = job_services.job_submit(actor=request.user, **form.service_kwargs())
             except ServiceError as exc:
-                apply_service_errors(form, exc)
+                form.apply_service_errors(exc)
                 status = exc.status
             else:
                 messages.success(request, f"Job {job.name} submitted.")
@@ -206,14 +237,14 @@ def job_new(request: HttpRequest) -> HttpResponse:
             status = 400
     else:
         initial: dict[str, Any] = {}
-        if request.GET.get("share", "").isdigit():
-            initial["share"] = int(request.GET["share"])
+        if chosen is not None:
+            initial["share"] = chosen
         form = JobSubmitForm(
             initial=initial, shares=share_choices, type_names=type_names, plans=plan_choices
         )
-    share_limits = share_selectors.limit_types([pk for pk, _ in share_choices])
     context = {
         "form": form,
+        "type_shares": {name: " ".join(map(str, ids)) for name, ids in type_shares.items()},
         "share_types": [
             (label, ", ".join(share_limits.get(pk, []))) for pk, label in share_choices
         ],

@@ -16,6 +16,7 @@ from governance import roles
 from governance.models import PriorityDefinition
 from governance.models.priorities import MAX_PRIORITY, BandRole
 from governance.selectors import priorities as priority_selectors
+from governance.selectors import teams as team_selectors
 from governance.selectors import web_governance as sel
 from governance.services import priorities as priority_services
 from governance.services.errors import ServiceError
@@ -50,11 +51,17 @@ def priority_list(request: HttpRequest) -> HttpResponse:
         band.roles = [ROLE_LABELS.get(r, r) for r in band.usable_by]  # type: ignore[attr-defined]
     team_ids = sorted(roles.lead_team_ids(request.user) or roles.member_team_ids(request.user))
     mine = priority_selectors.max_usable_priority(request.user, team_ids[0] if team_ids else None)
+    lead_of = roles.lead_team_ids(request.user)
     context = {
         "bands": bands,
         "segments": strip_segments(bands),
         "is_admin": roles.is_admin(request.user),
         "my_max": mine,
+        # Only team leads file exceptions: the others are told whom to ask.
+        "is_lead": bool(lead_of),
+        "my_leads": (
+            [] if lead_of else team_selectors.lead_names(roles.member_team_ids(request.user))
+        ),
     }
     return render(request, "priorities/list.html", context)
 

@@ -27,6 +27,7 @@ FORECAST_ERROR_WINDOW = timedelta(days=30)
 QUEUE_ROW_COLUMNS = (
     "id",
     "share_id",
+    "queue_id",
     "name",
     "kind",
     "state",
@@ -98,7 +99,7 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
 # their HTML is cached under both and the requested page numbers: a page view with
 # nothing changed skips the two counts, the two job queries and building 100 rows. The
 # relative times are left as slots and written at each request (web_time.fill_slots).
-JOBS_HTML_VERSION = 2  # 2: the plan a job runs on
+JOBS_HTML_VERSION = 3  # 2: the plan a job runs on; 3: never-start notes
 
 
 def _jobs_html(
@@ -157,10 +158,15 @@ def _jobs_context(
     for job in [*running.object_list, *pending.object_list]:
         job.page_url = job_url.format(job.pk)
         job.share_url = share_url.format(job.share_id)
+    # Jobs that can never start as configured say so, with what would let them.
+    never = scheduling.never_starting(pending.object_list)
     pending_rows = [
         {
             "job": job,
-            "reasons": web_jobs.with_reason_words(reasons.get(job.pk)),
+            "reasons": web_jobs.with_reason_words(
+                scheduling.with_blockers(reasons.get(job.pk) or [], never.get(job.pk))
+            ),
+            "never": never.get(job.pk),
             "forecast": forecasts.get(job.pk),
         }
         for job in pending.object_list

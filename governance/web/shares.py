@@ -187,7 +187,11 @@ def share_edit(request: HttpRequest, share_id: int) -> HttpResponse:
     type_names = share_selectors.queue_type_names(share.queue_id)
     context: dict[str, Any] = {"share": share}
     status = 200
-    if request.method == "POST":
+    if request.method == "POST" and "preview" in request.POST:
+        # The preview as a plain form submit (without JavaScript): nothing is saved.
+        form = ShareEditForm(request.POST, type_names=type_names, require_reason=False)
+        context.update(_preview_context(request, share, form))
+    elif request.method == "POST":
         form = ShareEditForm(request.POST, type_names=type_names)
         if form.is_valid():
             changes = form.changes()
@@ -243,7 +247,19 @@ def share_preview(request: HttpRequest, share_id: int) -> HttpResponse:
         type_names=share_selectors.queue_type_names(share.queue_id),
         require_reason=False,
     )
-    context: dict[str, Any] = {"share": share, "form": form}
+    context: dict[str, Any] = {
+        "share": share,
+        "form": form,
+        **_preview_context(request, share, form),
+    }
+    return render(request, "shares/edit.html#preview", context)
+
+
+def _preview_context(request: HttpRequest, share: Share, form: ShareEditForm) -> dict[str, Any]:
+    """The preview's figures for a bound form (its errors instead, when invalid): the
+    differences, what the next cycle would do, and the warnings (over-allocation, pending
+    jobs that could never start). Nothing is written."""
+    context: dict[str, Any] = {}
     if form.is_valid():
         proposed = form.changes()
         current = share_services.share_snapshot(share)
@@ -256,6 +272,7 @@ def share_preview(request: HttpRequest, share_id: int) -> HttpResponse:
                 for row in rows:
                     row["rule_words"] = RULE_WORDS.get(row.get("rule", ""), row.get("rule", ""))
             context["preview"] = preview
+            context["warnings"] = scheduling.share_change_warnings(share, proposed)
         except ServiceError as exc:
             apply_service_errors(form, exc)
-    return render(request, "shares/edit.html#preview", context)
+    return context

@@ -121,3 +121,31 @@ def account_type(capacity: int, shares: Sequence[ShareOnType[K]]) -> TypeAccount
         oversubscribed=total_limits > capacity or total_usage > capacity,
         shares=tuple(rows),
     )
+
+
+def most_ever(policy: str, limit: int | None, borrow_limit: int | None, capacity: int) -> int:
+    """The most instances of a type one job of a share could ever hold, as the share and
+    the queue are configured (DESIGN section 2), whatever else runs: at most the capacity;
+    nothing without a limit for the type; beyond the limit only for LEND_AND_BORROW, up
+    to ``floor(limit * pct / 100)`` more (any amount when -1). A job asking more on every
+    preference waits forever unless an admin changes something."""
+    if limit is None:
+        return 0
+    reach = limit
+    if policy == "LEND_AND_BORROW":
+        if borrow_limit == -1:
+            reach = capacity
+        elif borrow_limit is not None and borrow_limit > 0:
+            reach = limit + limit * borrow_limit // 100
+    return max(0, min(reach, capacity))
+
+
+def borrow_percent_needed(limit: int, count: int) -> int | None:
+    """The smallest borrow limit (percent) letting a LEND_AND_BORROW share with ``limit``
+    hold ``count`` instances; None when only an unlimited one (-1) would (limit 0)."""
+    if count <= limit:
+        return 0
+    if limit <= 0:
+        return None
+    # floor(limit * pct / 100) >= count - limit  <=>  limit * pct >= 100 * (count - limit)
+    return -(-100 * (count - limit) // limit)

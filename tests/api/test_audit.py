@@ -175,8 +175,10 @@ def test_csv_streams_every_filtered_row(w: Any) -> None:
     assert rows[0]["actor"] == "red_member"
     assert list(rows[0]) == [
         "id", "event_type", "actor", "subject_type", "subject_id", "subject_repr", "team",
-        "share", "job", "queue", "before", "after", "reason", "created_at",
+        "team_name", "share", "share_name", "job", "queue", "queue_name", "before", "after",
+        "reason", "created_at",
     ]  # fmt: skip
+    assert rows[0]["team"] == str(w.red.pk) and rows[0]["team_name"] == w.red.name
 
 
 def test_csv_by_accept_header(w: Any) -> None:

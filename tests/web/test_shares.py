@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from governance.models import AuditEntry, AuditEvent, Share
+from governance.models import AuditEntry, AuditEvent, InstanceType, Share
+from governance.services import limits
 from governance.services import shares as share_services
 from scheduler import bridge
 from tests.factories import make_admin
@@ -72,7 +73,9 @@ def test_editor_shows_current_values_and_live_preview_wiring(world):
     assert 'name="version" value="1"' in body
     assert 'value="200"' in body  # borrow limit shown and enabled for LEND_AND_BORROW
     medium = client_for(world.admin).get(f"/shares/{world.medium.pk}/edit/").content.decode()
-    assert 'id="id_borrow_limit" value="" disabled' in medium
+    # Another policy: shown empty and never disabled by the server (the script disables
+    # it while another policy is chosen; without it the admin can still type one).
+    assert 'id="id_borrow_limit" value="" data-only-for-policy="LEND_AND_BORROW"' in medium
 
 
 def test_save_goes_through_the_service_with_reason_and_version(world):
@@ -100,13 +103,76 @@ def test_reason_is_required(world):
 def test_service_errors_are_shown_beside_their_fields(world):
     response = client_for(world.admin).post(
         f"/shares/{world.medium.pk}/edit/",
-        form_data(world.medium, borrow_limit=50, preemption_retries=2),
+        form_data(world.medium, preemption_retries=limits.MAX_RETRIES + 1),
     )
     assert response.status_code == 400
     form = response.context["form"]
-    assert "Only a LEND_AND_BORROW share has a borrow limit" in form.errors["borrow_limit"][0]
+    assert "Must be empty (unlimited)" in form.errors["preemption_retries"][0]
     assert Share.objects.get(pk=world.medium.pk).version == 1
     assert not AuditEntry.objects.filter(event_type=AuditEvent.SHARE_UPDATED).exists()
+
+
+def test_a_borrow_limit_left_on_another_policy_is_cleared_not_refused(world):
+    """Issue 13: the borrow limit came back disabled with its old value after leaving
+    LEND_AND_BORROW, refused by the service, and the admin could not clear it."""
+    response = client_for(world.admin).post(
+        f"/shares/{world.background.pk}/edit/",
+        form_data(world.background, policy="RESERVE", borrow_limit=200),
+    )
+    assert response.status_code == 302, response.context["form"].errors
+    share = Share.objects.get(pk=world.background.pk)
+    assert share.policy == "RESERVE" and share.borrow_limit is None
+    page = client_for(world.admin).get(f"/shares/{share.pk}/edit/").content.decode()
+    assert (
+        'id="id_borrow_limit" value=""' in page
+        and "disabled" not in page.split('id="id_borrow_limit"')[1].split(">")[0]
+    )
+    # Back to LEND_AND_BORROW with a new value: it is taken.
+    response = client_for(world.admin).post(
+        f"/shares/{share.pk}/edit/",
+        form_data(share, policy="LEND_AND_BORROW", borrow_limit=50),
+    )
+    assert response.status_code == 302
+    assert Share.objects.get(pk=share.pk).borrow_limit == 50
+
+
+def test_a_negative_limit_gets_one_message(world):
+    response = client_for(world.admin).post(
+        f"/shares/{world.medium.pk}/edit/", form_data(world.medium, limit_count_0=-3)
+    )
+    assert response.status_code == 400
+    form = response.context["form"]
+    assert form.errors["limit_count_0"] == [
+        "A limit is a count of 0 or more (0 makes the type borrow-only); leave the row "
+        "empty to drop the type."
+    ]
+    assert "limit_type_0" not in form.errors and "limits" not in form.errors
+    body = response.content.decode()
+    assert "Give a count" not in body
+
+
+def test_a_sixth_limit_is_refused_not_dropped(world):
+    for name in ("t.a", "t.b", "t.c", "t.d", "t.e"):
+        itype = InstanceType.objects.create(name=name)
+        world.queue.capacities.create(instance_type=itype, count=4)
+    page = client_for(world.admin).get(f"/shares/{world.medium.pk}/edit/").content.decode()
+    assert 'name="limit_type_5"' in page  # a sixth row, where the sixth can be typed
+    rows = {"limit_type_0": "ml.g5.xlarge", "limit_count_0": 1}
+    for i, name in enumerate(("t.a", "t.b", "t.c", "t.d", "t.e"), start=1):
+        rows |= {f"limit_type_{i}": name, f"limit_count_{i}": 1}
+    response = client_for(world.admin).post(
+        f"/shares/{world.medium.pk}/edit/", form_data(world.medium, **rows)
+    )
+    assert response.status_code == 400
+    assert "at most 5 limits; 6 given" in response.context["form"].errors["limits"][0]
+    assert Share.objects.get(pk=world.medium.pk).version == 1
+    # A row beyond those shown (a hand-made post) is refused too, not dropped.
+    response = client_for(world.admin).post(
+        f"/shares/{world.medium.pk}/edit/",
+        form_data(world.medium, limit_type_9="t.a", limit_count_9=1),
+    )
+    assert response.status_code == 400
+    assert "at most 5 limits" in response.context["form"].errors["limits"][0]
 
 
 def test_duplicate_limit_rows_are_refused_by_name(world):
