@@ -218,7 +218,7 @@ def test_an_admin_changes_capacity_and_executor_with_a_reason(world: Any) -> Non
     ("changes", "field", "words"),
     [
         ({"name": "MAIN"}, "name", "already exists"),
-        ({"executor": "slurm"}, "executor", "valid choice"),
+        ({"executor": "kubernetes"}, "executor", "valid choice"),
         ({"cap_0": "-2"}, "cap_0", "greater than or equal to 0"),
         ({"cap_0": "100001"}, "cap_0", "less than or equal to 100000"),
         ({"reason": " "}, "reason", "Say why"),
