@@ -54,7 +54,7 @@ def test_a_job_beyond_its_limit_that_cannot_borrow_says_so_with_what_would_let_i
     # The API says it per preference, in the same words.
     api = APIClient()
     api.force_authenticate(world.lead_language)
-    reasons = api.get(f"/api/jobs/{job.pk}/explain/").json()
+    reasons = api.get(f"/api/jobs/{job.pk}/explain/").json()["reasons"]
     assert [r["can_ever_start"] for r in reasons] == [False]
     assert "raise its limit to 2" in reasons[0]["what_would_let_it"]
     assert reasons[0]["reason"]  # the engine's code is still there
