@@ -39,6 +39,7 @@ from django.db.models import Q
 from governance.models import (
     AuditEntry,
     AuditEvent,
+    CapacityPlan,
     InstanceType,
     Job,
     JobEvent,
@@ -195,6 +196,7 @@ def export(
             "restart_overhead",
             "submitted_at",
             "instance_type__speed",
+            "kind",
         )
     )
     # (at, event id, type, data) per job; the event id keeps the order decisions were made.
@@ -216,6 +218,7 @@ def export(
 
     jobs: list[dict[str, Any]] = []
     job_actions: list[dict[str, Any]] = []
+    named_plans: set[str] = set()
     recorded: list[tuple[datetime, int, dict[str, Any]]] = []
     end_at = min(stop, now) if now is not None else stop
     for row in rows:
@@ -228,10 +231,13 @@ def export(
         if reprioritised and "before" in reprioritised[0][3]:
             priority = reprioritised[0][3]["before"]
         prefs = [
-            {"instance_type": p["instance_type"], "count": int(p["count"])}
+            {"plan": p["plan"], "count": int(p["count"])}
+            if p.get("plan")
+            else {"instance_type": p["instance_type"], "count": int(p["count"])}
             for p in row["preferences"]
         ]
-        all_types.update(p["instance_type"] for p in prefs)
+        all_types.update(p["instance_type"] for p in prefs if "instance_type" in p)
+        named_plans.update(p["plan"] for p in prefs if "plan" in p)
         # work: declared, or what the last run did
         last_admit: tuple[datetime, str] | None = None
         done_at: datetime | None = None
@@ -263,6 +269,7 @@ def export(
             "share": share_name,
             "submit_at": 0 if before_start else rel(row["submitted_at"]),
             "priority": priority,
+            "kind": row["kind"],
             "preferences": prefs,
             "duration": _num(max(1.0, work)),
         }
@@ -274,10 +281,14 @@ def export(
             job["restart_overhead"] = round(row["restart_overhead"] * work_unit)
         jobs.append(job)
 
-        run: tuple[str, int] | None = None
+        run: tuple[str, int, str | None] | None = None
         for at, event_id, type_, data in events:
             if type_ == "admitted":
-                run = (data.get("instance_type", ""), int(data.get("count", 0)))
+                run = (
+                    data.get("instance_type", ""),
+                    int(data.get("count", 0)),
+                    data.get("plan") or None,
+                )
             if not in_window(at):
                 if type_ in ("preempted", "completed", "failed", "cancelled", "lost"):
                     run = None
@@ -287,6 +298,7 @@ def export(
                 event = {
                     "type": "admitted",
                     "job": key,
+                    **({"plan": data["plan"]} if data.get("plan") else {}),
                     "instance_type": data.get("instance_type"),
                     "count": int(data.get("count", 0)),
                     "preference": data.get("preference", 0),
@@ -296,6 +308,7 @@ def export(
                 event = {
                     "type": "preempted",
                     "job": key,
+                    **({"plan": run[2]} if run and run[2] else {}),
                     "instance_type": run[0] if run else None,
                     "count": run[1] if run else None,
                     "reason": data.get("reason") if type_ == "preempted" else "capacity_lost",
@@ -323,6 +336,8 @@ def export(
                 recorded.append((at, event_id, {"at": rel(at), **event}))
 
     recorded.sort(key=lambda item: (item[0], item[1]))
+    plans, plan_actions = _plans(queue, start, stop, named_plans, rel)
+    all_types.update(p["instance_type"] for p in plans)
     type_rows = {
         t.name: t for t in InstanceType.objects.filter(name__in=all_types | _limit_types(initial))
     }
@@ -336,7 +351,9 @@ def export(
         }
         for name in sorted(type_rows)
     ]
-    actions = sorted(capacity_actions + share_actions + job_actions, key=lambda a: a["at"])
+    actions = sorted(
+        capacity_actions + share_actions + plan_actions + job_actions, key=lambda a: a["at"]
+    )
     scenario = {
         "version": 1,
         "description": f"History of queue {queue.name} from {start.isoformat()} "
@@ -344,6 +361,7 @@ def export(
         "time_unit": "ms",
         "instance_types": instance_types,
         "shares": [{"name": name, **initial[pk]} for pk, (name, _, _) in sorted(shares.items())],
+        **({"plans": plans} if plans else {}),
         "jobs": jobs,
         "actions": actions,
         "until": length - 1,
@@ -353,6 +371,69 @@ def export(
         "recorded": [event for _, _, event in recorded],
         "teams": {name: team for name, team, _ in shares.values()},
     }
+
+
+def _plans(
+    queue: JobQueue,
+    start: datetime,
+    stop: datetime,
+    named: set[str],
+    rel: Any,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The queue's capacity plans (DESIGN 10) that overlap the window or that an exported
+    job names, as scenario ``plans``, with their count at ``start`` (the ``before`` of the
+    first later resize) and later resizes as ``set_plan`` actions. Times are relative to
+    ``start`` and clipped at 0 (a plan that ended before the window, named by a job still
+    waiting then, is kept as an empty one so the file stays valid)."""
+    rows = list(
+        CapacityPlan.objects.filter(queue=queue)
+        .filter(Q(start__lt=stop, end__gt=start) | Q(name__in=named))
+        .select_related("share", "instance_type")
+        .order_by("start", "id")
+    )
+    if not rows:
+        return [], []
+    by_name = {plan.name: plan for plan in rows}
+    counts = {plan.name: plan.count for plan in rows}
+    actions: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    resizes = (
+        AuditEntry.objects.filter(
+            queue=queue, event_type=AuditEvent.PLAN_RESIZED, created_at__gte=start
+        )
+        .order_by("created_at", "id")
+        .values_list("created_at", "before", "after")
+    )
+    for at, before, after in resizes:
+        if not isinstance(after, dict) or after.get("name") not in by_name:
+            continue
+        name = str(after["name"])
+        if name not in seen and isinstance(before, dict) and "count" in before:
+            counts[name] = int(before["count"])
+            seen.add(name)
+        if at < stop:
+            actions.append(
+                {"at": rel(at), "type": "set_plan", "plan": name, "count": int(after["count"])}
+            )
+    plans = []
+    for plan in rows:
+        begin = max(0, rel(plan.start))
+        end = rel(plan.end)
+        count = counts[plan.name]
+        if end <= begin:
+            end, count = begin + 1, 0
+        plans.append(
+            {
+                "name": plan.name,
+                "instance_type": plan.instance_type.name,
+                "count": count,
+                "share": plan.share.name,
+                "start": begin,
+                "end": end,
+                "hourly_price": float(plan.hourly_price),
+            }
+        )
+    return plans, actions
 
 
 def _limit_types(shares: dict[int, dict[str, Any]]) -> set[str]:

@@ -108,9 +108,11 @@ class _Job:
         "duration",
         "ever_borrowed",
         "first_admitted",
+        "first_plan",
         "last_event",
         "last_preempted_at",
         "last_run_start",
+        "on_plan",
         "pending",
         "preemptions",
         "prefs",
@@ -125,10 +127,16 @@ class _Job:
         self.submit: int = int(raw["submit_at"])
         self.duration: float = raw["duration"]
         common = raw.get("count")
+        # On-demand preferences only: a plan preference draws on its plan's own pool
+        # (DESIGN 10), never on the idle capacity that idle_lendable_seconds measures.
         self.prefs: list[tuple[str, int]] = [
-            (p["instance_type"], int(p["count"] if common is None else common))
+            (p["instance_type"], int(p.get("count", common) if common is None else common))
             for p in raw["preferences"]
+            if not p.get("plan")
         ]
+        first = raw["preferences"][0] if raw["preferences"] else {}
+        self.first_plan: str | None = first.get("plan") or None
+        self.on_plan: str | None = None
         self.first_admitted = False
         self.pending = False
         self.terminal = False
@@ -158,6 +166,7 @@ class _Collector:
         self.timed_out = 0
         self.runtime: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.policy: Counter[str] = Counter()
+        self.plan_first: list[bool] = []
 
 
 class _Integrals:
@@ -215,6 +224,7 @@ def _compute(
     limits = {s["name"]: dict(s["limits"]) for s in scenario["shares"]}
     share_names = [s["name"] for s in scenario["shares"]]
     jobs = {str(raw["id"]): _Job(raw) for raw in scenario["jobs"]}
+    plans = _Plans(scenario.get("plans") or [], win)
 
     # ---- state and its lazily flushed integrals
     usage: dict[tuple[str, str], int] = defaultdict(int)
@@ -320,7 +330,7 @@ def _compute(
     changes_in: list[tuple[int, int, int, Any]] = [
         (int(action["at"]), 0, index, action)
         for index, action in enumerate(scenario.get("actions") or [])
-        if action["type"] in ("set_capacity", "set_share")
+        if action["type"] in ("set_capacity", "set_share", "set_plan")
     ]
     changes_in += [(job.submit, 1, index, key) for index, (key, job) in enumerate(jobs.items())]
     changes_in.sort()  # (at, kind, index) is unique: the items are never compared
@@ -357,7 +367,9 @@ def _compute(
             dirty.clear()
         current = at
         if kind == 0:
-            if item["type"] == "set_capacity":
+            if item["type"] == "set_plan":
+                plans.set_count(item["plan"], int(item["count"]), at)
+            elif item["type"] == "set_capacity":
                 type_name = item["instance_type"]
                 flush_capacity(type_name, at)
                 capacity[type_name] = int(item["capacity"])
@@ -383,16 +395,23 @@ def _compute(
         etype = event["type"]
         if etype == "admitted":
             type_name, count = event["instance_type"], int(event["count"])
-            key = (job.share, type_name)
-            flush_su(key, at)
-            usage[key] += count
-            total_usage[type_name] += count
-            dirty.add(type_name)
+            plan = event.get("plan") or None
+            if plan is None:
+                key = (job.share, type_name)
+                flush_su(key, at)
+                usage[key] += count
+                total_usage[type_name] += count
+                dirty.add(type_name)
+            else:  # a plan's pool: apart from usage(S, T) and T's total (DESIGN 10)
+                plans.add_usage(plan, count, at)
+            job.on_plan = plan
             set_pending(job, False)
             borrowed = int(event.get("borrowed") or 0)
             job.ever_borrowed = job.ever_borrowed or borrowed > 0
             if start <= at < stop:
                 if not job.first_admitted:
+                    if job.first_plan is not None:
+                        col.plan_first.append(plan == job.first_plan)
                     wait = (at - job.submit) / unit
                     col.wait.append((wait, borrowed > 0))
                     col.first_pref.append((int(event.get("preference") or 0), wait))
@@ -405,11 +424,15 @@ def _compute(
         elif etype in RUN_ENDS or etype == "timed_out":
             run = job.run
             if run is not None and etype in RUN_ENDS:
-                key = (job.share, run[0])
-                flush_su(key, at)
-                usage[key] -= run[1]
-                total_usage[run[0]] -= run[1]
-                dirty.add(run[0])
+                if job.on_plan is not None:
+                    plans.add_usage(job.on_plan, -run[1], at)
+                    job.on_plan = None
+                else:
+                    key = (job.share, run[0])
+                    flush_su(key, at)
+                    usage[key] -= run[1]
+                    total_usage[run[0]] -= run[1]
+                    dirty.add(run[0])
                 job.run = None
             if etype == "preempted":
                 job.preemptions += 1
@@ -448,6 +471,7 @@ def _compute(
     for type_name in type_names:
         flush_capacity(type_name, end)
         refresh_idle(type_name, end)
+    plans.close(end)
 
     for entry in recording.audit or []:
         at = int(entry["at"])
@@ -494,6 +518,7 @@ def _compute(
             integrals,
             unit,
         )
+        plans.figures(out, members, unit)
         out["policy_changes"] = policy(members, team, whole)
         return out
 
@@ -507,6 +532,59 @@ def _compute(
         "queue": figures(share_names, whole=True),
         "groups": answer_groups,
     }
+
+
+class _Plans:
+    """Capacity plans (DESIGN 10) of a recording: each plan's usage and count integrated
+    over its active time inside the window, for ``plan_utilization`` and the plan's cost
+    (its whole active time x count x price, used or not). Counts change by ``set_plan``."""
+
+    def __init__(self, raw: Iterable[Mapping[str, Any]], win: _Integrals) -> None:
+        self.win = win
+        self.rows = {str(p["name"]): p for p in raw}
+        self.count = {name: int(p.get("count", 0)) for name, p in self.rows.items()}
+        self.usage = dict.fromkeys(self.rows, 0)
+        self.since = dict.fromkeys(self.rows, 0)
+        self.i_usage = dict.fromkeys(self.rows, 0.0)
+        self.i_count = dict.fromkeys(self.rows, 0.0)
+        self.first: dict[str, list[bool]] = {}
+
+    def _flush(self, name: str, now: int) -> None:
+        plan = self.rows[name]
+        lo = max(self.since[name], int(plan["start"]))
+        hi = min(now, int(plan["end"]))
+        self.since[name] = now
+        dt = self.win.span(lo, hi) if hi > lo else 0
+        if dt:
+            self.i_usage[name] += self.usage[name] * dt
+            self.i_count[name] += self.count[name] * dt
+
+    def add_usage(self, name: str, delta: int, now: int) -> None:
+        if name in self.rows:
+            self._flush(name, now)
+            self.usage[name] += delta
+
+    def set_count(self, name: str, count: int, now: int) -> None:
+        if name in self.rows:
+            self._flush(name, now)
+            self.count[name] = count
+
+    def close(self, end: int) -> None:
+        for name in self.rows:
+            self._flush(name, end)
+
+    def figures(self, out: dict[str, Any], members: list[str], unit: int) -> None:
+        """Add ``plan_utilization`` and the plans' cost to ``out``
+        (the figures of a group made of the shares ``members``)."""
+        owned = [n for n, p in self.rows.items() if p.get("share") in members]
+        out["plan_utilization"] = {n: _ratio(self.i_usage[n], self.i_count[n]) for n in owned}
+        cost = out["cost"]
+        for name in owned:
+            price = float(self.rows[name].get("hourly_price", 0) or 0)
+            amount = self.i_count[name] / unit * price / 3600
+            cost[name] = {"own": amount, "borrowed": 0.0, "total": amount}
+            cost["total"]["own"] += amount
+            cost["total"]["total"] += amount
 
 
 def _pcts(values: Sequence[float], keys: Iterable[int]) -> dict[str, float | None]:
@@ -607,6 +685,12 @@ def _figures(
             "timed_out": sum(col.timed_out for col in cols),
         },
         "fallback_rate": _ratio(sum(1 for i, _ in first if i > 0), len(first)),
+        # Of the first admissions (in the window) of jobs whose first preference names a
+        # capacity plan, the fraction that started on that plan (DESIGN 10).
+        "plan_first_rate": _ratio(
+            sum(on for col in cols for on in col.plan_first),
+            sum(len(col.plan_first) for col in cols),
+        ),
         "runtime_by_choice": {
             label: {
                 "jobs": len(rows),

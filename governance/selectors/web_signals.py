@@ -310,7 +310,7 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
         parts = [f"{n} on {names.get(k, k)} choice" for k, n in by.items()]
         return ", ".join(parts) + f"; {fig['fallback']['timed_out']} timed out" if parts else "—"
 
-    return [
+    rows = [
         row(
             "jobs_finished",
             "Jobs whose final event falls in the window",
@@ -428,3 +428,24 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
             lambda s: links.audit(s, "share.updated"),
         ),
     ]
+    if answer["queue"].get("plan_utilization"):  # the queue has capacity plans (DESIGN 10)
+        rows += [
+            row(
+                "plan_utilization",
+                "Capacity plans: usage over count x active time",
+                lambda f: (
+                    ", ".join(
+                        f"{name} {_pct(v)}" for name, v in sorted(f["plan_utilization"].items())
+                    )
+                    or "—"
+                ),
+                lambda s: links.jobs(s, "started"),
+            ),
+            row(
+                "plan_first_rate",
+                "Jobs naming a plan first that started on it",
+                lambda f: _pct(f["plan_first_rate"]),
+                lambda s: links.jobs(s, "started"),
+            ),
+        ]
+    return rows

@@ -242,3 +242,89 @@ def test_whatif_command_on_a_queue_and_on_a_file(
         call_command("whatif", "--file", str(target), "--set", "nobody.policy=LEND")
     with pytest.raises(CommandError, match=r"shares\.beta\.policy"):
         call_command("whatif", "hist", *window, "--set", "beta.policy=NOPE")
+
+
+def run_plan_history(world: Any, clock: Clock) -> None:
+    """Alpha's plan on P4 (1 instance, [20 s, 60 s), resized to 2 at 40 s); a job naming
+    it first before it starts (falls back to G5), one on it past its end (stopped by
+    plan_ended, back on G5), and one on it while it is larger."""
+    from governance.services import plans as plans_svc
+
+    clock.now = at(0)
+    plan = plans_svc.plan_create(
+        actor=world.admin,
+        queue=world.queue,
+        share=world.alpha,
+        name="alpha-reserved",
+        instance_type=P4,
+        count=1,
+        start=at(20),
+        end=at(60),
+        hourly_price="10",
+        reason="bought for the spring runs",
+    )
+    jobs: dict[str, Any] = {}
+
+    def submit(name: str, t: float, prefs: list[dict[str, Any]], duration: int) -> Any:
+        def step() -> None:
+            jobs[name] = make_job(
+                world.alpha,
+                world.red_lead,
+                name=name,
+                kind="training",
+                submitted_at=at(t),
+                preferences=prefs,
+                duration=duration,
+                priority=5,
+            )
+
+        return step
+
+    on_plan_first = [{"plan": plan.name, "count": 1}, {"instance_type": G5, "count": 1}]
+
+    def resize() -> None:
+        plan.refresh_from_db()
+        plans_svc.plan_resize(actor=world.admin, plan=plan, count=2, reason="one more")
+
+    steps = {
+        10.0: submit("early", 10, on_plan_first, 5),  # before the plan: on G5
+        25.0: submit("on-plan", 25, on_plan_first, 100),  # on the plan (speed 2) past its end
+        40.0: resize,
+        45.0: submit("second", 45, [{"plan": plan.name, "count": 1}], 5),
+    }
+    drive(world.queue, clock, steps, until=300)
+
+
+def test_a_queue_with_a_capacity_plan_exports_and_replays_exactly(world: Any, clock: Clock) -> None:
+    """DESIGN 8 and 10: the plan, its resize and the runs on it are in the export; the
+    replay reproduces the recorded events (plan admissions and the plan_ended stop
+    included), and the signals read the plan's figures from it."""
+    run_plan_history(world, clock)
+    out = history.export(world.queue, at(-1), at(300))
+    scenario, recorded = out["scenario"], out["recorded"]
+    assert scenario["plans"] == [
+        {
+            "name": "alpha-reserved",
+            "instance_type": P4,
+            "count": 1,
+            "share": "alpha",
+            "start": 21_000,
+            "end": 61_000,
+            "hourly_price": 10.0,
+        }
+    ]
+    assert [a for a in scenario["actions"] if a["type"] == "set_plan"] == [
+        {"at": 41_000, "type": "set_plan", "plan": "alpha-reserved", "count": 2}
+    ]
+    on_plan = [e for e in recorded if e.get("plan")]
+    assert {(e["type"], e.get("reason")) for e in on_plan} >= {
+        ("admitted", None),
+        ("preempted", "plan_ended"),
+    }
+    assert simulate.run(scenario)["events"] == recorded
+
+    rec = signals.Recording(scenario, recorded, out["teams"])
+    queue_figures = signals.compute(rec, 0, 301_000)["queue"]
+    assert queue_figures["plan_utilization"]["alpha-reserved"] is not None
+    assert queue_figures["plan_first_rate"] == pytest.approx(2 / 3)  # early fell back
+    assert queue_figures["cost"]["alpha-reserved"]["total"] > 0

@@ -108,3 +108,21 @@ def test_the_jobs_list_filters_by_time(page_client: Client, world: Any) -> None:
         assert shown == (job in inside), job.name
     assert 'value="2025-03-03T08:00:40Z"' in listing  # the filter stays visible
     assert JobState.SUCCEEDED in {j.state for j in inside}
+
+
+def test_a_queue_with_a_capacity_plan_shows_the_plan_figures(
+    world: Any,  # noqa: F811
+    clock: Any,  # noqa: F811
+) -> None:
+    from tests.services.test_history import run_plan_history
+
+    run_plan_history(world, clock)
+    clock.now = at(300)
+    client = Client()
+    client.force_login(world.red_lead)
+    window = {"from": "2025-03-03T07:59:59Z", "to": "2025-03-03T08:05:00Z"}
+    html = client.get("/signals/", {"queue": world.queue.pk, **window}).content.decode()
+    queue_cell, alpha_cell, beta_cell = cells(html, "plan_utilization")
+    assert "alpha-reserved" in queue_cell[1] and "alpha-reserved" in alpha_cell[1]
+    assert beta_cell[1] == "—"  # beta has no plan
+    assert cells(html, "plan_first_rate")[0][1] == "66.7 %"  # 2 of the 3 naming it first
