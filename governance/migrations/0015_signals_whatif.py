@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('governance', '0013_audit_event_types'),
+        ('governance', '0014_slurm_executor'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

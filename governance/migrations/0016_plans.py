@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('governance', '0013_audit_event_types'),
+        ('governance', '0015_signals_whatif'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -53,8 +53,8 @@ __all__ = [
     "SlurmRunState",
     "SlurmTypeConfig",
     "Team",
-    "WhatIf",
-    "WhatIfState",
     "UsageLevel",
     "UsageRollup",
+    "WhatIf",
+    "WhatIfState",
 ]

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('governance', '0013_audit_event_types'),
+        ('governance', '0016_plans'),
     ]
 
     operations = [
