@@ -6,11 +6,14 @@ and an API call with the page's query string list the same rows.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
+from django import forms
 from django.db.models import Q, QuerySet
 from django.utils import timezone
+from django_filters.fields import IsoDateTimeField
 
 from governance.models import (
     AuditEntry,
@@ -32,6 +35,25 @@ def user_filter(queryset: QuerySet[Any], field: str, value: str) -> QuerySet[Any
     if value.isdigit():
         condition |= Q(**{f"{field}_id": int(value)})
     return queryset.filter(condition)
+
+
+class UtcIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time, given to the database in UTC. PostgreSQL refuses offsets beyond
+    +-15:59 that Python accepts (up to +-23:59), and a time near the calendar's ends may
+    not exist in UTC at all: either is a 400 naming the parameter, never a server error."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        parsed = super().to_python(value)
+        if parsed is None or parsed.tzinfo is None:
+            return parsed
+        try:
+            return parsed.astimezone(UTC)
+        except (OverflowError, ValueError) as exc:
+            raise forms.ValidationError("A time that exists in UTC (year 1 to 9999).") from exc
+
+
+class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcIsoDateTimeField
 
 
 WINDOW_FIELDS = (
@@ -58,12 +80,12 @@ class JobFilter(django_filters.FilterSet):
         field_name="plan_id", label="capacity plan id (its current or last run)"
     )
     # Time windows [after, before): what the Signals page links to for its figures.
-    submitted_after = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
-    submitted_before = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
-    started_after = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
-    started_before = django_filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
-    finished_after = django_filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="gte")
-    finished_before = django_filters.IsoDateTimeFilter(field_name="finished_at", lookup_expr="lt")
+    submitted_after = UtcIsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = UtcIsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    started_after = UtcIsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
+    started_before = UtcIsoDateTimeFilter(field_name="started_at", lookup_expr="lt")
+    finished_after = UtcIsoDateTimeFilter(field_name="finished_at", lookup_expr="gte")
+    finished_before = UtcIsoDateTimeFilter(field_name="finished_at", lookup_expr="lt")
 
     class Meta:
         model = Job
@@ -115,8 +137,8 @@ class AuditFilter(django_filters.FilterSet):
     share = django_filters.NumberFilter(field_name="share_id")
     job = django_filters.NumberFilter(field_name="job_id")
     queue = django_filters.NumberFilter(field_name="queue_id")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lte")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lte")
 
     class Meta:
         model = AuditEntry
