@@ -14,7 +14,8 @@ Each page is taken as the role that uses it: the admin for the overview, queue, 
 editor (with its live preview showing) and agreements; a member for a job; a lead for
 the team view (own team first, pending jobs with estimated starts); the reviewer for the
 exceptions review queue, the audit trail and Signals (on the demo's history); the admin
-again for a what-if run on that history. Headless Chromium is Debian's
+again for a what-if run on that history, the capacity plans and the admin pages. Headless
+Chromium is Debian's
 ``/usr/bin/chromium``; Playwright never downloads a browser here.
 """
 
@@ -250,6 +251,16 @@ def _shoot(base: str, names: set[str] | None, width: str, viewport: Any) -> list
             expect(page.locator(".whatif-compare")).to_be_visible(timeout=120_000)
             save("whatif", page)
 
+        def plans() -> None:
+            page = as_user("admin")
+            page.goto("/plans/")
+            save("plans", page)
+
+        def administration() -> None:
+            page = as_user("admin")
+            page.goto("/admin/")
+            save("admin", page)
+
         shots: dict[str, Callable[[], None]] = {
             "overview": overview,
             "queue": queue,
@@ -261,6 +272,8 @@ def _shoot(base: str, names: set[str] | None, width: str, viewport: Any) -> list
             "audit": audit,
             "signals": signals,
             "whatif": whatif,
+            "plans": plans,
+            "admin": administration,
         }
         failures = []
         for name, take in shots.items():
