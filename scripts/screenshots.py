@@ -211,8 +211,7 @@ def _shoot(base: str, names: set[str] | None, width: str, viewport: Any) -> list
 
         def team() -> None:
             page = as_user("lead-vision")
-            page.goto("/")
-            page.get_by_role("link", name="Teams", exact=True).click()
+            page.goto("/teams/")
             expect(page.locator(".team-block").first).to_contain_text("Pending jobs")
             save("team", page)
 
