@@ -303,6 +303,15 @@ def _compute(
                         dirty.add(type_name)
                         changed.add(type_name)
 
+    # per type: the shares with a limit on it (a limit of 0 counts), kept with the limits
+    limited: dict[str, set[str]] = {}
+
+    def index_limits() -> None:
+        for type_name in type_names:
+            limited[type_name] = {s for s in share_names if type_name in limits[s]}
+
+    index_limits()
+
     def refresh_idle(type_name: str, now: int) -> None:
         idle, fitting = idle_state[type_name]
         since = idle_since[type_name]
@@ -319,9 +328,8 @@ def _compute(
         if new_idle > 0:
             lows = pmin[type_name]
             if lows:
-                ok = frozenset(
-                    s for s, low in lows.items() if low <= new_idle and type_name in limits[s]
-                )
+                lim = limited[type_name]
+                ok = frozenset([s for s, low in lows.items() if low <= new_idle and s in lim])
         idle_state[type_name] = (new_idle, ok)
 
     # ---- the timeline: actions and submissions before the events of the same instant.
@@ -380,6 +388,7 @@ def _compute(
                     for type_name in set(limits[share]) | set(item["limits"]):
                         flush_su((share, type_name), at)
                     limits[share] = dict(item["limits"])
+                    index_limits()
                     dirty.update(type_names)
                     changed.update(type_names)
             continue
