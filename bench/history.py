@@ -43,23 +43,12 @@ TARGET_MS = 200.0
 def _setup() -> None:
     """A throwaway database ``bench_history_<name>`` on the DATABASE_URL server, migrated."""
     import os
-    from urllib.parse import urlsplit, urlunsplit
 
-    import psycopg
+    from throwaway import throwaway_database
 
-    base = os.environ.get("DATABASE_URL")
-    if not base:
-        sys.exit("set DATABASE_URL to a PostgreSQL server (its database name names the bench DB)")
-    parts = urlsplit(base)
-    given = parts.path.strip("/")
-    name = "bench_history"
-    if given and given != "postgres" and given.replace("_", "").isalnum():
-        name = f"bench_history_{given}"
-    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
+    name, url = throwaway_database("bench_history")
     os.environ.update(
-        DATABASE_URL=urlunsplit(parts._replace(path=f"/{name}")),
+        DATABASE_URL=url,
         REDIS_URL=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9"),
         DJANGO_SETTINGS_MODULE="governance.settings",
         LOG_LEVEL="WARNING",

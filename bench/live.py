@@ -38,7 +38,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+
+from throwaway import throwaway_database
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "bench_live"  # suffixed with DATABASE_URL's database name at start
@@ -47,21 +48,8 @@ G5, P4 = "ml.g5.xlarge", "ml.p4d.24xlarge"
 
 def _setup_environment() -> tuple[str, str]:
     """Point this process at the throwaway database and private Redis before Django loads."""
-    base = os.environ.get("DATABASE_URL")
-    if not base:
-        sys.exit("set DATABASE_URL to a PostgreSQL server (its database name names the bench DB)")
-    parts = urlsplit(base)
     global BENCH_DB
-    given = parts.path.strip("/")
-    if given and given != "postgres" and given.replace("_", "").isalnum():
-        BENCH_DB = f"bench_live_{given}"
-    admin_url = urlunsplit(parts._replace(path="/postgres"))
-    bench_url = urlunsplit(parts._replace(path=f"/{BENCH_DB}"))
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {BENCH_DB}")
+    BENCH_DB, bench_url = throwaway_database("bench_live")
     redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
     import redis
 

@@ -34,7 +34,8 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from throwaway import throwaway_database
 
 ROOT = Path(__file__).resolve().parent.parent
 TYPE = "ml.g5.bench"
@@ -42,19 +43,9 @@ GPUS = 16
 
 
 def _setup() -> None:
-    base = os.environ.get("DATABASE_URL")
-    if not base:
-        sys.exit("set DATABASE_URL to a PostgreSQL server (its database name names the bench DB)")
-    parts = urlsplit(base)
-    given = parts.path.strip("/")
-    name = f"bench_slurm_{given}" if given.replace("_", "").isalnum() else "bench_slurm"
-    import psycopg
-
-    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
+    _, url = throwaway_database("bench_slurm")
     os.environ.update(
-        DATABASE_URL=urlunsplit(parts._replace(path=f"/{name}")),
+        DATABASE_URL=url,
         REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15"),
         DJANGO_SETTINGS_MODULE="governance.settings",
         LOG_LEVEL="WARNING",

@@ -29,7 +29,8 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+
+from throwaway import throwaway_database
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,20 +39,9 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def _setup_environment() -> None:
-    base = os.environ.get("DATABASE_URL")
-    if not base:
-        sys.exit("set DATABASE_URL to a PostgreSQL server (its database name names the bench DB)")
-    parts = urlsplit(base)
-    given = parts.path.strip("/")
-    name = f"bench_whatif_{given}" if given.replace("_", "").isalnum() else "bench_whatif"
-    import psycopg
-
-    admin_url = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
+    _, url = throwaway_database("bench_whatif")
     os.environ.update(
-        DATABASE_URL=urlunsplit(parts._replace(path=f"/{name}")),
+        DATABASE_URL=url,
         DJANGO_SETTINGS_MODULE="governance.settings",
         DEMO_TIME_FACTOR="1",
         LOG_LEVEL="WARNING",
