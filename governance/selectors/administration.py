@@ -9,7 +9,6 @@ from django.contrib.auth import get_user_model
 from django.db.models import Prefetch, QuerySet
 
 from governance.models import (
-    InstanceType,
     JobQueue,
     Membership,
     MembershipRole,
@@ -20,25 +19,6 @@ from governance.models import (
 from governance.roles import ADMIN_GROUP, AGENT_GROUP, REVIEWER_GROUP
 
 SITE_ROLES = (ADMIN_GROUP, REVIEWER_GROUP, AGENT_GROUP)
-
-
-def instance_types() -> QuerySet[InstanceType]:
-    return InstanceType.objects.order_by("name")
-
-
-def queues_with_capacity() -> list[JobQueue]:
-    """Every queue with ``capacity_rows`` (type name, count), sorted by type name."""
-    rows = QueueCapacity.objects.select_related("instance_type").order_by("instance_type__name")
-    found: list[JobQueue] = list(
-        JobQueue.objects.order_by("name").prefetch_related(
-            Prefetch("capacities", queryset=rows, to_attr="capacity_rows")
-        )
-    )
-    return found
-
-
-def queue(pk: int) -> JobQueue | None:
-    return JobQueue.objects.filter(pk=pk).first()
 
 
 def capacity_of(queue: JobQueue) -> dict[str, int]:
@@ -63,10 +43,6 @@ def teams_with_people() -> list[dict[str, Any]]:
         }
         for team in teams
     ]
-
-
-def team(pk: int) -> Team | None:
-    return Team.objects.filter(pk=pk).first()
 
 
 def teams() -> QuerySet[Team]:

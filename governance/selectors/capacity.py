@@ -127,6 +127,10 @@ def instance_types() -> QuerySet[InstanceType]:
     return InstanceType.objects.order_by("name")
 
 
+def queue(pk: int) -> JobQueue | None:
+    return JobQueue.objects.filter(pk=pk).first()
+
+
 def queue_ids() -> list[int]:
     return list(JobQueue.objects.order_by("id").values_list("id", flat=True))
 

@@ -16,6 +16,14 @@ def teams() -> QuerySet[Team]:
     ).order_by("name")
 
 
+def team(pk: int) -> Team | None:
+    return Team.objects.filter(pk=pk).first()
+
+
+def teams_by_id(ids: set[int]) -> QuerySet[Team]:
+    return Team.objects.filter(pk__in=ids)
+
+
 def usernames(team: Team, role: MembershipRole) -> list[str]:
     """Usernames of ``team``'s memberships in ``role``, from the prefetched memberships."""
     return sorted(m.user.get_username() for m in team.memberships.all() if m.role == role)

@@ -21,6 +21,8 @@ from django.shortcuts import redirect, render
 
 from governance import roles
 from governance.selectors import administration as sel
+from governance.selectors import capacity as capacity_selectors
+from governance.selectors import teams as team_selectors
 from governance.services import capacity as capacity_services
 from governance.services import shares as share_services
 from governance.services import teams as team_services
@@ -70,8 +72,8 @@ def _reason(data: dict[str, Any]) -> str:
 @admin_only
 def index(request: HttpRequest) -> HttpResponse:
     context = {
-        "queues": sel.queues_with_capacity(),
-        "types": list(sel.instance_types()),
+        "queues": capacity_selectors.queues(),
+        "types": list(capacity_selectors.instance_types()),
         "teams": sel.teams_with_people(),
         "shares": list(sel.shares()),
         "users": sel.users_with_roles(),
@@ -104,7 +106,7 @@ def type_new(request: HttpRequest) -> HttpResponse:
 
 @admin_only
 def type_edit(request: HttpRequest, pk: int) -> HttpResponse:
-    itype = sel.instance_types().filter(pk=pk).first()
+    itype = capacity_selectors.instance_types().filter(pk=pk).first()
     if itype is None:
         raise Http404("No such instance type.")
     initial = {
@@ -139,7 +141,7 @@ def type_edit(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _type_names() -> list[str]:
-    return list(sel.instance_types().values_list("name", flat=True))
+    return list(capacity_selectors.instance_types().values_list("name", flat=True))
 
 
 @admin_only
@@ -169,7 +171,7 @@ def queue_new(request: HttpRequest) -> HttpResponse:
 
 @admin_only
 def queue_edit(request: HttpRequest, pk: int) -> HttpResponse:
-    queue = sel.queue(pk)
+    queue = capacity_selectors.queue(pk)
     if queue is None:
         raise Http404("No such queue.")
     type_names = _type_names()
@@ -233,7 +235,7 @@ def team_new(request: HttpRequest) -> HttpResponse:
 
 @admin_only
 def team_edit(request: HttpRequest, pk: int) -> HttpResponse:
-    team = sel.team(pk)
+    team = team_selectors.team(pk)
     if team is None:
         raise Http404("No such team.")
     people = team_services.membership_snapshot(team)
@@ -270,7 +272,7 @@ def team_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @admin_only
 def share_new(request: HttpRequest) -> HttpResponse:
     """A new share; it is edited afterwards in the share editor (with its preview)."""
-    queues = [(q.pk, q.name) for q in sel.queues_with_capacity()]
+    queues = [(q.pk, q.name) for q in capacity_selectors.queues()]
     teams = [(t.pk, t.name) for t in sel.teams()]
     initial = {"policy": "RESERVE", "enabled": True}
     if request.GET.get("queue", "").isdigit():

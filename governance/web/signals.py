@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from governance.models import JobQueue
+from governance.selectors import capacity as capacity_selectors
 from governance.selectors import scheduling
 from governance.selectors import web_signals as sel
 from governance.selectors.windows import parse_group_by, parse_month, parse_window
@@ -27,11 +27,11 @@ PRESETS.append(("30d", "Last 30 days", 30))
 @login_required
 def signals_page(request: HttpRequest) -> HttpResponse:
     params = request.GET
-    queues = list(JobQueue.objects.order_by("name").values_list("pk", "name"))
+    queues = list(capacity_selectors.queues().values_list("pk", "name"))
     context: dict[str, Any] = {"queues": queues, "presets": PRESETS, "errors": {}}
     queue_key = params.get("queue") or (str(queues[0][0]) if queues else "")
     queue = (
-        JobQueue.objects.filter(pk=int(queue_key)).first()
+        capacity_selectors.queue(int(queue_key))
         if queue_key.isdigit() and len(queue_key) < 12
         else None
     )

@@ -13,6 +13,7 @@ from django.shortcuts import render
 from governance import roles
 from governance.models import Team
 from governance.selectors import insight, team_view
+from governance.selectors import teams as team_selectors
 from governance.web import charts
 
 
@@ -53,14 +54,14 @@ def team_list(request: HttpRequest) -> HttpResponse:
     led = roles.lead_team_ids(request.user)
     mine = roles.member_team_ids(request.user)
     teams = sorted(
-        Team.objects.filter(pk__in=mine), key=lambda t: (t.pk not in led, t.name.lower())
+        team_selectors.teams_by_id(mine), key=lambda t: (t.pk not in led, t.name.lower())
     )
     return _page(request, teams)
 
 
 @login_required
 def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
-    team = Team.objects.filter(pk=team_id).first()
+    team = team_selectors.team(team_id)
     if team is None:
         raise Http404("No such team.")
     return _page(request, [team])

@@ -15,6 +15,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 
 from governance.models import Agreement, JobQueue, Policy, Share, WhatIf, WhatIfState
+from governance.selectors import capacity as capacity_selectors
 from governance.selectors import scheduling
 from governance.selectors.windows import parse_window
 from governance.services import whatif as whatif_services
@@ -53,7 +54,7 @@ def _show(value: Any, kind: str) -> str:
 
 
 def _queue_or_404(queue_id: int) -> JobQueue:
-    queue = JobQueue.objects.filter(pk=queue_id).first()
+    queue = capacity_selectors.queue(queue_id)
     if queue is None:
         raise Http404("No such queue.")
     return queue
