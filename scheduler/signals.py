@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +102,87 @@ def recording_end(recording: Recording) -> int:
     return (max(times) if times else 0) + 1
 
 
+_NEVER = 1 << 62  # the "since" of an accumulator never flushed: every span from it is empty
+
+
+class _Type:
+    """One instance type: its capacity, total usage, and the idle-lendable reading (the
+    idle count and the shares with a pending job that fits it), each since ``since``."""
+
+    __slots__ = (
+        "cap_since",
+        "capacity",
+        "fitting",
+        "idle",
+        "lows",
+        "memo",
+        "name",
+        "since",
+        "total",
+    )
+
+    def __init__(self, name: str, capacity: int) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.cap_since = 0
+        self.total = 0
+        self.idle = 0
+        self.fitting: frozenset[str] = frozenset()
+        self.since = 0
+        self.lows: dict[str, int] = {}  # share -> its smallest pending count on the type
+        self.memo: dict[int, frozenset[str]] = {}  # idle count -> the fitting shares
+
+
+class _Cell:
+    """One (share, type): the share's usage of the type with its lazily flushed integrals,
+    its limit, and its pending jobs' counts on the type ({count: jobs}) with their
+    minimum (``low``, None when none is pending)."""
+
+    __slots__ = (
+        "counts",
+        "i_borrowed",
+        "i_own",
+        "i_usage",
+        "limit",
+        "limited",
+        "low",
+        "share",
+        "since",
+        "type",
+        "usage",
+    )
+
+    def __init__(self, share: str, kind: _Type, limits: Mapping[str, Any]) -> None:
+        self.share = share
+        self.type = kind
+        self.usage = 0
+        self.since = _NEVER
+        self.i_usage = 0.0
+        self.i_own = 0.0
+        self.i_borrowed = 0.0
+        self.counts: dict[int, int] = {}
+        self.low: int | None = None
+        self.limited = False
+        self.limit = 0
+        self.set_limits(limits)
+
+    def set_limits(self, limits: Mapping[str, Any]) -> None:
+        self.limited = self.type.name in limits  # a limit of 0 counts
+        self.limit = int(limits.get(self.type.name, 0))
+
+
+class _Shape:
+    """The on-demand preferences (cell, count) shared by jobs of one share, with how many
+    of those jobs are pending: the cells' pending counts change only when that number
+    goes from 0 to 1 or back, so most jobs entering or leaving the queue cost one step."""
+
+    __slots__ = ("pending", "prefs")
+
+    def __init__(self, prefs: tuple[tuple[_Cell, int], ...]) -> None:
+        self.prefs = prefs
+        self.pending = 0
+
+
 class _Job:
     __slots__ = (
         "admissions",
@@ -115,25 +196,41 @@ class _Job:
         "on_plan",
         "pending",
         "preemptions",
-        "prefs",
+        "row",
         "run",
+        "shape",
         "share",
         "submit",
         "terminal",
     )
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        raw: Mapping[str, Any],
+        rows: Mapping[str, dict[str, _Cell]],
+        shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape],
+    ) -> None:
         self.share: str = raw["share"]
+        row = self.row = rows[self.share]  # the share's cells by type name
         self.submit: int = int(raw["submit_at"])
         self.duration: float = raw["duration"]
         common = raw.get("count")
         # On-demand preferences only: a plan preference draws on its plan's own pool
         # (DESIGN 10), never on the idle capacity that idle_lendable_seconds measures.
-        self.prefs: list[tuple[str, int]] = [
-            (p["instance_type"], int(p.get("count", common) if common is None else common))
-            for p in raw["preferences"]
-            if not p.get("plan")
-        ]
+        key = (
+            self.share,
+            tuple(
+                [
+                    (p["instance_type"], int(p.get("count", common) if common is None else common))
+                    for p in raw["preferences"]
+                    if not p.get("plan")
+                ]
+            ),
+        )
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = _Shape(tuple([(row[t], n) for t, n in key[1]]))
+        self.shape = shape
         first = raw["preferences"][0] if raw["preferences"] else {}
         self.first_plan: str | None = first.get("plan") or None
         self.on_plan: str | None = None
@@ -143,7 +240,7 @@ class _Job:
         self.preemptions = 0
         self.admissions = 0
         self.ever_borrowed = False
-        self.run: tuple[str, int] | None = None
+        self.run: tuple[_Cell, int] | None = None
         self.last_run_start = 0
         self.last_event = ""
         self.last_preempted_at = 0
@@ -219,53 +316,47 @@ def _compute(
     hi = win.hi
 
     prices = {t["name"]: float(t.get("hourly_price", 0) or 0) for t in scenario["instance_types"]}
-    capacity = {t["name"]: int(t["capacity"]) for t in scenario["instance_types"]}
     type_names = [t["name"] for t in scenario["instance_types"]]
+    kinds = {t["name"]: _Type(t["name"], int(t["capacity"])) for t in scenario["instance_types"]}
     limits = {s["name"]: dict(s["limits"]) for s in scenario["shares"]}
     share_names = [s["name"] for s in scenario["shares"]]
-    jobs = {str(raw["id"]): _Job(raw) for raw in scenario["jobs"]}
+    # One cell per (share, type), reached from a job through its share's row.
+    rows = {s: {t: _Cell(s, kinds[t], limits[s]) for t in type_names} for s in share_names}
+    for raw in scenario["jobs"]:  # a job of a share the scenario no longer lists
+        if raw["share"] not in rows:
+            rows[raw["share"]] = {t: _Cell(raw["share"], kinds[t], {}) for t in type_names}
+    cells = [cell for row in rows.values() for cell in row.values()]
+    shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape] = {}
+    jobs = {str(raw["id"]): _Job(raw, rows, shapes) for raw in scenario["jobs"]}
     plans = _Plans(scenario.get("plans") or [], win)
 
-    # ---- state and its lazily flushed integrals
-    usage: dict[tuple[str, str], int] = defaultdict(int)
-    since_su: dict[tuple[str, str], int] = {}
-    i_usage: dict[tuple[str, str], float] = defaultdict(float)
-    i_own: dict[tuple[str, str], float] = defaultdict(float)
-    i_borrowed: dict[tuple[str, str], float] = defaultdict(float)
-    total_usage: dict[str, int] = defaultdict(int)
-    cap_since = dict.fromkeys(type_names, 0)
+    def flush(cell: _Cell, now: int) -> None:
+        dt = min(now, hi) - max(cell.since, start)
+        cell.since = now
+        if dt > 0:
+            u = cell.usage
+            if u:
+                lim = cell.limit
+                cell.i_usage += u * dt
+                cell.i_own += min(u, lim) * dt
+                cell.i_borrowed += max(0, u - lim) * dt
+
     i_capacity: dict[str, float] = defaultdict(float)
 
-    def flush_su(key: tuple[str, str], now: int) -> None:
-        dt = min(now, hi) - max(since_su.get(key, now), start)
-        since_su[key] = now
-        if dt > 0:
-            u = usage[key]
-            if u:
-                lim = int(limits[key[0]].get(key[1], 0))
-                i_usage[key] += u * dt
-                i_own[key] += min(u, lim) * dt
-                i_borrowed[key] += max(0, u - lim) * dt
-
-    def flush_capacity(type_name: str, now: int) -> None:
-        dt = win.span(cap_since[type_name], now)
-        cap_since[type_name] = now
+    def flush_capacity(kind: _Type, now: int) -> None:
+        dt = win.span(kind.cap_since, now)
+        kind.cap_since = now
         if dt:
-            i_capacity[type_name] += capacity[type_name] * dt
+            i_capacity[kind.name] += kind.capacity * dt
 
-    # pending preference counts per type and share ({count: jobs}), and their minimum
-    pend: dict[str, dict[str, dict[int, int]]] = {t: {} for t in type_names}
-    pmin: dict[str, dict[str, int]] = {t: {} for t in type_names}
-    # idle lendable: per type, the idle count and the shares with a pending job that fits
-    empty: frozenset[str] = frozenset()
-    idle_state: dict[str, tuple[int, frozenset[str]]] = {t: (0, empty) for t in type_names}
-    idle_since = dict.fromkeys(type_names, 0)
-    # per type: intervals counted once for a group, so groups are flushed by share set
+    # idle lendable, per type: intervals counted once for a group, so groups are flushed
+    # by the set of shares that had a fitting pending job
     i_idle_sets: dict[tuple[str, frozenset[str]], float] = defaultdict(float)
-    dirty: set[str] = set()
+    empty: frozenset[str] = frozenset()
+    dirty: set[_Type] = set()  # types to read again at the end of the instant
     # types whose smallest pending counts (or the shares' limits) changed since their last
     # reading: only then can the fitting shares differ at an unchanged idle count
-    changed: set[str] = set()
+    changed: set[_Type] = set()
 
     def set_pending(job: _Job, on: bool) -> None:
         # A type needs a fresh idle-lendable reading only when a share's smallest pending
@@ -273,64 +364,72 @@ def _compute(
         if job.pending == on:
             return
         job.pending = on
-        share = job.share
-        for type_name, n in job.prefs:
-            by_share = pend[type_name]
-            lows = pmin[type_name]
-            counter = by_share.get(share)
+        shape = job.shape
+        if on:
+            shape.pending += 1
+            if shape.pending > 1:
+                return
+        else:
+            shape.pending -= 1
+            if shape.pending:
+                return
+        for cell, n in shape.prefs:
+            counts = cell.counts
             if on:
-                if counter is None:
-                    counter = by_share[share] = {}
-                counter[n] = counter.get(n, 0) + 1
-                low = lows.get(share)
+                counts[n] = counts.get(n, 0) + 1
+                low = cell.low
                 if low is None or n < low:
-                    lows[share] = n
-                    dirty.add(type_name)
-                    changed.add(type_name)
-            elif counter is not None:
-                left = counter[n] - 1
+                    cell.low = cell.type.lows[cell.share] = n
+                    changed.add(cell.type)
+            else:
+                left = counts[n] - 1
                 if left > 0:
-                    counter[n] = left
-                else:
-                    del counter[n]
-                    if not counter:
-                        del by_share[share]
-                        del lows[share]
-                        dirty.add(type_name)
-                        changed.add(type_name)
-                    elif lows[share] == n:
-                        lows[share] = min(counter)
-                        dirty.add(type_name)
-                        changed.add(type_name)
+                    counts[n] = left
+                    continue
+                del counts[n]
+                if not counts:
+                    cell.low = None
+                    del cell.type.lows[cell.share]
+                    changed.add(cell.type)
+                elif cell.low == n:
+                    cell.low = cell.type.lows[cell.share] = min(counts)
+                    changed.add(cell.type)
 
-    # per type: the shares with a limit on it (a limit of 0 counts), kept with the limits
-    limited: dict[str, set[str]] = {}
-
-    def index_limits() -> None:
-        for type_name in type_names:
-            limited[type_name] = {s for s in share_names if type_name in limits[s]}
-
-    index_limits()
-
-    def refresh_idle(type_name: str, now: int) -> None:
-        idle, fitting = idle_state[type_name]
-        since = idle_since[type_name]
-        idle_since[type_name] = now
-        if idle > 0 and fitting:
-            dt = min(now, hi) - max(since, start)
-            if dt > 0:
-                i_idle_sets[(type_name, fitting)] += idle * dt
-        new_idle = capacity[type_name] - total_usage[type_name]
-        if new_idle == idle and type_name not in changed:
-            return  # the same idle count and the same pending counts: the same reading
-        changed.discard(type_name)
-        ok = empty
-        if new_idle > 0:
-            lows = pmin[type_name]
-            if lows:
-                lim = limited[type_name]
-                ok = frozenset([s for s, low in lows.items() if low <= new_idle and s in lim])
-        idle_state[type_name] = (new_idle, ok)
+    def end_instant(now: int) -> None:
+        """Integrate each touched type's idle-lendable reading up to ``now`` and read it
+        again. The fitting shares at an idle count are remembered until the smallest
+        pending counts change: in a deep queue they rarely do, and idle counts repeat."""
+        if changed:
+            dirty.update(changed)
+        for kind in dirty:
+            idle = kind.idle
+            if idle > 0 and kind.fitting:
+                dt = min(now, hi) - max(kind.since, start)
+                if dt > 0:
+                    i_idle_sets[(kind.name, kind.fitting)] += idle * dt
+            kind.since = now
+            new_idle = kind.capacity - kind.total
+            if kind in changed:
+                kind.memo.clear()
+            elif new_idle == idle:
+                continue  # the same idle count and the same pending counts: the same reading
+            kind.idle = new_idle
+            fitting = kind.memo.get(new_idle)
+            if fitting is None:
+                fitting = empty
+                if new_idle > 0 and kind.lows:
+                    name = kind.name
+                    fitting = frozenset(
+                        [
+                            s
+                            for s, low in kind.lows.items()
+                            if low <= new_idle and rows[s][name].limited
+                        ]
+                    )
+                kind.memo[new_idle] = fitting
+            kind.fitting = fitting
+        dirty.clear()
+        changed.clear()
 
     # ---- the timeline: actions and submissions before the events of the same instant.
     # Events come in time order (the runner's output and the export are); the changes and
@@ -340,24 +439,29 @@ def _compute(
         for index, action in enumerate(scenario.get("actions") or [])
         if action["type"] in ("set_capacity", "set_share", "set_plan")
     ]
-    changes_in += [(job.submit, 1, index, key) for index, (key, job) in enumerate(jobs.items())]
+    changes_in += [(job.submit, 1, index, job) for index, job in enumerate(jobs.values())]
     changes_in.sort()  # (at, kind, index) is unique: the items are never compared
     events = list(recording.events)
     if any(events[i]["at"] > events[i + 1]["at"] for i in range(len(events) - 1)):
         events.sort(key=lambda e: e["at"])  # stable: the order within an instant stays
 
-    def timeline() -> Iterator[tuple[int, int, Any]]:
-        pending_changes = len(changes_in)
-        i = 0
-        for event in events:
-            at = event["at"]
-            while i < pending_changes and changes_in[i][0] <= at:
-                change = changes_in[i]
-                yield change[0], change[1], change[3]
-                i += 1
-            yield at, 2, event
-        for change in changes_in[i:]:
-            yield change[0], change[1], change[3]
+    def apply_change(at: int, item: Mapping[str, Any]) -> None:
+        if item["type"] == "set_plan":
+            plans.set_count(item["plan"], int(item["count"]), at)
+        elif item["type"] == "set_capacity":
+            kind_of = kinds[item["instance_type"]]
+            flush_capacity(kind_of, at)
+            kind_of.capacity = int(item["capacity"])
+            dirty.add(kind_of)
+        elif "limits" in item:
+            share = item["share"]
+            for cell in rows[share].values():
+                flush(cell, at)
+            limits[share] = dict(item["limits"])
+            for cell in rows[share].values():
+                cell.set_limits(limits[share])
+            dirty.update(kinds.values())
+            changed.update(kinds.values())
 
     per_share: dict[str, _Collector] = {s: _Collector() for s in share_names}
 
@@ -368,49 +472,41 @@ def _compute(
         return value / unit
 
     current = None
-    for at, kind, item in timeline():
-        if current is not None and at != current:
-            for type_name in dirty:
-                refresh_idle(type_name, current)
-            dirty.clear()
-        current = at
-        if kind == 0:
-            if item["type"] == "set_plan":
-                plans.set_count(item["plan"], int(item["count"]), at)
-            elif item["type"] == "set_capacity":
-                type_name = item["instance_type"]
-                flush_capacity(type_name, at)
-                capacity[type_name] = int(item["capacity"])
-                dirty.add(type_name)
+    pending_changes = len(changes_in)
+    next_change = changes_in[0][0] if changes_in else _NEVER
+    c = 0
+    for event in events:
+        at = event["at"]
+        while next_change <= at:
+            change_at, kind, _, item = changes_in[c]
+            if change_at != current:
+                if current is not None:
+                    end_instant(current)
+                current = change_at
+            if kind == 1:  # a submission
+                if not item.terminal and not item.first_admitted and item.admissions == 0:
+                    set_pending(item, True)
             else:
-                share = item["share"]
-                if "limits" in item:
-                    for type_name in set(limits[share]) | set(item["limits"]):
-                        flush_su((share, type_name), at)
-                    limits[share] = dict(item["limits"])
-                    index_limits()
-                    dirty.update(type_names)
-                    changed.update(type_names)
-            continue
-        if kind == 1:
-            job = jobs[item]
-            if not job.terminal and not job.first_admitted and job.admissions == 0:
-                set_pending(job, True)
-            continue
-        event = item
+                apply_change(change_at, item)
+            c += 1
+            next_change = changes_in[c][0] if c < pending_changes else _NEVER
+        if at != current:
+            if current is not None:
+                end_instant(current)
+            current = at
         raw_id = event["job"]
         job = jobs[raw_id if raw_id.__class__ is str else str(raw_id)]
         col = per_share[job.share]
         etype = event["type"]
         if etype == "admitted":
-            type_name, count = event["instance_type"], int(event["count"])
+            count = int(event["count"])
+            cell = job.row[event["instance_type"]]
             plan = event.get("plan") or None
             if plan is None:
-                key = (job.share, type_name)
-                flush_su(key, at)
-                usage[key] += count
-                total_usage[type_name] += count
-                dirty.add(type_name)
+                flush(cell, at)
+                cell.usage += count
+                cell.type.total += count
+                dirty.add(cell.type)
             else:  # a plan's pool: apart from usage(S, T) and T's total (DESIGN 10)
                 plans.add_usage(plan, count, at)
             job.on_plan = plan
@@ -428,7 +524,7 @@ def _compute(
                     col.restart.append((at - job.last_preempted_at) / unit)
             job.first_admitted = True
             job.admissions += 1
-            job.run = (type_name, count)
+            job.run = (cell, count)
             job.last_run_start = at
         elif etype in RUN_ENDS or etype == "timed_out":
             run = job.run
@@ -437,11 +533,11 @@ def _compute(
                     plans.add_usage(job.on_plan, -run[1], at)
                     job.on_plan = None
                 else:
-                    key = (job.share, run[0])
-                    flush_su(key, at)
-                    usage[key] -= run[1]
-                    total_usage[run[0]] -= run[1]
-                    dirty.add(run[0])
+                    cell = run[0]
+                    flush(cell, at)
+                    cell.usage -= run[1]
+                    cell.type.total -= run[1]
+                    dirty.add(cell.type)
                 job.run = None
             if etype == "preempted":
                 job.preemptions += 1
@@ -466,20 +562,31 @@ def _compute(
                         col.turnaround.append(((at - job.submit) / unit, not job.ever_borrowed))
                         col.completed_work += float(job.duration) / unit
                         if run is not None:
-                            label = f"{run[0]} x{run[1]}"
+                            type_name = run[0].type.name
+                            label = f"{type_name} x{run[1]}"
                             runtime = (at - job.last_run_start) / unit
-                            cost = run[1] * runtime * prices.get(run[0], 0.0) / 3600
+                            cost = run[1] * runtime * prices.get(type_name, 0.0) / 3600
                             col.runtime[label].append((runtime, cost))
         job.last_event = etype
+    for change_at, kind, _, item in changes_in[c:]:
+        if change_at != current:
+            if current is not None:
+                end_instant(current)
+            current = change_at
+        if kind == 1:
+            if not item.terminal and not item.first_admitted and item.admissions == 0:
+                set_pending(item, True)
+        else:
+            apply_change(change_at, item)
     if current is not None:
-        for type_name in dirty:
-            refresh_idle(type_name, current)
+        end_instant(current)
     # close every accumulator at E
-    for key in list(since_su):
-        flush_su(key, end)
+    for cell in cells:
+        flush(cell, end)
     for type_name in type_names:
-        flush_capacity(type_name, end)
-        refresh_idle(type_name, end)
+        flush_capacity(kinds[type_name], end)
+    dirty.update(kinds.values())
+    end_instant(end)
     plans.close(end)
 
     for entry in recording.audit or []:
@@ -489,9 +596,9 @@ def _compute(
 
     # ---- assemble
     integrals: dict[str, Mapping[Any, float]] = {
-        "usage": i_usage,
-        "own": i_own,
-        "borrowed": i_borrowed,
+        "usage": {(c.share, c.type.name): c.i_usage for c in cells},
+        "own": {(c.share, c.type.name): c.i_own for c in cells},
+        "borrowed": {(c.share, c.type.name): c.i_borrowed for c in cells},
         "capacity": i_capacity,
         "idle_sets": i_idle_sets,
     }
