@@ -2,11 +2,15 @@
 
     ./scripts/slurm/start
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything SLURM_CONF=var/slurm/slurm.conf \\
-        .venv/bin/python bench/slurm.py [--a-jobs 480] [--b-jobs 2000]
+        .venv/bin/python bench/slurm.py [--a-jobs 480] [--b-jobs 2000] [--no-hook]
 
 Runs in a throwaway database ``bench_slurm_<name>`` (dropped and re-created). The product
 side drives the slurm executor's passes (``sync.sync_queue``: what beat's ``slurm-sync``
-task does) back to back in this process; Slurm runs every job. Prints:
+task does) back to back in this process; Slurm runs every job. Unless ``--no-hook``, the
+product's web app also serves in this process (a thread on a free port) and the local
+Slurm's completion hook is turned on for the run (``scripts/slurm/hook``): each job's
+epilog calls the product, whose pass submits what runs next before the epilog releases the
+node (docs/slurm.md). Prints:
 
 (a) ``--a-jobs`` one-second single-GPU jobs on the 16 GPUs: makespan and overhead per job
     start (makespan x GPUs / jobs - 1 s) of Slurm alone and of the product;
@@ -28,6 +32,9 @@ import argparse
 import math
 import os
 import random
+import secrets
+import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -60,6 +67,79 @@ def _setup() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+
+
+class Hook:
+    """The product's web server (gunicorn with the project's settings, on a free local
+    port, as ./scripts/run starts it) and the local Slurm's completion hook pointed at it
+    while ``on`` (Slurm alone runs with it off)."""
+
+    def __init__(self) -> None:
+        from django.conf import settings
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.token = secrets.token_urlsafe(24)
+        settings.SLURM_HOOK_TOKEN = self.token
+        env = dict(
+            os.environ,
+            SLURM_HOOK_TOKEN=self.token,
+            SLURM_JOB_PREFIX=settings.SLURM_JOB_PREFIX,
+            PORT=str(port),
+            WEB_BIND="127.0.0.1",
+            WEB_ACCESS_LOG="0",
+            WEB_LOG_LEVEL="warning",
+            # No collected static files here: whitenoise's warning says nothing useful.
+            PYTHONWARNINGS="ignore::UserWarning",
+        )
+        conf = str(ROOT / "scripts" / "gunicorn_conf.py")
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", conf, "governance.wsgi"], cwd=ROOT, env=env
+        )
+        self.url = f"http://127.0.0.1:{port}/api/slurm/job-ended/"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if self.server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit("the product's web server did not start") from None
+                time.sleep(0.2)
+        self.script = str(ROOT / "scripts" / "slurm" / "hook")
+
+    def on(self) -> None:
+        subprocess.run([self.script, self.url, self.token], check=True, capture_output=True)
+
+    def off(self) -> None:
+        subprocess.run([self.script, "--off"], check=True, capture_output=True)
+
+    def close(self) -> None:
+        self.off()
+        self.server.terminate()
+        self.server.wait(timeout=30)
+
+
+def rotate_completion_log(cli: Any) -> None:
+    """Start from an empty completion log: the executor reads the final state of each
+    ended job from it with ``sacct -c``, which reads the whole file, so on the local
+    cluster (whose log only grows) each run would otherwise be slower than the last. The
+    old entries go to ``<log>.1``; Slurm appends, so truncating in place is safe."""
+    config = cli.run("scontrol", ["show", "config"])
+    path = next(
+        (
+            line.split("=", 1)[1].strip()
+            for line in config.splitlines()
+            if line.startswith("JobCompLoc")
+        ),
+        "",
+    )
+    if path and os.path.isfile(path) and os.access(path, os.W_OK):
+        with open(path, "rb") as log, open(f"{path}.1", "ab") as old:
+            old.write(log.read())
+        with open(path, "r+b") as log:
+            log.truncate(0)
 
 
 def pct(values: list[float], p: float) -> float | None:
@@ -114,7 +194,7 @@ def wait_done(cli: Any, prefix: str, timeout: float) -> None:
     while time.monotonic() < deadline:
         live = [
             j
-            for j in cli.squeue()
+            for j in cli.jobs()
             if str(j.get("name", "")).startswith(prefix)
             and j.get("job_state") in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
         ]
@@ -150,7 +230,6 @@ def slurm_alone(cli: Any, jobs: int) -> tuple[float, list[tuple[float, float]]]:
 
 
 def world(prefix: str, shares: list[tuple[str, int, str]]) -> tuple[Any, dict[str, Any]]:
-    from django.conf import settings
     from django.contrib.auth import get_user_model
 
     from governance.models import (
@@ -166,7 +245,6 @@ def world(prefix: str, shares: list[tuple[str, int, str]]) -> tuple[Any, dict[st
     )
     from governance.models.capacity import Executor
 
-    settings.SLURM_JOB_PREFIX = prefix
     itype, _ = InstanceType.objects.get_or_create(name=TYPE, defaults={"accelerators": 1})
     queue = JobQueue.objects.create(name=f"bench-{prefix}", executor=Executor.SLURM)
     QueueCapacity.objects.create(queue=queue, instance_type=itype, count=GPUS)
@@ -187,13 +265,26 @@ def world(prefix: str, shares: list[tuple[str, int, str]]) -> tuple[Any, dict[st
     return queue, users
 
 
-def drive(queue_id: int, cli: Any, done: Any, timeout: float) -> int:
+POLL = 0.5  # seconds from one pass's start to the next (--poll)
+
+
+def pass_every(queue_id: int, cli: Any, since: float) -> float:
+    """One executor pass, started ``POLL`` seconds after the last one began (``since``),
+    as beat's slurm-sync entry starts them; the time it began."""
     from scheduler.executors.slurm import sync
 
+    time.sleep(max(0.0, since + POLL - time.monotonic()))
+    began = time.monotonic()
+    sync.sync_queue(queue_id, cli=cli)
+    return began
+
+
+def drive(queue_id: int, cli: Any, done: Any, timeout: float) -> int:
     passes = 0
     deadline = time.monotonic() + timeout
+    last = -POLL
     while not done():
-        sync.sync_queue(queue_id, cli=cli)
+        last = pass_every(queue_id, cli, last)
         passes += 1
         if time.monotonic() > deadline:
             raise SystemExit(f"the product run did not finish within {timeout} s")
@@ -231,7 +322,6 @@ def product_b(cli: Any, jobs: int, seed: int) -> dict[str, float | None]:
     entitlement lent to A and takes it back."""
     from governance.models import Job, JobEvent, JobState, SlurmRun
     from governance.services import jobs as job_services
-    from scheduler.executors.slurm import sync
 
     rng = random.Random(seed)
     prefix = f"pb{uuid.uuid4().hex[:6]}"
@@ -262,6 +352,7 @@ def product_b(cli: Any, jobs: int, seed: int) -> dict[str, float | None]:
     active = Job.objects.filter(queue=queue, state__in=(JobState.PENDING, JobState.RUNNING))
     placed_at = None
     deadline = time.monotonic() + 3600
+    last = -POLL
     while owners_left or active.exists():
         for team, job in current.items():
             if owners_left and (
@@ -269,7 +360,7 @@ def product_b(cli: Any, jobs: int, seed: int) -> dict[str, float | None]:
             ):
                 current[team] = send(team, rng.randint(1, 4))
                 owners_left -= 1
-        sync.sync_queue(queue.pk, cli=cli)
+        last = pass_every(queue.pk, cli, last)
         for job in current.values():
             if job is not None:
                 job.refresh_from_db(fields=["state"])
@@ -302,16 +393,47 @@ def main() -> None:
     parser.add_argument("--a-jobs", type=int, default=480)
     parser.add_argument("--b-jobs", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--no-hook", action="store_true", help="the product polls only (no completion hook)"
+    )
+    parser.add_argument(
+        "--poll",
+        type=float,
+        default=None,
+        help="seconds between executor passes (default: SLURM_POLL_SECONDS, as beat runs them)",
+    )
     args = parser.parse_args()
     _setup()
+    from django.conf import settings
+
     from scheduler.executors.slurm.sync import cli_from_settings
 
+    global POLL
+    POLL = settings.SLURM_POLL_SECONDS if args.poll is None else max(0.0, args.poll)
+    # One job name prefix for the run (Slurm remembers earlier runs' jobs for a while),
+    # shared with the web server's passes.
+    settings.SLURM_JOB_PREFIX = f"b{uuid.uuid4().hex[:8]}"
+
     cli = cli_from_settings()
+    rotate_completion_log(cli)
+    hook = None if args.no_hook else Hook()
+    how = "polling only" if args.no_hook else "the completion hook and polling"
+    print(f"the product: an executor pass every {POLL:g} s, {how}")
+    try:
+        run(args, cli, hook)
+    finally:
+        if hook is not None:
+            hook.close()
+
+
+def run(args: argparse.Namespace, cli: Any, hook: Hook | None) -> None:
     if args.a_jobs:
         print(f"(a) {args.a_jobs} one-second single-GPU jobs on {GPUS} GPUs")
         alone, alone_times = slurm_alone(cli, args.a_jobs)
         per_start = alone * GPUS / args.a_jobs - 1
         print(f"    Slurm alone:  makespan {alone:.1f} s, overhead per job start {per_start:.3f} s")
+        if hook is not None:
+            hook.on()
         product, product_times, passes = product_a(cli, args.a_jobs)
         per_start_p = product * GPUS / args.a_jobs - 1
         print(
@@ -326,6 +448,8 @@ def main() -> None:
                 f"    {label}: p50 {fmt(pct(g, 50))} s, p95 {fmt(pct(g, 95))} s (target p95 <= 2)"
             )
     if args.b_jobs:
+        if hook is not None:
+            hook.on()
         print(f"(b) {args.b_jobs} jobs of 1 to 8 GPUs, four shares of 4 GPUs, A borrowing")
         b = product_b(cli, args.b_jobs, args.seed)
         print(

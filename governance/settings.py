@@ -499,6 +499,14 @@ SLURM_BIN_DIR = env_str("SLURM_BIN_DIR", "")
 SLURM_COMMAND_TIMEOUT = env_float("SLURM_COMMAND_TIMEOUT", 5.0)
 SLURM_POLL_SECONDS = env_float("SLURM_POLL_SECONDS", 0.5)
 SLURM_JOB_PREFIX = env_str("SLURM_JOB_PREFIX", "gov")
+# The completion hook (docs/slurm.md): the node epilog POSTs a finished job's id to
+# /api/slurm/job-ended/ with this token; empty turns the hook off (polling only).
+SLURM_HOOK_TOKEN = env_str("SLURM_HOOK_TOKEN", "")
+# How long the hook's pass waits for a pass of the same queue already running.
+SLURM_HOOK_WAIT_SECONDS = env_float("SLURM_HOOK_WAIT_SECONDS", 2.0)
+# How long the hook waits before its pass, so that jobs ending together (one wave of
+# equally long jobs) are reported and replaced by one pass rather than one each.
+SLURM_HOOK_GATHER_SECONDS = env_float("SLURM_HOOK_GATHER_SECONDS", 0.05)
 SLURM_OUTPUT_DIR = env_str("SLURM_OUTPUT_DIR", str(DATA_DIR / "slurm-output"))
 SLURM_CHECKPOINT_DIR = env_str("SLURM_CHECKPOINT_DIR", str(DATA_DIR / "slurm-checkpoints"))
 CELERY_BEAT_SCHEDULE["slurm-sync"] = {

@@ -350,11 +350,17 @@ def main() -> int:
     # health checks replace one that a PostgreSQL restart broke.
     env.setdefault("DB_CONN_MAX_AGE", "60")
     manage = [sys.executable, "manage.py"]
-    if env.get("DEMO_SLURM", "").lower() in ("1", "true", "yes", "on"):
-        # The demo's Slurm queue runs on the local Slurm (docs/slurm.md).
+    slurm_hook = ROOT / "scripts" / "slurm" / "hook"
+    with_slurm = env.get("DEMO_SLURM", "").lower() in ("1", "true", "yes", "on")
+    if with_slurm:
+        # The demo's Slurm queue runs on the local Slurm (docs/slurm.md), whose node
+        # epilogs call this product when a job ends (the completion hook).
         say("starting the local Slurm (scripts/slurm/start)")
         subprocess.run([str(ROOT / "scripts" / "slurm" / "start")], cwd=ROOT, check=True)
         env.setdefault("SLURM_CONF", str(ROOT / "var" / "slurm" / "slurm.conf"))
+        env.setdefault("SLURM_HOOK_TOKEN", secrets.token_urlsafe(24))
+        hook_url = f"http://127.0.0.1:{port}/api/slurm/job-ended/"
+        subprocess.run([str(slurm_hook), hook_url, env["SLURM_HOOK_TOKEN"]], cwd=ROOT, check=True)
     supervisord: subprocess.Popen[bytes] | None = None
     followers: list[Follower] = []
     try:
@@ -393,6 +399,8 @@ def main() -> int:
                     stop_supervisord(supervisord)
                 for follower in followers:
                     follower.stop()
+                if with_slurm:
+                    subprocess.run([str(slurm_hook), "--off"], cwd=ROOT, check=False)
     except Shutdown as signal_name:
         say(f"{signal_name}: stopped")
         return 0

@@ -24,6 +24,7 @@ from governance.api.signals import (
     WhatIfDetailView,
     WhatIfListView,
 )
+from governance.api.slurm import JobEndedView as SlurmJobEndedView
 from governance.api.teams import TeamViewSet
 
 router = DefaultRouter()
@@ -61,6 +62,7 @@ urlpatterns = [
     *agent_urls,
     path("auth/token/", ObtainTokenView.as_view(), name="api-token"),
     path("signals/", SignalsView.as_view(), name="api-signals"),
+    path("slurm/job-ended/", SlurmJobEndedView.as_view(), name="api-slurm-job-ended"),
     path("signals/chargeback/", ChargebackView.as_view(), name="api-chargeback"),
     path("queues/<int:pk>/history/", QueueHistoryView.as_view(), name="api-queue-history"),
     path("queues/<int:pk>/whatif/", WhatIfListView.as_view(), name="api-queue-whatif"),

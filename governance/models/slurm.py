@@ -71,7 +71,7 @@ class SlurmRun(models.Model):
     state = models.CharField(
         max_length=12, choices=SlurmRunState.choices, default=SlurmRunState.SUBMITTING
     )
-    slurm_job_id = models.BigIntegerField(null=True, blank=True)
+    slurm_job_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     partition = models.CharField(max_length=64, blank=True, default="")
     stdout = models.CharField(max_length=1024, blank=True, default="")
     stderr = models.CharField(max_length=1024, blank=True, default="")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import models
@@ -10,8 +11,22 @@ from django.utils import timezone
 
 from governance.models import AuditEntry, AuditEvent
 
+P = ParamSpec("P")
 
-def record(
+
+def _written(build: Callable[P, AuditEntry]) -> Callable[P, AuditEntry]:
+    """The writer of ``build``'s entries: ``record`` appends what ``entry_for`` describes."""
+
+    def write(*args: P.args, **kwargs: P.kwargs) -> AuditEntry:
+        entry = build(*args, **kwargs)
+        entry.save()
+        return entry
+
+    write.__doc__ = f"Append the entry ``{build.__name__}`` describes (and return it)."
+    return write
+
+
+def entry_for(
     *,
     event_type: AuditEvent,
     actor: AbstractBaseUser | AnonymousUser | None,
@@ -25,9 +40,11 @@ def record(
     queue_id: int | None = None,
     at: Any = None,
 ) -> AuditEntry:
-    """Append one audit entry. ``before``/``after`` are JSON-able snapshots of the change."""
+    """One audit entry, not yet written: ``record`` appends it; a service that writes many
+    in one statement passes them to ``AuditEntry.objects.bulk_create`` in its transaction.
+    ``before``/``after`` are JSON-able snapshots of the change."""
     actor_id = actor.pk if actor is not None and actor.is_authenticated else None
-    return AuditEntry.objects.create(
+    return AuditEntry(
         event_type=event_type,
         actor_id=actor_id,
         subject_type=subject._meta.model_name or type(subject).__name__.lower(),
@@ -63,7 +80,7 @@ def record_change(
     return record(before=before, after=after, **entry)
 
 
-def record_job(
+def job_entry(
     *,
     event_type: AuditEvent,
     actor: AbstractBaseUser | AnonymousUser | None,
@@ -73,8 +90,9 @@ def record_job(
     reason: str = "",
     at: Any = None,
 ) -> AuditEntry:
-    """Append an entry about a job, linked to its team, share and queue for filtering."""
-    return record(
+    """An entry about a job, linked to its team, share and queue for filtering, not yet
+    written (``record_job`` appends it; see ``entry_for``)."""
+    return entry_for(
         event_type=event_type,
         actor=actor,
         subject=job,
@@ -87,3 +105,9 @@ def record_job(
         queue_id=job.queue_id,
         at=at,
     )
+
+
+# Append one audit entry. ``before``/``after`` are JSON-able snapshots of the change.
+record = _written(entry_for)
+# Append an entry about a job, linked to its team, share and queue for filtering.
+record_job = _written(job_entry)

@@ -26,15 +26,34 @@ class _Listener:
     """Ask for a cycle of a queue soon (the scheduler's coalesced trigger)."""
     run_cycle: Callable[[int], object] | None = None
     """Run a cycle of a queue in this process, now."""
+    executor_pass: Callable[[int, int], dict[str, object]] | None = None
+    """Run the executor's pass of a queue run by Slurm in this process, now, for the end
+    of one Slurm job."""
 
 
 _listener = _Listener()
 
 
-def register(*, request_cycle: Callable[[int], object], run_cycle: Callable[[int], object]) -> None:
-    """The scheduler's start-up hook: how to ask for a cycle, and how to run one now."""
+def register(
+    *,
+    request_cycle: Callable[[int], object],
+    run_cycle: Callable[[int], object],
+    executor_pass: Callable[[int, int], dict[str, object]] | None = None,
+) -> None:
+    """The scheduler's start-up hook: how to ask for a cycle, how to run one now, and how
+    to run a Slurm queue's executor pass now."""
     _listener.request_cycle = request_cycle
     _listener.run_cycle = run_cycle
+    _listener.executor_pass = executor_pass
+
+
+def run_executor_pass(queue_id: int, slurm_job_id: int) -> dict[str, object] | None:
+    """Run the executor's pass of ``queue_id`` in this process because Slurm job
+    ``slurm_job_id`` ended (the Slurm completion hook); None when no scheduler listens in
+    this process."""
+    if _listener.executor_pass is None:
+        return None
+    return _listener.executor_pass(queue_id, slurm_job_id)
 
 
 # Queues whose scheduling cycle is running in this thread: a change the cycle makes itself

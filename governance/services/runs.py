@@ -16,19 +16,20 @@ and the simulated fleet. Every refusal of a run that is over has one shape, a 40
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 
 from governance import metrics
-from governance.models import AuditEvent, DecisionRule, Job, JobState
+from governance.models import AuditEntry, AuditEvent, DecisionRule, Job, JobEvent, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.services import audit, notifications
 from governance.services.errors import Conflict, PermissionDenied, ValidationFailed
 from governance.services.hooks import queue_changed
-from governance.services.kit import job_event, lock_job
+from governance.services.kit import job_event, lock_job, valid_id
 from scheduler.engine import work
 
 RUNNING_REPORTS = ("started", "heartbeat", "checkpoint")
@@ -351,6 +352,9 @@ def _locked_running(
     return job
 
 
+COMPLETED_FIELDS = ["state", "finished_at", "work_done", "checkpoint_work", "run_started_at"]
+
+
 @transaction.atomic
 def run_complete(
     *,
@@ -363,17 +367,49 @@ def run_complete(
 ) -> Job:
     """The executor reports the run finished its work: the job succeeds and frees capacity."""
     job = _locked_running(job_id, run, actor, agent)
+    event, entry = _completed(job, actor, run, now, work)
+    job.save(update_fields=COMPLETED_FIELDS)
+    event.save()
+    entry.save()
+    queue_changed(job.queue_id)
+    return job
+
+
+@transaction.atomic
+def runs_complete(*, done: Sequence[tuple[int, int]], now: datetime) -> list[Job]:
+    """The executor (no agent: ``actor`` None) reports several runs ``(job id, run)``
+    finished at once, as ``run_complete`` does one by one but with one statement per kind
+    of write: the slurm executor's completion hook reports a whole wave of jobs while
+    Slurm holds a node for it. A run that is no longer its job's running run is left out
+    (the jobs completed are returned)."""
+    completed: list[Job] = []
+    events: list[JobEvent] = []
+    entries: list[AuditEntry] = []
+    for job in _locked_runs(done):
+        event, entry = _completed(job, None, job.run, now, None)
+        completed.append(job)
+        events.append(event)
+        entries.append(entry)
+    Job.objects.bulk_update(completed, COMPLETED_FIELDS)
+    JobEvent.objects.bulk_create(events)
+    AuditEntry.objects.bulk_create(entries)
+    for queue_id in sorted({job.queue_id for job in completed}):
+        queue_changed(queue_id)
+    return completed
+
+
+def _completed(
+    job: Job, actor: AnyUser | None, run: int, now: datetime, work: float | None
+) -> tuple[JobEvent, AuditEntry]:
+    """Mark ``job`` (locked) succeeded; its timeline event and audit entry, not yet written."""
     before = _snapshot(job)
     job.state = JobState.SUCCEEDED
     job.finished_at = now
     job.work_done = float(job.duration) if job.duration is not None else (work or job.work_done)
     job.checkpoint_work = job.work_done
     job.run_started_at = None
-    job.save(
-        update_fields=["state", "finished_at", "work_done", "checkpoint_work", "run_started_at"]
-    )
-    job_event(job, now, "completed", "Completed.", run=run)
-    audit.record_job(
+    event = JobEvent(job=job, at=now, type="completed", message="Completed.", data={"run": run})
+    entry = audit.job_entry(
         event_type=AuditEvent.JOB_COMPLETED,
         actor=actor,
         job=job,
@@ -381,8 +417,7 @@ def run_complete(
         after=_snapshot(job),
         at=now,
     )
-    queue_changed(job.queue_id)
-    return job
+    return event, entry
 
 
 @transaction.atomic
@@ -481,14 +516,23 @@ def run_report(
 
 def _record_started(job: Job, actor: AnyUser | None, now: datetime) -> None:
     """The run's ``started`` timeline event and audit entry."""
+    event, entry = _started(job, actor, now)
+    event.save()
+    entry.save()
+
+
+def _started(job: Job, actor: AnyUser | None, now: datetime) -> tuple[JobEvent, AuditEntry]:
+    """The run's ``started`` timeline event and audit entry, not yet written."""
     if job.agent:
         who = f"agent {job.agent}"
     elif job.queue.executor == Executor.SLURM:
         who = "Slurm"
     else:
         who = "the simulated fleet"
-    job_event(job, now, "started", f"Started by {who}.", run=job.run)
-    audit.record_job(
+    event = JobEvent(
+        job=job, at=now, type="started", message=f"Started by {who}.", data={"run": job.run}
+    )
+    entry = audit.job_entry(
         event_type=AuditEvent.JOB_STARTED,
         actor=actor,
         job=job,
@@ -496,6 +540,43 @@ def _record_started(job: Job, actor: AnyUser | None, now: datetime) -> None:
         after={"run": job.run, "agent": job.agent},
         at=now,
     )
+    return event, entry
+
+
+@transaction.atomic
+def runs_started(*, started: Sequence[tuple[int, int]], now: datetime) -> list[Job]:
+    """The executor (no agent) reports several runs ``(job id, run)`` started, as
+    ``run_report(kind="started")`` does one by one but with one statement per kind of
+    write (the slurm executor's pass after a wave of submissions). A run that is no longer
+    its job's running run is left out (the jobs reported are returned)."""
+    reported: list[Job] = []
+    events: list[JobEvent] = []
+    entries: list[AuditEntry] = []
+    for job in _locked_runs(started):
+        # A start without progress: the run starts from its resume point now.
+        job.last_heartbeat_at = now
+        job.progress_at = now
+        event, entry = _started(job, None, now)
+        reported.append(job)
+        events.append(event)
+        entries.append(entry)
+    Job.objects.bulk_update(reported, ["last_heartbeat_at", "progress_at"])
+    JobEvent.objects.bulk_create(events)
+    AuditEntry.objects.bulk_create(entries)
+    return reported
+
+
+def _locked_runs(runs: Sequence[tuple[int, int]]) -> list[Job]:
+    """The jobs of ``runs`` ``(job id, run)`` whose running run is the one named, locked
+    (in id order, as every multi-job lock here is taken)."""
+    wanted = dict(runs)
+    jobs = (
+        Job.objects.select_for_update(of=("self",))
+        .select_related("share__team", "instance_type", "queue")
+        .filter(pk__in=[job_id for job_id in wanted if valid_id(job_id)])
+        .order_by("pk")
+    )
+    return [job for job in jobs if job.run == wanted[job.pk] and job.state == JobState.RUNNING]
 
 
 @transaction.atomic

@@ -23,8 +23,10 @@ from governance.models import (
     JobQueue,
     QueueCapacity,
     SlurmQueueConfig,
+    SlurmRun,
     SlurmTypeConfig,
 )
+from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.selectors.capacity import slurm_mapping
 from governance.services import audit, hooks
@@ -319,3 +321,35 @@ def executor_resume(*, queue_id: int, now: datetime) -> None:
                 queue_id=queue_id,
                 at=now,
             )
+
+
+MAX_SLURM_JOB_ID = 2**32 - 1
+
+
+def slurm_job_ended(*, slurm_job_id: Any) -> dict[str, Any]:
+    """The completion hook: a Slurm job ended (its node epilog calls, docs/slurm.md). When
+    it carried a run of a queue run by Slurm, that queue's executor pass runs now, while
+    the epilog still holds the job's nodes: the pass reads the job's end from the
+    completion log, reports it, and submits what the cycle starts next, so Slurm starts
+    those jobs the moment the epilog ends, rather than at its next scheduling tick. The
+    pass changes state through the run services, which audit it; the call itself changes
+    nothing. A job the product does not know is answered ``known: false``."""
+    errors = Errors()
+    if not is_int(slurm_job_id) or not 1 <= int(slurm_job_id) <= MAX_SLURM_JOB_ID:
+        errors.add(
+            "slurm_job_id", f"must be a Slurm job id, an integer from 1 to {MAX_SLURM_JOB_ID}"
+        )
+    errors.raise_if_any()
+    queue_id = (
+        SlurmRun.objects.filter(slurm_job_id=int(slurm_job_id), job__queue__executor=Executor.SLURM)
+        .order_by("-id")
+        .values_list("job__queue_id", flat=True)
+        .first()
+    )
+    if queue_id is None:
+        return {"known": False, "queue": None, "executor_pass": None}
+    return {
+        "known": True,
+        "queue": queue_id,
+        "executor_pass": hooks.run_executor_pass(queue_id, int(slurm_job_id)),
+    }

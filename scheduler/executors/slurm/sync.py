@@ -1,6 +1,6 @@
 """One pass of the slurm executor over one queue (``sync_queue``).
 
-A pass reads Slurm (``squeue --json`` for live jobs, ``sacct -c`` for jobs gone from
+A pass reads Slurm (``squeue`` for its jobs, ``sacct -c`` for jobs gone from
 squeue, ``sinfo --json`` for nodes), then, in DESIGN's order within an instant:
 
 1. reports what each Slurm job did through the run services (started, completed,
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from governance.models import (
@@ -45,7 +46,7 @@ from governance.models import (
     SlurmTypeConfig,
 )
 from governance.models.capacity import Executor
-from governance.services import runs
+from governance.services import hooks, runs
 from governance.services import slurm as slurm_services
 from governance.services.errors import ServiceError
 from governance.services.kit import job_event
@@ -68,7 +69,7 @@ log = logging.getLogger(__name__)
 LOCK_CLASS = 0x51A7  # advisory lock namespace of the slurm executor
 MAX_BACKOFF_SECONDS = 30.0
 MAX_SUBMIT_ATTEMPTS = 5
-SUBMIT_THREADS = 8  # sbatch calls at once (each waits on the controller)
+SUBMIT_THREADS = 16  # sbatch calls at once (each waits on the controller)
 RECANCEL_SECONDS = 5.0
 # Slurm states in which a run has lost its machines rather than failed by itself.
 LOST_MACHINES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
@@ -105,11 +106,11 @@ def backoff(failures: int) -> float:
 
 
 @contextmanager
-def queue_lock(queue_id: int) -> Iterator[bool]:
-    """One pass per queue at a time, across workers (session-level advisory lock)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_CLASS, queue_id])
-        got = bool(cursor.fetchone()[0])
+def queue_lock(queue_id: int, *, wait: float = 0.0) -> Iterator[bool]:
+    """One pass per queue at a time, across workers (session-level advisory lock). With
+    ``wait``, waits up to that many seconds in PostgreSQL's lock queue: a waiter is served
+    before later tries, so back-to-back passes elsewhere cannot starve it."""
+    got = _lock(queue_id, wait)
     try:
         yield got
     finally:
@@ -118,10 +119,57 @@ def queue_lock(queue_id: int) -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_CLASS, queue_id])
 
 
+def _lock(queue_id: int, wait: float) -> bool:
+    if wait <= 0:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_CLASS, queue_id])
+            return bool(cursor.fetchone()[0])
+    try:
+        # A session-level lock outlives the transaction that bounded its wait.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('lock_timeout', %s, true)", [f"{max(1, int(wait * 1000))}ms"]
+            )
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_CLASS, queue_id])
+            return True
+    except OperationalError:  # lock_timeout: the other pass ran too long
+        return False
+
+
 def sync_all(cli: Cli | None = None) -> list[SyncResult]:
     """A pass over every queue run by Slurm (beat's ``slurm-sync`` entry)."""
     ids = JobQueue.objects.filter(executor=Executor.SLURM).values_list("id", flat=True)
     return [sync_queue(queue_id, cli=cli) for queue_id in ids]
+
+
+def hook_pass(queue_id: int, slurm_job_id: int) -> dict[str, object]:
+    """The pass the completion hook asks for (``services.slurm.slurm_job_ended``). It waits
+    for a pass already running, then runs only if no pass has reported the job's end yet:
+    the jobs of one wave end together, and the first hook's pass often reports them all,
+    so the later hooks release their nodes at once rather than each running a pass."""
+    result = SyncResult(queue_id=queue_id)
+    time.sleep(settings.SLURM_HOOK_GATHER_SECONDS)
+    with queue_lock(queue_id, wait=settings.SLURM_HOOK_WAIT_SECONDS) as got:
+        if not got:
+            result.skipped = "another pass of this queue ran too long"
+        elif not (
+            SlurmRun.objects.filter(slurm_job_id=slurm_job_id, job__queue_id=queue_id)
+            .exclude(state=SlurmRunState.ENDED)
+            .exists()
+        ):
+            result.skipped = "an earlier pass reported the job's end"
+        else:  # the start reports and checkpoints wait for the next pass: the node waits
+            _sync(queue_id, cli_from_settings(), result, settle=False)
+    return {
+        "skipped": result.skipped,
+        "paused": result.paused,
+        "completed": result.completed,
+        "failed": result.failed,
+        "lost": result.lost,
+        "stopped": result.stopped,
+        "started": result.started,
+        "submitted": result.submitted,
+    }
 
 
 def sync_queue(queue_id: int, *, cli: Cli | None = None) -> SyncResult:
@@ -136,7 +184,10 @@ def sync_queue(queue_id: int, *, cli: Cli | None = None) -> SyncResult:
     return result
 
 
-def _sync(queue_id: int, cli: Cli, result: SyncResult) -> None:
+def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -> None:
+    """The pass. Without ``settle`` (the completion hook's pass, which holds a node) it
+    reads no nodes and ends once the stops and submissions are sent: node changes, start
+    reports and checkpoints are for the next pass."""
     config, _ = SlurmQueueConfig.objects.get_or_create(queue_id=queue_id)
     now = timezone.now()
     if config.retry_at is not None and now < config.retry_at:
@@ -151,13 +202,24 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult) -> None:
         .order_by("id")
     )
     try:
-        with ThreadPoolExecutor(max_workers=2) as pool:  # two independent reads at once
-            squeue_call = pool.submit(cli.squeue)
-            nodes_call = pool.submit(cli.sinfo_nodes)
-            squeue, nodes = squeue_call.result(), nodes_call.result()
+        # Two independent reads at once (the hook's pass leaves the nodes to the next pass:
+        # a node's change waits half a second, the node the hook holds does not).
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            squeue_call = pool.submit(cli.jobs)
+            nodes_call = pool.submit(cli.sinfo_nodes) if settle else None
+            squeue = squeue_call.result()
+            nodes = nodes_call.result() if nodes_call is not None else None
         by_id = {int(j["job_id"]): j for j in squeue if "job_id" in j}
-        gone = [r.slurm_job_id for r in active if r.slurm_job_id and r.slurm_job_id not in by_id]
-        finished = cli.finished(gone)
+        # The completion log has the final state of jobs gone from squeue, and of jobs
+        # COMPLETING (their epilog runs, which is when the completion hook calls). It is
+        # read only then: reading it costs more as it grows.
+        ended = [
+            r.slurm_job_id
+            for r in active
+            if r.slurm_job_id
+            and (r.slurm_job_id not in by_id or job_state(by_id[r.slurm_job_id]) == "COMPLETING")
+        ]
+        finished = cli.finished(ended)
     except SlurmError as exc:
         result.paused = True
         slurm_services.executor_pause(
@@ -173,52 +235,69 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult) -> None:
     # Ends first, starts after the submissions: what a completion frees is resubmitted
     # before the pass spends time on the start reports of runs already running.
     starts: list[SlurmRun] = []
-    with transaction.atomic():
+    completions: list[SlurmRun] = []  # reported together: a wave of jobs ends together
+    # The pass runs the queue's cycle itself once the reports are in: the changes they make
+    # ask for no other cycle.
+    with hooks.collect_changes(), transaction.atomic():
         for slurm_run in active:
             if slurm_run.slurm_job_id is None:
                 found = by_name.get(slurm_run.name)
                 if found is not None:  # a submission whose answer was lost: adopt it
                     _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
             try:  # the run services are atomic: a refusal leaves the pass's transaction usable
-                _follow(slurm_run, by_id, finished, now, result, starts)
+                _follow(slurm_run, by_id, finished, now, result, starts, completions)
             except ServiceError as exc:  # a report the run services refuse (an old run)
                 log.info("report for %s refused: %s", slurm_run.name, exc)
+        if completions:
+            SlurmRun.objects.bulk_update(completions, ENDED_FIELDS)
+            done = runs.runs_complete(done=[(r.job_id, r.run) for r in completions], now=now)
+            result.completed += len(done)
 
-    result.capacity = _observe_capacity(queue_id, nodes, now)
+    if nodes is not None:
+        result.capacity = _observe_capacity(queue_id, nodes, now)
     result.cycle = bridge.run_cycle(queue_id)
     now = timezone.now()
     _stop(queue_id, cli, config, by_id, by_name, now, result)
     _submit_admitted(queue_id, cli, config, by_name, now, result)
-    with transaction.atomic():
-        for slurm_run in starts:
-            try:
-                _report_started(slurm_run, now, result)
-            except ServiceError as exc:  # preempted meanwhile: the stop step handles it
-                log.info("start of %s refused: %s", slurm_run.name, exc)
+    if not settle:
+        return
+    if starts:
+        # A run preempted meanwhile is left out: the stop step handles it.
+        with transaction.atomic():
+            for slurm_run in starts:
+                slurm_run.started_seen = True
+            SlurmRun.objects.bulk_update(starts, ["started_seen", "slurm_state"])
+            reported = runs.runs_started(started=[(r.job_id, r.run) for r in starts], now=now)
+            result.started += len(reported)
     _checkpoints(queue_id, now)
 
 
-def _adopt(slurm_run: SlurmRun, slurm_job_id: int, partition: str) -> None:
+ADOPTED_FIELDS = ["slurm_job_id", "state", "stdout", "stderr", "partition", "retry_at"]
+
+
+def _adopt(slurm_run: SlurmRun, slurm_job_id: int, partition: str, *, save: bool = True) -> None:
     slurm_run.slurm_job_id = slurm_job_id
     slurm_run.state = SlurmRunState.SUBMITTED
     slurm_run.stdout = slurm_run.stdout.replace("%j", str(slurm_job_id))
     slurm_run.stderr = slurm_run.stdout
     slurm_run.partition = partition or slurm_run.partition
     slurm_run.retry_at = None
-    slurm_run.save(
-        update_fields=["slurm_job_id", "state", "stdout", "stderr", "partition", "retry_at"]
-    )
+    if save:
+        slurm_run.save(update_fields=ADOPTED_FIELDS)
 
 
 def _status(
     slurm_run: SlurmRun, by_id: dict[int, dict[str, Any]], finished: dict[int, Finished]
 ) -> tuple[str | None, int | None, int | None]:
     """(state, exit code, signal) of the run's Slurm job; state None when Slurm knows
-    nothing of it."""
+    nothing of it. A job still COMPLETING (its epilog runs) has its final state in the
+    completion log already: that state is the answer when it is there."""
     if slurm_run.slurm_job_id is None:
         return None, None, None
     live = by_id.get(slurm_run.slurm_job_id)
-    if live is not None:
+    if live is not None and (
+        job_state(live) != "COMPLETING" or slurm_run.slurm_job_id not in finished
+    ):
         code, sig = exit_status(live)
         return job_state(live), code, sig
     done = finished.get(slurm_run.slurm_job_id)
@@ -227,12 +306,18 @@ def _status(
     return None, None, None
 
 
-def _end(slurm_run: SlurmRun, state: str | None, code: int | None, now: datetime) -> None:
+ENDED_FIELDS = ["state", "slurm_state", "exit_code", "ended_at"]
+
+
+def _end(
+    slurm_run: SlurmRun, state: str | None, code: int | None, now: datetime, *, save: bool = True
+) -> None:
     slurm_run.state = SlurmRunState.ENDED
     slurm_run.slurm_state = state or "UNKNOWN"
     slurm_run.exit_code = code
     slurm_run.ended_at = now
-    slurm_run.save(update_fields=["state", "slurm_state", "exit_code", "ended_at"])
+    if save:
+        slurm_run.save(update_fields=ENDED_FIELDS)
 
 
 def _follow(
@@ -242,9 +327,11 @@ def _follow(
     now: datetime,
     result: SyncResult,
     starts: list[SlurmRun],
+    completions: list[SlurmRun],
 ) -> None:
-    """Report what the run's Slurm job did since the last pass (a start is only noted in
-    ``starts``: the pass reports it later)."""
+    """Report what the run's Slurm job did since the last pass. A start is only noted in
+    ``starts`` and a clean completion in ``completions``: the caller reports those (starts
+    after the submissions, completions all at once); the rest is reported here."""
     if slurm_run.slurm_job_id is None:
         return  # not (yet) in Slurm: the submission step retries or gives it up
     job = slurm_run.job  # as read at the pass's start; the run services re-read and lock it
@@ -288,12 +375,13 @@ def _follow(
             slurm_run.slurm_state = state
             slurm_run.save(update_fields=["slurm_state"])
         return
+    if state == "COMPLETED" and code == 0:
+        _end(slurm_run, state, code, now, save=False)
+        completions.append(slurm_run)  # the caller reports them all at once
+        return
     _end(slurm_run, state, code, now)
     how = f"exit code {code}" if code is not None else f"signal {sig}"
-    if state == "COMPLETED" and code == 0:
-        runs.run_complete(actor=None, job_id=job.pk, run=slurm_run.run, now=now)
-        result.completed += 1
-    elif state in LOST_MACHINES:
+    if state in LOST_MACHINES:
         runs.run_capacity_lost(
             job_id=job.pk,
             run=slurm_run.run,
@@ -322,14 +410,6 @@ def _follow(
             message=f"Slurm job {sid} ended {state} with {how}.",
         )
         result.failed += 1
-
-
-def _report_started(slurm_run: SlurmRun, now: datetime, result: SyncResult) -> None:
-    """The run's Slurm job runs: the run's ``started`` report (once)."""
-    slurm_run.started_seen = True
-    slurm_run.save(update_fields=["started_seen", "slurm_state"])
-    runs.run_report(actor=None, job_id=slurm_run.job_id, run=slurm_run.run, kind="started", now=now)
-    result.started += 1
 
 
 def _observe_capacity(
@@ -459,34 +539,38 @@ def _submit_admitted(
     }
     mappings = {m.instance_type_id: m for m in SlurmTypeConfig.objects.filter(queue_id=queue_id)}
     todo: list[tuple[Job, SlurmRun, submit.Submission | None]] = []
-    with transaction.atomic():
-        for job in running:
-            slurm_run = existing.get((job.pk, job.run))
-            if slurm_run is None:
-                try:
-                    with transaction.atomic():
-                        slurm_run = SlurmRun.objects.create(
-                            job=job,
-                            run=job.run,
-                            name=submit.job_name(settings.SLURM_JOB_PREFIX, job.pk, job.run),
-                            created_at=now,
-                        )
-                except IntegrityError:
-                    continue  # another pass wrote it first
-            elif (
-                slurm_run.state != SlurmRunState.SUBMITTING
-                or slurm_run.slurm_job_id
-                or (slurm_run.retry_at is not None and now < slurm_run.retry_at)
-            ):
-                continue
-            elif slurm_run.name in by_name:
-                found = by_name[slurm_run.name]
-                _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
-                continue
-            mapping = mappings.get(job.instance_type_id) if job.instance_type_id else None
-            sub = _prepare(job, slurm_run, mapping, config)
-            todo.append((job, slurm_run, sub))
+    new_runs: list[SlurmRun] = []
+    for job in running:
+        slurm_run = existing.get((job.pk, job.run))
+        if slurm_run is None:
+            slurm_run = SlurmRun(
+                job=job,
+                run=job.run,
+                name=submit.job_name(settings.SLURM_JOB_PREFIX, job.pk, job.run),
+                created_at=now,
+            )
+            new_runs.append(slurm_run)
+        elif (
+            slurm_run.state != SlurmRunState.SUBMITTING
+            or slurm_run.slurm_job_id
+            or (slurm_run.retry_at is not None and now < slurm_run.retry_at)
+        ):
+            continue
+        elif slurm_run.name in by_name:
+            found = by_name[slurm_run.name]
+            _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
+            continue
+        mapping = mappings.get(job.instance_type_id) if job.instance_type_id else None
+        todo.append((job, slurm_run, _prepare(job, slurm_run, mapping, config)))
     if not todo:
+        return
+    retried = [r for _, r, sub in todo if sub is not None and r.pk is not None]
+    try:  # written and committed before any sbatch: a lost answer is found by the name
+        with transaction.atomic():
+            SlurmRun.objects.bulk_create(new_runs)
+            SlurmRun.objects.bulk_update(retried, ["attempts", "stdout", "partition"])
+    except IntegrityError:  # a row written meanwhile (passes of a queue never overlap)
+        log.warning("slurm runs of queue %s written elsewhere; the next pass submits", queue_id)
         return
 
     def call(item: tuple[Job, SlurmRun, submit.Submission | None]) -> int | SlurmError | None:
@@ -500,16 +584,24 @@ def _submit_admitted(
 
     with ThreadPoolExecutor(max_workers=SUBMIT_THREADS) as pool:
         answers = list(pool.map(call, todo))
+    submitted: list[SlurmRun] = []
     with transaction.atomic():
         for (job, slurm_run, sub), answer in zip(todo, answers, strict=True):
+            if sub is not None and isinstance(answer, int):
+                _adopt(slurm_run, answer, slurm_run.partition, save=False)
+                submitted.append(slurm_run)
+                result.submitted += 1
+                continue
             with transaction.atomic():
                 _record(job, slurm_run, sub, answer, now, result)
+        SlurmRun.objects.bulk_update(submitted, ADOPTED_FIELDS)
 
 
 def _prepare(
     job: Job, slurm_run: SlurmRun, mapping: SlurmTypeConfig | None, config: SlurmQueueConfig
 ) -> submit.Submission | None:
-    """The sbatch call of a run (None without a mapping for its type); counts the attempt."""
+    """The sbatch call of a run (None without a mapping for its type); counts the attempt
+    on the row, which the caller writes."""
     if mapping is None:
         return None
     count = int(job.preferences[job.preference or 0]["count"])
@@ -543,7 +635,6 @@ def _prepare(
     slurm_run.attempts += 1
     slurm_run.stdout = sub.stdout
     slurm_run.partition = mapping.partition
-    slurm_run.save(update_fields=["attempts", "stdout", "partition"])
     return sub
 
 
