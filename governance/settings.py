@@ -506,7 +506,7 @@ SLURM_HOOK_TOKEN = env_str("SLURM_HOOK_TOKEN", "")
 SLURM_HOOK_WAIT_SECONDS = env_float("SLURM_HOOK_WAIT_SECONDS", 2.0)
 # How long the hook waits before its pass, so that jobs ending together (one wave of
 # equally long jobs) are reported and replaced by one pass rather than one each.
-SLURM_HOOK_GATHER_SECONDS = env_float("SLURM_HOOK_GATHER_SECONDS", 0.05)
+SLURM_HOOK_GATHER_SECONDS = env_float("SLURM_HOOK_GATHER_SECONDS", 0.02)
 SLURM_OUTPUT_DIR = env_str("SLURM_OUTPUT_DIR", str(DATA_DIR / "slurm-output"))
 SLURM_CHECKPOINT_DIR = env_str("SLURM_CHECKPOINT_DIR", str(DATA_DIR / "slurm-checkpoints"))
 CELERY_BEAT_SCHEDULE["slurm-sync"] = {

@@ -21,6 +21,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F, FloatField
+from django.db.models.functions import Cast, Coalesce
 
 from governance import metrics
 from governance.models import AuditEntry, AuditEvent, DecisionRule, Job, JobEvent, JobState
@@ -390,7 +392,16 @@ def runs_complete(*, done: Sequence[tuple[int, int]], now: datetime) -> list[Job
         completed.append(job)
         events.append(event)
         entries.append(entry)
-    Job.objects.bulk_update(completed, COMPLETED_FIELDS)
+    # One UPDATE with the values ``_completed`` gave each job (bulk_update's CASE per row
+    # and field costs more in Python than the rest of the batch).
+    work_done = Coalesce(Cast("duration", FloatField()), F("work_done"))
+    Job.objects.filter(pk__in=[job.pk for job in completed]).update(
+        state=JobState.SUCCEEDED,
+        finished_at=now,
+        work_done=work_done,
+        checkpoint_work=work_done,
+        run_started_at=None,
+    )
     JobEvent.objects.bulk_create(events)
     AuditEntry.objects.bulk_create(entries)
     for queue_id in sorted({job.queue_id for job in completed}):
@@ -560,7 +571,9 @@ def runs_started(*, started: Sequence[tuple[int, int]], now: datetime) -> list[J
         reported.append(job)
         events.append(event)
         entries.append(entry)
-    Job.objects.bulk_update(reported, ["last_heartbeat_at", "progress_at"])
+    Job.objects.filter(pk__in=[job.pk for job in reported]).update(
+        last_heartbeat_at=now, progress_at=now
+    )
     JobEvent.objects.bulk_create(events)
     AuditEntry.objects.bulk_create(entries)
     return reported

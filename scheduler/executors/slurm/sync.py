@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -98,6 +99,15 @@ def cli_from_settings() -> Cli:
         timeout=settings.SLURM_COMMAND_TIMEOUT,
         bin_dir=settings.SLURM_BIN_DIR,
     )
+
+
+@cache
+def _threads() -> ThreadPoolExecutor:
+    """The Slurm commands a pass runs at once (its reads, its sbatch calls), on threads
+    kept from pass to pass: starting 16 threads per pass cost more than the calls'
+    bookkeeping. Made on first use, so in the process that runs passes (never in a parent
+    that forks its workers later)."""
+    return ThreadPoolExecutor(max_workers=SUBMIT_THREADS, thread_name_prefix="slurm")
 
 
 def backoff(failures: int) -> float:
@@ -204,11 +214,10 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
     try:
         # Two independent reads at once (the hook's pass leaves the nodes to the next pass:
         # a node's change waits half a second, the node the hook holds does not).
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            squeue_call = pool.submit(cli.jobs)
-            nodes_call = pool.submit(cli.sinfo_nodes) if settle else None
-            squeue = squeue_call.result()
-            nodes = nodes_call.result() if nodes_call is not None else None
+        squeue_call = _threads().submit(cli.jobs)
+        nodes_call = _threads().submit(cli.sinfo_nodes) if settle else None
+        squeue = squeue_call.result()
+        nodes = nodes_call.result() if nodes_call is not None else None
         by_id = {int(j["job_id"]): j for j in squeue if "job_id" in j}
         # The completion log has the final state of jobs gone from squeue, and of jobs
         # COMPLETING (their epilog runs, which is when the completion hook calls). It is
@@ -249,7 +258,9 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
             except ServiceError as exc:  # a report the run services refuse (an old run)
                 log.info("report for %s refused: %s", slurm_run.name, exc)
         if completions:
-            SlurmRun.objects.bulk_update(completions, ENDED_FIELDS)
+            SlurmRun.objects.filter(pk__in=[r.pk for r in completions]).update(
+                state=SlurmRunState.ENDED, slurm_state="COMPLETED", exit_code=0, ended_at=now
+            )
             done = runs.runs_complete(done=[(r.job_id, r.run) for r in completions], now=now)
             result.completed += len(done)
 
@@ -264,9 +275,14 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
     if starts:
         # A run preempted meanwhile is left out: the stop step handles it.
         with transaction.atomic():
+            by_state: dict[str, list[int]] = {}
             for slurm_run in starts:
                 slurm_run.started_seen = True
-            SlurmRun.objects.bulk_update(starts, ["started_seen", "slurm_state"])
+                by_state.setdefault(slurm_run.slurm_state, []).append(slurm_run.pk)
+            for slurm_state, pks in by_state.items():
+                SlurmRun.objects.filter(pk__in=pks).update(
+                    started_seen=True, slurm_state=slurm_state
+                )
             reported = runs.runs_started(started=[(r.job_id, r.run) for r in starts], now=now)
             result.started += len(reported)
     _checkpoints(queue_id, now)
@@ -582,8 +598,7 @@ def _submit_admitted(
         except SlurmError as exc:
             return exc
 
-    with ThreadPoolExecutor(max_workers=SUBMIT_THREADS) as pool:
-        answers = list(pool.map(call, todo))
+    answers = list(_threads().map(call, todo))
     submitted: list[SlurmRun] = []
     with transaction.atomic():
         for (job, slurm_run, sub), answer in zip(todo, answers, strict=True):
@@ -594,7 +609,11 @@ def _submit_admitted(
                 continue
             with transaction.atomic():
                 _record(job, slurm_run, sub, answer, now, result)
-        SlurmRun.objects.bulk_update(submitted, ADOPTED_FIELDS)
+        # What differs per run in one statement; what every run shares in another.
+        SlurmRun.objects.bulk_update(submitted, ["slurm_job_id", "stdout", "stderr"])
+        SlurmRun.objects.filter(pk__in=[r.pk for r in submitted]).update(
+            state=SlurmRunState.SUBMITTED, retry_at=None
+        )
 
 
 def _prepare(
