@@ -65,6 +65,29 @@ def _save(form: forms.Form, call: Callable[[dict[str, Any]], Any]) -> tuple[Any,
         return None, error.status
 
 
+def _form_page(
+    request: HttpRequest,
+    form: forms.Form,
+    save: Callable[[dict[str, Any]], Any],
+    *,
+    template: str,
+    context: dict[str, Any],
+    done: Callable[[Any], str],
+    then: Callable[[Any], HttpResponse] | None = None,
+) -> HttpResponse:
+    """What every admin form page does: on POST, ``save`` runs with the cleaned data
+    (``_save``); once it succeeds, ``done(saved)`` is the flash message and the admin goes
+    on to ``then(saved)`` (the admin index by default); otherwise the form comes back with
+    its errors beside their fields and the refusal's status."""
+    status = 200
+    if request.method == "POST":
+        saved, status = _save(form, save)
+        if saved is not None:
+            messages.success(request, done(saved))
+            return then(saved) if then is not None else redirect("web:admin")
+    return render(request, template, {"form": form, **context}, status=status)
+
+
 def _reason(data: dict[str, Any]) -> str:
     return str(data.get("reason") or "").strip()
 
@@ -87,20 +110,19 @@ def index(request: HttpRequest) -> HttpResponse:
 @admin_only
 def type_new(request: HttpRequest) -> HttpResponse:
     form = InstanceTypeForm(request.POST or None)
-    status = 200
-    if request.method == "POST":
 
-        def create(data: dict[str, Any]) -> Any:
-            return capacity_services.instance_type_create(
-                actor=request.user, name=data["name"], reason=_reason(data), **form.values()
-            )
+    def create(data: dict[str, Any]) -> Any:
+        return capacity_services.instance_type_create(
+            actor=request.user, name=data["name"], reason=_reason(data), **form.values()
+        )
 
-        itype, status = _save(form, create)
-        if itype is not None:
-            messages.success(request, f"Instance type {itype.name} created.")
-            return redirect("web:admin")
-    return render(
-        request, "administration/type_form.html", {"form": form, "itype": None}, status=status
+    return _form_page(
+        request,
+        form,
+        create,
+        template="administration/type_form.html",
+        context={"itype": None},
+        done=lambda itype: f"Instance type {itype.name} created.",
     )
 
 
@@ -117,23 +139,22 @@ def type_edit(request: HttpRequest, pk: int) -> HttpResponse:
         "hourly_price": itype.hourly_price,
     }
     form = InstanceTypeForm(request.POST or None, initial=initial, editing=True)
-    status = 200
-    if request.method == "POST":
 
-        def update(data: dict[str, Any]) -> Any:
-            return capacity_services.instance_type_update(
-                actor=request.user,
-                instance_type=itype.pk,
-                changes=form.values(),
-                reason=_reason(data),
-            )
+    def update(data: dict[str, Any]) -> Any:
+        return capacity_services.instance_type_update(
+            actor=request.user,
+            instance_type=itype.pk,
+            changes=form.values(),
+            reason=_reason(data),
+        )
 
-        saved, status = _save(form, update)
-        if saved is not None:
-            messages.success(request, f"Instance type {saved.name} saved.")
-            return redirect("web:admin")
-    return render(
-        request, "administration/type_form.html", {"form": form, "itype": itype}, status=status
+    return _form_page(
+        request,
+        form,
+        update,
+        template="administration/type_form.html",
+        context={"itype": itype},
+        done=lambda saved: f"Instance type {saved.name} saved.",
     )
 
 
@@ -147,25 +168,24 @@ def _type_names() -> list[str]:
 @admin_only
 def queue_new(request: HttpRequest) -> HttpResponse:
     form = QueueForm(request.POST or None, type_names=_type_names())
-    status = 200
-    if request.method == "POST":
 
-        def create(data: dict[str, Any]) -> Any:
-            return capacity_services.queue_create(
-                actor=request.user,
-                name=data["name"],
-                description=data["description"],
-                executor=data["executor"],
-                capacity=form.capacity_map(),
-                reason=_reason(data),
-            )
+    def create(data: dict[str, Any]) -> Any:
+        return capacity_services.queue_create(
+            actor=request.user,
+            name=data["name"],
+            description=data["description"],
+            executor=data["executor"],
+            capacity=form.capacity_map(),
+            reason=_reason(data),
+        )
 
-        queue, status = _save(form, create)
-        if queue is not None:
-            messages.success(request, f"Queue {queue.name} created.")
-            return redirect("web:admin")
-    return render(
-        request, "administration/queue_form.html", {"form": form, "queue": None}, status=status
+    return _form_page(
+        request,
+        form,
+        create,
+        template="administration/queue_form.html",
+        context={"queue": None},
+        done=lambda queue: f"Queue {queue.name} created.",
     )
 
 
@@ -182,26 +202,25 @@ def queue_edit(request: HttpRequest, pk: int) -> HttpResponse:
         **QueueForm.initial_capacity(type_names, sel.capacity_of(queue)),
     }
     form = QueueForm(request.POST or None, initial=initial, type_names=type_names)
-    status = 200
-    if request.method == "POST":
 
-        def update(data: dict[str, Any]) -> Any:
-            changes = {
-                "name": data["name"],
-                "description": data["description"],
-                "executor": data["executor"],
-                "capacity": form.capacity_map(),
-            }
-            return capacity_services.queue_update(
-                actor=request.user, queue=queue.pk, changes=changes, reason=_reason(data)
-            )
+    def update(data: dict[str, Any]) -> Any:
+        changes = {
+            "name": data["name"],
+            "description": data["description"],
+            "executor": data["executor"],
+            "capacity": form.capacity_map(),
+        }
+        return capacity_services.queue_update(
+            actor=request.user, queue=queue.pk, changes=changes, reason=_reason(data)
+        )
 
-        saved, status = _save(form, update)
-        if saved is not None:
-            messages.success(request, f"Queue {saved.name} saved.")
-            return redirect("web:admin")
-    return render(
-        request, "administration/queue_form.html", {"form": form, "queue": queue}, status=status
+    return _form_page(
+        request,
+        form,
+        update,
+        template="administration/queue_form.html",
+        context={"queue": queue},
+        done=lambda saved: f"Queue {saved.name} saved.",
     )
 
 
@@ -211,25 +230,24 @@ def queue_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @admin_only
 def team_new(request: HttpRequest) -> HttpResponse:
     form = TeamForm(request.POST or None, usernames=sel.usernames())
-    status = 200
-    if request.method == "POST":
 
-        def create(data: dict[str, Any]) -> Any:
-            return team_services.team_create(
-                actor=request.user,
-                name=data["name"],
-                description=data["description"],
-                leads=list(data["leads"]),
-                members=list(data["members"]),
-                reason=_reason(data),
-            )
+    def create(data: dict[str, Any]) -> Any:
+        return team_services.team_create(
+            actor=request.user,
+            name=data["name"],
+            description=data["description"],
+            leads=list(data["leads"]),
+            members=list(data["members"]),
+            reason=_reason(data),
+        )
 
-        team, status = _save(form, create)
-        if team is not None:
-            messages.success(request, f"Team {team.name} created.")
-            return redirect("web:admin")
-    return render(
-        request, "administration/team_form.html", {"form": form, "team": None}, status=status
+    return _form_page(
+        request,
+        form,
+        create,
+        template="administration/team_form.html",
+        context={"team": None},
+        done=lambda team: f"Team {team.name} created.",
     )
 
 
@@ -243,26 +261,25 @@ def team_edit(request: HttpRequest, pk: int) -> HttpResponse:
     # Someone deactivated stays listed while they are on the team.
     names = sorted({*sel.usernames(), *people["leads"], *people["members"]})
     form = TeamForm(request.POST or None, initial=initial, usernames=names)
-    status = 200
-    if request.method == "POST":
 
-        def update(data: dict[str, Any]) -> Any:
-            changes = {
-                "name": data["name"],
-                "description": data["description"],
-                "leads": list(data["leads"]),
-                "members": list(data["members"]),
-            }
-            return team_services.team_update(
-                actor=request.user, team=team.pk, changes=changes, reason=_reason(data)
-            )
+    def update(data: dict[str, Any]) -> Any:
+        changes = {
+            "name": data["name"],
+            "description": data["description"],
+            "leads": list(data["leads"]),
+            "members": list(data["members"]),
+        }
+        return team_services.team_update(
+            actor=request.user, team=team.pk, changes=changes, reason=_reason(data)
+        )
 
-        saved, status = _save(form, update)
-        if saved is not None:
-            messages.success(request, f"Team {saved.name} saved.")
-            return redirect("web:admin")
-    return render(
-        request, "administration/team_form.html", {"form": form, "team": team}, status=status
+    return _form_page(
+        request,
+        form,
+        update,
+        template="administration/team_form.html",
+        context={"team": team},
+        done=lambda saved: f"Team {saved.name} saved.",
     )
 
 
@@ -284,27 +301,27 @@ def share_new(request: HttpRequest) -> HttpResponse:
         queues=queues,
         teams=teams,
     )
-    status = 200
-    if request.method == "POST":
 
-        def create(data: dict[str, Any]) -> Any:
-            values = form.changes()
-            return share_services.share_create(
-                actor=request.user,
-                queue=data["queue"],
-                team=data["team"],
-                name=data["name"],
-                reason=_reason(data),
-                **values,
-            )
+    def create(data: dict[str, Any]) -> Any:
+        return share_services.share_create(
+            actor=request.user,
+            queue=data["queue"],
+            team=data["team"],
+            name=data["name"],
+            reason=_reason(data),
+            **form.changes(),
+        )
 
-        share, status = _save(form, create)
-        if share is not None:
-            messages.success(request, f"Share {share.name} created.")
-            return redirect("web:share", share_id=share.pk)
     policy = form["policy"].value() or "RESERVE"
-    context = {"form": form, "borrow_enabled": policy == "LEND_AND_BORROW"}
-    return render(request, "administration/share_form.html", context, status=status)
+    return _form_page(
+        request,
+        form,
+        create,
+        template="administration/share_form.html",
+        context={"borrow_enabled": policy == "LEND_AND_BORROW"},
+        done=lambda share: f"Share {share.name} created.",
+        then=lambda share: redirect("web:share", share_id=share.pk),
+    )
 
 
 # --- users and roles ------------------------------------------------------------------
@@ -317,29 +334,28 @@ def _team_choices() -> list[tuple[int, str]]:
 @admin_only
 def user_new(request: HttpRequest) -> HttpResponse:
     form = UserForm(request.POST or None, teams=_team_choices())
-    status = 200
-    if request.method == "POST":
 
-        def create(data: dict[str, Any]) -> Any:
-            return user_services.user_create(
-                actor=request.user,
-                username=data["username"],
-                password=data["password"] or None,
-                email=data["email"],
-                first_name=data["first_name"],
-                last_name=data["last_name"],
-                roles=list(data["roles"]),
-                reason=_reason(data),
-                lead_of=list(data["lead_of"]),
-                member_of=list(data["member_of"]),
-            )
+    def create(data: dict[str, Any]) -> Any:
+        return user_services.user_create(
+            actor=request.user,
+            username=data["username"],
+            password=data["password"] or None,
+            email=data["email"],
+            first_name=data["first_name"],
+            last_name=data["last_name"],
+            roles=list(data["roles"]),
+            reason=_reason(data),
+            lead_of=list(data["lead_of"]),
+            member_of=list(data["member_of"]),
+        )
 
-        user, status = _save(form, create)
-        if user is not None:
-            messages.success(request, f"User {user.get_username()} created.")
-            return redirect("web:admin")
-    return render(
-        request, "administration/user_form.html", {"form": form, "person": None}, status=status
+    return _form_page(
+        request,
+        form,
+        create,
+        template="administration/user_form.html",
+        context={"person": None},
+        done=lambda user: f"User {user.get_username()} created.",
     )
 
 
@@ -360,27 +376,27 @@ def user_edit(request: HttpRequest, pk: int) -> HttpResponse:
         "active": person.is_active,
     }
     form = UserForm(request.POST or None, initial=initial, teams=_team_choices(), editing=True)
-    status = 200
-    if request.method == "POST":
 
-        def update(data: dict[str, Any]) -> Any:
-            changes = {f: data[f] for f in ("email", "first_name", "last_name")}
-            if data["password"]:
-                changes["password"] = data["password"]
-            return user_services.user_edit(
-                actor=request.user,
-                user=person.pk,
-                changes=changes,
-                roles=list(data["roles"]),
-                active=bool(data["active"]),
-                reason=_reason(data),
-                lead_of=list(data["lead_of"]),
-                member_of=list(data["member_of"]),
-            )
+    def update(data: dict[str, Any]) -> Any:
+        changes = {f: data[f] for f in ("email", "first_name", "last_name")}
+        if data["password"]:
+            changes["password"] = data["password"]
+        return user_services.user_edit(
+            actor=request.user,
+            user=person.pk,
+            changes=changes,
+            roles=list(data["roles"]),
+            active=bool(data["active"]),
+            reason=_reason(data),
+            lead_of=list(data["lead_of"]),
+            member_of=list(data["member_of"]),
+        )
 
-        saved, status = _save(form, update)
-        if saved is not None:
-            messages.success(request, f"User {saved.get_username()} saved.")
-            return redirect("web:admin")
-    context = {"form": form, "person": person, "described": described}
-    return render(request, "administration/user_form.html", context, status=status)
+    return _form_page(
+        request,
+        form,
+        update,
+        template="administration/user_form.html",
+        context={"person": person, "described": described},
+        done=lambda saved: f"User {saved.get_username()} saved.",
+    )
