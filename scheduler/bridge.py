@@ -448,6 +448,15 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
     applied = 0
     failed = {d.job for d in decisions if d.kind == "failed"}
     loaded.jobs.prefetch({d.job for d in decisions} | {d.by for d in decisions if d.by})
+    # Admissions are written in batches (``runs.runs_admit``), each flushed before the
+    # next decision of another kind: the trail keeps the engine's order.
+    admissions: list[runs.Admission] = []
+
+    def flush() -> None:
+        if admissions:
+            runs.runs_admit(admissions=admissions, now=now)
+            admissions.clear()
+
     for d in decisions:
         job = loaded.jobs[d.job]
         if d.kind == "admitted":
@@ -456,21 +465,27 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
                 rule = DecisionRule.PLAN
             else:
                 rule = DecisionRule.BORROW if d.borrowed else DecisionRule.OWN
-            runs.run_admit(
-                job=job,
-                instance_type_id=loaded.type_ids[d.instance_type],
-                instance_type_name=d.instance_type,
-                count=d.count,
-                preference=d.preference or 0,
-                borrowed=d.borrowed or 0,
-                rule=rule,
-                plan_id=loaded.plans[d.plan].pk if d.plan is not None else None,
-                plan_name=d.plan,
-                share_versions=_versions(loaded, job.share.name),
-                now=now,
-                explanation=_admission_text(loaded, job, d),
+            admissions.append(
+                runs.Admission(
+                    job=job,
+                    instance_type_id=loaded.type_ids[d.instance_type],
+                    instance_type_name=d.instance_type,
+                    count=d.count,
+                    preference=d.preference or 0,
+                    borrowed=d.borrowed or 0,
+                    rule=rule,
+                    plan_id=loaded.plans[d.plan].pk if d.plan is not None else None,
+                    plan_name=d.plan,
+                    share_versions=_versions(loaded, job.share.name),
+                    explanation=_admission_text(loaded, job, d),
+                )
             )
-        elif d.kind == "preempted":
+            applied += 1
+            continue
+        if d.kind not in ("preempted", "timed_out"):
+            continue  # "failed" is applied with its "preempted"
+        flush()
+        if d.kind == "preempted":
             lost = float(d.lost_work or 0) / MS
             engine_job = loaded.engine.job(d.job)
             by = loaded.jobs.get(d.by) if d.by else None
@@ -488,7 +503,7 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
                 now=now,
                 explanation=_preemption_text(loaded, job, d),
             )
-        elif d.kind == "timed_out":
+        else:  # "timed_out"
             wait = (now - job.submitted_at).total_seconds()
             runs.run_time_out(
                 job=job,
@@ -498,9 +513,8 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
                     f"time of {job.max_pending} s."
                 ),
             )
-        else:
-            continue  # "failed" is applied with its "preempted"
         applied += 1
+    flush()
     return applied
 
 

@@ -1,6 +1,6 @@
 """Where jobs run: the scheduler's decisions and the executors' reports, applied to the DB.
 
-The scheduler (``scheduler.bridge``) calls the ``run_admit``/``run_preempt``/``run_time_out``
+The scheduler (``scheduler.bridge``) calls the ``runs_admit``/``run_preempt``/``run_time_out``
 functions inside its cycle transaction with ``actor=None`` (the system); executors (the
 simulated fleet and external agents) report progress through the ``run_*`` reports.
 Every report names the job's ``run``: a late report from a run that was preempted since
@@ -17,11 +17,12 @@ and the simulated fleet. Every refusal of a run that is over has one shape, a 40
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, FloatField
+from django.db.models import F, FloatField, Value
 from django.db.models.functions import Cast, Coalesce
 
 from governance import metrics
@@ -85,84 +86,104 @@ def current_work(job: Job, now: datetime, *, speed: float, time_factor: float = 
     )
 
 
+@dataclass(frozen=True)
+class Admission:
+    """One scheduler decision to start a pending job on one of its preferences; on a
+    capacity plan when ``plan_id`` is given (the run records its plan)."""
+
+    job: Job
+    instance_type_id: int
+    instance_type_name: str
+    count: int
+    preference: int
+    borrowed: int
+    rule: str
+    share_versions: dict[str, int]
+    explanation: str
+    plan_id: int | None = None
+    plan_name: str | None = None
+
+
 # Scheduler decisions run inside the cycle's transaction, which an error rolls back whole:
 # they take no savepoint of their own (two round trips each, per decision).
 @transaction.atomic(savepoint=False)
-def run_admit(
-    *,
-    job: Job,
-    instance_type_id: int,
-    instance_type_name: str,
-    count: int,
-    preference: int,
-    borrowed: int,
-    rule: str,
-    share_versions: dict[str, int],
-    now: datetime,
-    explanation: str,
-    plan_id: int | None = None,
-    plan_name: str | None = None,
-) -> Job:
-    """Start a pending job on one of its preferences (a scheduler decision); on a
-    capacity plan when ``plan_id`` is given (the run records its plan)."""
-    before = _snapshot(job)
-    job.state = JobState.RUNNING
-    job.instance_type_id = instance_type_id
-    job.plan_id = plan_id
-    job.preference = preference
-    job.borrowed = borrowed
-    job.run += 1
-    job.run_started_at = now
-    job.progress_at = None
-    job.started_at = job.started_at or now
-    job.agent = ""
-    job.claimed_by_id = None
-    job.claimed_at = None
-    job.last_heartbeat_at = None
-    job.save(
-        update_fields=[
-            "state",
-            "instance_type",
-            "plan",
-            "preference",
-            "borrowed",
-            "run",
-            "run_started_at",
-            "progress_at",
-            "started_at",
-            "agent",
-            "claimed_by",
-            "claimed_at",
-            "last_heartbeat_at",
-        ]
-    )
-    job_event(
-        job,
-        now,
-        "admitted",
-        explanation,
-        instance_type=instance_type_name,
-        count=count,
-        preference=preference,
-        borrowed=borrowed,
-        rule=rule,
-        run=job.run,
-        plan=plan_name,
-    )
-    after = _snapshot(job, instance_type_name)
-    after.update(
-        {"rule": rule, "count": count, "share_versions": share_versions, "plan": plan_name}
-    )
-    audit.record_job(
-        event_type=AuditEvent.JOB_ADMITTED,
-        actor=None,
-        job=job,
-        before=before,
-        after=after,
-        reason=explanation,
-        at=now,
-    )
-    return job
+def runs_admit(*, admissions: Sequence[Admission], now: datetime) -> list[Job]:
+    """Start pending jobs (the cycle's admissions, its rows locked) with one statement per
+    kind of write: the jobs that start alike (same type, plan, preference and borrowed
+    count) are one UPDATE, and the timeline events and audit entries one INSERT each. A
+    wave of admissions is what the slurm executor's completion hook waits for."""
+    events: list[JobEvent] = []
+    entries: list[AuditEntry] = []
+    alike: dict[tuple[int, int | None, int, int], list[int]] = {}
+    for a in admissions:
+        job = a.job
+        before = _snapshot(job)
+        job.state = JobState.RUNNING
+        job.instance_type_id = a.instance_type_id
+        job.plan_id = a.plan_id
+        job.preference = a.preference
+        job.borrowed = a.borrowed
+        job.run += 1
+        job.run_started_at = now
+        job.progress_at = None
+        job.started_at = job.started_at or now
+        job.agent = ""
+        job.claimed_by_id = None
+        job.claimed_at = None
+        job.last_heartbeat_at = None
+        alike.setdefault((a.instance_type_id, a.plan_id, a.preference, a.borrowed), []).append(
+            job.pk
+        )
+        data = {
+            "instance_type": a.instance_type_name,
+            "count": a.count,
+            "preference": a.preference,
+            "borrowed": a.borrowed,
+            "rule": a.rule,
+            "run": job.run,
+            "plan": a.plan_name,
+        }
+        events.append(JobEvent(job=job, at=now, type="admitted", message=a.explanation, data=data))
+        after = _snapshot(job, a.instance_type_name)
+        after.update(
+            {
+                "rule": a.rule,
+                "count": a.count,
+                "share_versions": a.share_versions,
+                "plan": a.plan_name,
+            }
+        )
+        entries.append(
+            audit.job_entry(
+                event_type=AuditEvent.JOB_ADMITTED,
+                actor=None,
+                job=job,
+                before=before,
+                after=after,
+                reason=a.explanation,
+                at=now,
+            )
+        )
+    for (type_id, plan_id, preference, borrowed), pks in alike.items():
+        # The rows are locked by the cycle, as read: their run is the one counted above.
+        Job.objects.filter(pk__in=pks).update(
+            state=JobState.RUNNING,
+            instance_type_id=type_id,
+            plan_id=plan_id,
+            preference=preference,
+            borrowed=borrowed,
+            run=F("run") + 1,
+            run_started_at=now,
+            progress_at=None,
+            started_at=Coalesce(F("started_at"), Value(now)),
+            agent="",
+            claimed_by_id=None,
+            claimed_at=None,
+            last_heartbeat_at=None,
+        )
+    JobEvent.objects.bulk_create(events)
+    AuditEntry.objects.bulk_create(entries)
+    return [a.job for a in admissions]
 
 
 @transaction.atomic(savepoint=False)

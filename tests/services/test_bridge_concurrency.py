@@ -210,17 +210,13 @@ django.setup()
 from governance.services import runs
 from scheduler import bridge
 
-real_admit = runs.run_admit
-admitted = 0
+real_admit = runs.runs_admit
 
 def admit_then_die(**kwargs):
-    global admitted
     real_admit(**kwargs)
-    admitted += 1
-    if admitted == 2:
-        os._exit(17)  # the worker dies mid-cycle: no rollback, no cleanup, no commit
+    os._exit(17)  # the worker dies mid-cycle: no rollback, no cleanup, no commit
 
-runs.run_admit = admit_then_die
+runs.runs_admit = admit_then_die
 bridge.run_cycle(int(sys.argv[1]))
 os._exit(0)
 """

@@ -1,6 +1,7 @@
-"""Runs reported by the executor in batches (``runs_complete``, ``runs_started``): the
-same job states, timeline events and audit entries as the one-by-one services, and a run
-that is no longer its job's running run is left out."""
+"""Runs written in batches: reported by the executor (``runs_complete``,
+``runs_started``), the same job states, timeline events and audit entries as the
+one-by-one services, and a run that is no longer its job's running run is left out;
+admitted by the cycle (``runs_admit``), each job with its own start."""
 
 from __future__ import annotations
 
@@ -92,3 +93,51 @@ def test_a_batch_of_starts_writes_what_one_by_one_start_reports_write(w: Any) ->
     three.refresh_from_db()
     assert three.progress_at is None
     assert JobEvent.objects.filter(job=three, type="started").count() == 0
+
+
+def test_one_cycle_admits_unlike_jobs_each_with_its_own_start() -> None:
+    """The cycle writes its admissions in one batch (``runs_admit``): jobs that start
+    alike share a statement, yet each keeps its own type, preference, borrowed count, run
+    and first start, with one timeline event and one audit entry."""
+    t0 = timezone.now().replace(microsecond=0) - timedelta(hours=1)
+    big = "ml.g5.12xlarge"
+    queue = make_queue("mixed", {G5: 2, big: 2})
+    lender = make_share(queue, TeamFactory(name="l"), "lender", {G5: 1, big: 2}, policy="LEND")
+    borrower = make_share(
+        queue,
+        TeamFactory(name="b"),
+        "borrower",
+        {G5: 1, big: 0},
+        policy="LEND_AND_BORROW",
+        borrow_limit=-1,
+    )
+    user = UserFactory(username="u")
+    own = make_job(borrower, user, name="own", submitted_at=t0)
+    borrowing = make_job(borrower, user, name="borrowing", submitted_at=t0)
+    # Its first choice (3 of G5) never fits: it starts on its second, borrowing both.
+    fallback = make_job(
+        borrower,
+        user,
+        name="fallback",
+        submitted_at=t0,
+        preferences=[{"instance_type": G5, "count": 3}, {"instance_type": big, "count": 2}],
+    )
+    earlier = t0 - timedelta(minutes=5)
+    Job.objects.filter(pk=own.pk).update(run=2, started_at=earlier)  # admitted before
+    assert lender.pk and bridge.run_cycle(queue.pk, now=t0).admitted == 3
+    got = {
+        j.name: (j.instance_type.name, j.preference, j.borrowed, j.run, j.started_at)
+        for j in Job.objects.filter(queue=queue).select_related("instance_type")
+    }
+    assert got == {
+        "own": (G5, 0, 0, 3, earlier),
+        "borrowing": (G5, 0, 1, 1, t0),
+        "fallback": (big, 1, 2, 1, t0),
+    }
+    for job in (own, borrowing, fallback):
+        events, entries = trail(job)
+        assert [t for t, _ in events] == ["admitted"]
+        assert events[0][1]["run"] == got[job.name][3]
+        assert [e[0] for e in entries] == [AuditEvent.JOB_ADMITTED]
+        assert entries[0][2]["borrowed"] == got[job.name][2]
+        assert entries[0][2]["instance_type"] == got[job.name][0]
