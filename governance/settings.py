@@ -502,7 +502,8 @@ SLURM_JOB_PREFIX = env_str("SLURM_JOB_PREFIX", "gov")
 # The completion hook (docs/slurm.md): the node epilog POSTs a finished job's id to
 # /api/slurm/job-ended/ with this token; empty turns the hook off (polling only).
 SLURM_HOOK_TOKEN = env_str("SLURM_HOOK_TOKEN", "")
-# How long the hook's pass waits for a pass of the same queue already running.
+# How long a hook waits for a pass of the same queue already running (and for the pass
+# after it, when that one did not report its job's end).
 SLURM_HOOK_WAIT_SECONDS = env_float("SLURM_HOOK_WAIT_SECONDS", 2.0)
 # How long the hook waits before its pass, so that jobs ending together (one wave of
 # equally long jobs) are reported and replaced by one pass rather than one each.

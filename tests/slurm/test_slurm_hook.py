@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
-from governance.models import AuditEntry, AuditEvent, Job, JobState, SlurmRun
+from governance.models import AuditEntry, AuditEvent, Job, JobState, SlurmRun, SlurmRunState
 from governance.services import jobs as job_services
-from tests.slurm.conftest import ROOT, TYPE_A, drive
+from scheduler.executors.slurm import sync
+from scheduler.executors.slurm.cli import Cli
+from tests.slurm.conftest import CONF, ROOT, TYPE_A, TYPE_B, drive
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 HOOK = str(ROOT / "scripts" / "slurm" / "hook")
@@ -33,12 +35,15 @@ def hook_on(live_server: Any, settings: Any) -> Iterator[str]:
         subprocess.run([HOOK, "--off"], check=True, capture_output=True)
 
 
-def submit(world: Any, argv: list[str]) -> Job:
+def submit(
+    world: Any, argv: list[str], *, owner: bool = False, type_: str = TYPE_A, count: int = 8
+) -> Job:
+    """A job of the borrowers (or of the owners) on ``count`` instances of ``type_``."""
     return job_services.job_submit(
-        actor=world.borrower_user,
-        share=world.borrower,
+        actor=world.owner_user if owner else world.borrower_user,
+        share=world.owner if owner else world.borrower,
         name="j",
-        preferences=[{"instance_type": TYPE_A, "count": 8}],
+        preferences=[{"instance_type": type_, "count": count}],
         program={"command": argv},
     )
 
@@ -82,3 +87,62 @@ def test_the_epilog_hook_reports_the_end_and_submits_the_next_job(slurm: Any, ho
             for j in slurm.cli.jobs()
         )
     )
+
+
+class CountingCli(Cli):
+    """The real command-line client, counting the queue listings it runs."""
+
+    listings = 0
+
+    def jobs(self) -> list[dict[str, Any]]:
+        self.listings += 1
+        return super().jobs()
+
+
+def test_the_hooks_pass_reads_the_end_from_the_completion_log_alone(slurm: Any) -> None:
+    """The hook's pass holds the ended job's node: it asks the controller nothing when it
+    has nothing to stop, yet reports the end and submits the next job."""
+    first = submit(slurm, ["sleep", "1"])
+    second = submit(slurm, ["sleep", "1"])
+    run = drive(
+        slurm, lambda: (r := SlurmRun.objects.filter(job=first).first()) and r.started_seen and r
+    )
+    wait_for(lambda: run.slurm_job_id in slurm.cli.finished([run.slurm_job_id]))
+    cli = CountingCli(conf=CONF, timeout=5)
+    done = sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)
+    assert done["completed"] == 1 and done["submitted"] == 1
+    assert cli.listings == 0
+    assert Job.objects.get(pk=first.pk).state == JobState.SUCCEEDED
+    assert SlurmRun.objects.get(job=second).slurm_job_id is not None
+    # A second hook for the same job finds its end reported: no second pass.
+    assert sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)["skipped"]
+
+
+def test_a_reclaim_decided_in_the_hooks_pass_signals_the_borrower_with_its_grace(
+    slurm: Any,
+) -> None:
+    """The stop needs to know whether the borrower's job still runs (a signal and the grace
+    period, rather than a cancel): the hook's pass lists the queue for it."""
+    short = submit(slurm, ["sleep", "1"])
+    long = submit(slurm, ["sleep", "120"], type_=TYPE_B)
+
+    def both_running() -> bool:
+        runs = SlurmRun.objects.filter(job__in=[short, long])
+        return runs.count() == 2 and all(r.started_seen for r in runs)
+
+    drive(slurm, both_running)
+    # The owners want their 4 instances of type B back; no pass runs until the hook's.
+    owner = submit(slurm, ["sleep", "1"], owner=True, type_=TYPE_B, count=4)
+    ended = SlurmRun.objects.get(job=short)
+    wait_for(lambda: ended.slurm_job_id in slurm.cli.finished([ended.slurm_job_id]))
+    cli = CountingCli(conf=CONF, timeout=5)
+    done = sync.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=cli)
+    assert done["completed"] == 1
+    assert Job.objects.get(pk=long.pk).state == JobState.PENDING  # preempted by the reclaim
+    stopping = SlurmRun.objects.get(job=long, run=1)
+    assert stopping.state == SlurmRunState.STOPPING
+    assert stopping.signalled_at is not None and stopping.retry_at is not None
+    # Signalled with the queue's grace period (1 s), not cancelled outright.
+    assert (stopping.retry_at - stopping.signalled_at).total_seconds() == pytest.approx(1.0)
+    assert cli.listings == 1
+    assert SlurmRun.objects.get(job=owner).slurm_job_id is not None

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 from django.conf import settings
@@ -70,6 +70,9 @@ log = logging.getLogger(__name__)
 LOCK_CLASS = 0x51A7  # advisory lock namespace of the slurm executor
 MAX_BACKOFF_SECONDS = 30.0
 MAX_SUBMIT_ATTEMPTS = 5
+# Up to this many active runs the hook's pass asks the completion log about each of them
+# instead of listing the queue (one sacct call: it takes 1,000 ids at once).
+HOOK_SACCT_ONLY = 1000
 SUBMIT_THREADS = 16  # sbatch calls at once (each waits on the controller)
 RECANCEL_SECONDS = 5.0
 # Slurm states in which a run has lost its machines rather than failed by itself.
@@ -116,11 +119,12 @@ def backoff(failures: int) -> float:
 
 
 @contextmanager
-def queue_lock(queue_id: int, *, wait: float = 0.0) -> Iterator[bool]:
-    """One pass per queue at a time, across workers (session-level advisory lock). With
-    ``wait``, waits up to that many seconds in PostgreSQL's lock queue: a waiter is served
-    before later tries, so back-to-back passes elsewhere cannot starve it."""
-    got = _lock(queue_id, wait)
+def queue_lock(queue_id: int) -> Iterator[bool]:
+    """One pass per queue at a time, across workers (a session-level advisory lock, tried
+    without waiting: a pass that finds it taken is skipped)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_CLASS, queue_id])
+        got = bool(cursor.fetchone()[0])
     try:
         yield got
     finally:
@@ -129,20 +133,29 @@ def queue_lock(queue_id: int, *, wait: float = 0.0) -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_CLASS, queue_id])
 
 
-def _lock(queue_id: int, wait: float) -> bool:
+def _unreported(queue_id: int, slurm_job_id: int) -> bool:
+    """Whether a run of ``queue_id`` still waits for the end of Slurm job ``slurm_job_id``."""
+    return (
+        SlurmRun.objects.filter(slurm_job_id=slurm_job_id, job__queue_id=queue_id)
+        .exclude(state=SlurmRunState.ENDED)
+        .exists()
+    )
+
+
+def _wait_for_pass(queue_id: int, wait: float) -> bool:
+    """Wait up to ``wait`` seconds for the pass running on ``queue_id`` to end; False when
+    it did not. A shared lock taken and let go at once: every hook waiting on the same pass
+    is let go together when it ends (an exclusive wait would let them go one by one)."""
     if wait <= 0:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_CLASS, queue_id])
-            return bool(cursor.fetchone()[0])
+        return False
     try:
-        # A session-level lock outlives the transaction that bounded its wait.
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT set_config('lock_timeout', %s, true)", [f"{max(1, int(wait * 1000))}ms"]
             )
-            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_CLASS, queue_id])
-            return True
-    except OperationalError:  # lock_timeout: the other pass ran too long
+            cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", [LOCK_CLASS, queue_id])
+        return True
+    except OperationalError:  # lock_timeout: the pass ran too long
         return False
 
 
@@ -152,24 +165,30 @@ def sync_all(cli: Cli | None = None) -> list[SyncResult]:
     return [sync_queue(queue_id, cli=cli) for queue_id in ids]
 
 
-def hook_pass(queue_id: int, slurm_job_id: int) -> dict[str, object]:
-    """The pass the completion hook asks for (``services.slurm.slurm_job_ended``). It waits
-    for a pass already running, then runs only if no pass has reported the job's end yet:
-    the jobs of one wave end together, and the first hook's pass often reports them all,
-    so the later hooks release their nodes at once rather than each running a pass."""
+def hook_pass(queue_id: int, slurm_job_id: int, *, cli: Cli | None = None) -> dict[str, object]:
+    """The pass the completion hook asks for (``services.slurm.slurm_job_ended``). It runs
+    only while no pass has reported the job's end yet: the jobs of one wave end together,
+    and the first hook's pass usually reports them all. The other hooks wait for that pass
+    together (``_wait_for_pass``) and release their nodes the moment it ends, rather than
+    one after another, each taking the lock in turn."""
     result = SyncResult(queue_id=queue_id)
     time.sleep(settings.SLURM_HOOK_GATHER_SECONDS)
-    with queue_lock(queue_id, wait=settings.SLURM_HOOK_WAIT_SECONDS) as got:
-        if not got:
-            result.skipped = "another pass of this queue ran too long"
-        elif not (
-            SlurmRun.objects.filter(slurm_job_id=slurm_job_id, job__queue_id=queue_id)
-            .exclude(state=SlurmRunState.ENDED)
-            .exists()
-        ):
+    deadline = time.monotonic() + settings.SLURM_HOOK_WAIT_SECONDS
+    while True:
+        if not _unreported(queue_id, slurm_job_id):
             result.skipped = "an earlier pass reported the job's end"
-        else:  # the start reports and checkpoints wait for the next pass: the node waits
-            _sync(queue_id, cli_from_settings(), result, settle=False)
+            break
+        with queue_lock(queue_id) as got:
+            if got:
+                if _unreported(queue_id, slurm_job_id):
+                    # The start reports and checkpoints wait for the next pass: the node waits.
+                    _sync(queue_id, cli or cli_from_settings(), result, settle=False)
+                else:
+                    result.skipped = "an earlier pass reported the job's end"
+                break
+        if not _wait_for_pass(queue_id, deadline - time.monotonic()):
+            result.skipped = "another pass of this queue ran too long"
+            break
     return {
         "skipped": result.skipped,
         "paused": result.paused,
@@ -211,23 +230,31 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
         .select_related("job")
         .order_by("id")
     )
+    slurm = _SlurmJobs(cli, prefix)
     try:
-        # Two independent reads at once (the hook's pass leaves the nodes to the next pass:
-        # a node's change waits half a second, the node the hook holds does not).
-        squeue_call = _threads().submit(cli.jobs)
-        nodes_call = _threads().submit(cli.sinfo_nodes) if settle else None
-        squeue = squeue_call.result()
-        nodes = nodes_call.result() if nodes_call is not None else None
-        by_id = {int(j["job_id"]): j for j in squeue if "job_id" in j}
-        # The completion log has the final state of jobs gone from squeue, and of jobs
-        # COMPLETING (their epilog runs, which is when the completion hook calls). It is
-        # read only then: reading it costs more as it grows.
-        ended = [
-            r.slurm_job_id
-            for r in active
-            if r.slurm_job_id
-            and (r.slurm_job_id not in by_id or job_state(by_id[r.slurm_job_id]) == "COMPLETING")
-        ]
+        if settle or len(active) > HOOK_SACCT_ONLY:
+            # Two independent reads at once (the hook's pass leaves the nodes to the next
+            # pass: a node's change waits half a second, the node the hook holds does not).
+            nodes_call = _threads().submit(cli.sinfo_nodes) if settle else None
+            by_id = slurm.by_id
+            nodes = nodes_call.result() if nodes_call is not None else None
+            # The completion log has the final state of jobs gone from squeue, and of jobs
+            # COMPLETING (their epilog runs, which is when the completion hook calls). It
+            # is read only then: reading it costs more as it grows.
+            ended = [
+                r.slurm_job_id
+                for r in active
+                if r.slurm_job_id
+                and (
+                    r.slurm_job_id not in by_id or job_state(by_id[r.slurm_job_id]) == "COMPLETING"
+                )
+            ]
+        else:
+            # The hook's pass holds a node: it reads only the completion log, for every
+            # active run (one sacct, no call to the controller, which is busiest when a
+            # wave of jobs ends); squeue only if it has a run to stop or to find again.
+            nodes = None
+            ended = [r.slurm_job_id for r in active if r.slurm_job_id]
         finished = cli.finished(ended)
     except SlurmError as exc:
         result.paused = True
@@ -237,7 +264,9 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
         return
     if config.paused_since is not None or config.failures:
         slurm_services.executor_resume(queue_id=queue_id, now=now)
-    by_name = {str(j.get("name")): j for j in squeue if str(j.get("name", "")).startswith(prefix)}
+    if not slurm.read:  # the hook's pass follows only the runs the completion log has news of
+        active = [r for r in active if r.slurm_job_id in finished]
+    by_id = slurm.by_id if slurm.read else {}
 
     # One transaction for every report of the pass: each report is its own savepoint
     # (the run services are atomic), and a pass costs one commit, not one per report.
@@ -250,7 +279,7 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
     with hooks.collect_changes(), transaction.atomic():
         for slurm_run in active:
             if slurm_run.slurm_job_id is None:
-                found = by_name.get(slurm_run.name)
+                found = slurm.by_name.get(slurm_run.name)
                 if found is not None:  # a submission whose answer was lost: adopt it
                     _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
             try:  # the run services are atomic: a refusal leaves the pass's transaction usable
@@ -268,8 +297,8 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
         result.capacity = _observe_capacity(queue_id, nodes, now)
     result.cycle = bridge.run_cycle(queue_id)
     now = timezone.now()
-    _stop(queue_id, cli, config, by_id, by_name, now, result)
-    _submit_admitted(queue_id, cli, config, by_name, now, result)
+    _stop(queue_id, cli, config, slurm, now, result)
+    _submit_admitted(queue_id, cli, config, slurm, now, result)
     if not settle:
         return
     if starts:
@@ -289,6 +318,34 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
 
 
 ADOPTED_FIELDS = ["slurm_job_id", "state", "stdout", "stderr", "partition", "retry_at"]
+
+
+class _SlurmJobs:
+    """The product's jobs as squeue lists them, read once per pass when first needed: the
+    hook's pass usually needs no listing at all."""
+
+    def __init__(self, cli: Cli, prefix: str) -> None:
+        self._cli = cli
+        self._prefix = prefix
+        self.read = False
+
+    @cached_property
+    def _jobs(self) -> list[dict[str, Any]]:
+        jobs = self._cli.jobs()
+        self.read = True
+        return jobs
+
+    @cached_property
+    def by_id(self) -> dict[int, dict[str, Any]]:
+        return {int(j["job_id"]): j for j in self._jobs if "job_id" in j}
+
+    @cached_property
+    def by_name(self) -> dict[str, dict[str, Any]]:
+        return {
+            str(j.get("name")): j
+            for j in self._jobs
+            if str(j.get("name", "")).startswith(self._prefix)
+        }
 
 
 def _adopt(slurm_run: SlurmRun, slurm_job_id: int, partition: str, *, save: bool = True) -> None:
@@ -475,8 +532,7 @@ def _stop(
     queue_id: int,
     cli: Cli,
     config: SlurmQueueConfig,
-    by_id: dict[int, dict[str, Any]],
-    by_name: dict[str, dict[str, Any]],
+    slurm: _SlurmJobs,
     now: datetime,
     result: SyncResult,
 ) -> None:
@@ -491,6 +547,11 @@ def _stop(
         current = job.state == JobState.RUNNING and job.run == slurm_run.run
         if current and slurm_run.state != SlurmRunState.STOPPING:
             continue
+        try:  # what the job does now decides between a signal and a cancel
+            by_id, by_name = slurm.by_id, slurm.by_name
+        except SlurmError as exc:  # the next pass stops it
+            result.errors.append(str(exc))
+            return
         if slurm_run.slurm_job_id is None:
             found = by_name.get(slurm_run.name)
             if found is None:
@@ -532,7 +593,7 @@ def _submit_admitted(
     queue_id: int,
     cli: Cli,
     config: SlurmQueueConfig,
-    by_name: dict[str, dict[str, Any]],
+    slurm: _SlurmJobs,
     now: datetime,
     result: SyncResult,
 ) -> None:
@@ -572,10 +633,14 @@ def _submit_admitted(
             or (slurm_run.retry_at is not None and now < slurm_run.retry_at)
         ):
             continue
-        elif slurm_run.name in by_name:
-            found = by_name[slurm_run.name]
-            _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
-            continue
+        else:  # a retry: first look for the job an earlier sbatch may have made
+            try:
+                found = slurm.by_name.get(slurm_run.name)
+            except SlurmError:
+                continue  # not submitted blind: the next pass looks again
+            if found is not None:
+                _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
+                continue
         mapping = mappings.get(job.instance_type_id) if job.instance_type_id else None
         todo.append((job, slurm_run, _prepare(job, slurm_run, mapping, config)))
     if not todo:
