@@ -236,7 +236,7 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
             # Two independent reads at once (the hook's pass leaves the nodes to the next
             # pass: a node's change waits half a second, the node the hook holds does not).
             nodes_call = _threads().submit(cli.sinfo_nodes) if settle else None
-            by_id = slurm.by_id
+            listed = slurm.by_id
             nodes = nodes_call.result() if nodes_call is not None else None
             # The completion log has the final state of jobs gone from squeue, and of jobs
             # COMPLETING (their epilog runs, which is when the completion hook calls). It
@@ -246,7 +246,8 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
                 for r in active
                 if r.slurm_job_id
                 and (
-                    r.slurm_job_id not in by_id or job_state(by_id[r.slurm_job_id]) == "COMPLETING"
+                    r.slurm_job_id not in listed
+                    or job_state(listed[r.slurm_job_id]) == "COMPLETING"
                 )
             ]
         else:
@@ -730,14 +731,12 @@ def _record(
     now: datetime,
     result: SyncResult,
 ) -> None:
-    """What sbatch answered: the Slurm job id, or a failure (audited, retried later)."""
+    """A run that was not submitted: its type has no Slurm mapping (it fails), or sbatch
+    failed (audited, retried with backoff, failed after repeated refusals). Answers with a
+    Slurm job id are recorded by the caller, all at once."""
     if sub is None:
         type_name = job.instance_type.name if job.instance_type else "?"
         _give_up(job, slurm_run, now, f"no Slurm mapping for instance type {type_name}", result)
-        return
-    if isinstance(answer, int):
-        _adopt(slurm_run, answer, slurm_run.partition)
-        result.submitted += 1
         return
     exc = answer if isinstance(answer, SlurmError) else SlurmError("no answer")
     refused = not isinstance(exc, SlurmUnreachable)
