@@ -6,6 +6,7 @@ this process, on the test database; Slurm itself runs the jobs.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,30 @@ def test_the_job_sees_its_id_run_and_checkpoint_in_its_environment(slurm: Any) -
         line = handle.read().strip()
     assert line.split()[:2] == [str(job.pk), "1"]
     assert line.endswith("0 it's $HOME")  # passed as data: no shell expanded it
+
+
+def test_the_job_never_sees_the_products_own_environment(
+    slurm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The product's process holds its secrets in its environment; sbatch exports its own
+    # environment to the job, so the product gives it only what a program needs.
+    monkeypatch.setenv("SLURM_HOOK_TOKEN", "hook-token-never-in-a-job")
+    monkeypatch.setenv("SECRET_KEY", "secret-key-never-in-a-job")
+    job = submit(slurm, slurm.owner, slurm.owner_user, [(TYPE_A, 1)], ["env"])
+    job.program["env"] = {"MODE": "fast"}
+    job.save(update_fields=["program"])
+    drive(slurm, lambda: state(job) == JobState.SUCCEEDED)
+    run = slurm_run(job)
+    assert run is not None
+    with open(run.stdout) as handle:
+        seen = dict(line.split("=", 1) for line in handle.read().splitlines() if "=" in line)
+    assert seen["GOV_JOB_ID"] == str(job.pk)
+    assert seen["MODE"] == "fast"
+    assert seen["PATH"] == os.environ["PATH"]
+    assert seen["SLURM_JOB_ID"] == str(run.slurm_job_id)
+    for secret in ("SLURM_HOOK_TOKEN", "SECRET_KEY", "DATABASE_URL", "REDIS_URL"):
+        assert secret not in seen
+    assert "never-in-a-job" not in "".join(seen.values())
 
 
 def test_reclaim_signals_and_cancels_the_borrower_and_starts_the_owner(slurm: Any) -> None:

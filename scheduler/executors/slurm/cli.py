@@ -45,6 +45,23 @@ UNREACHABLE_HINTS = (
 )
 
 
+# What ``sbatch`` (and so, through ``--export=ALL``, every job the product submits) keeps of
+# the product's own environment: what programs and Slurm's client need, nothing else. The
+# product's environment holds its secrets (the database URL, SECRET_KEY, the hook token):
+# a job must never see them. The ``LC_*`` variables are kept too.
+SUBMIT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR")
+SUBMIT_ENV_CONF = ("SLURM_CONF",)  # how the client finds the cluster, when set here
+
+
+def submit_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` a submission passes on (``SUBMIT_ENV``)."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key in SUBMIT_ENV or key in SUBMIT_ENV_CONF or key.startswith("LC_")
+    }
+
+
 # scancel's answers for a job that already ended (or was purged): nothing left to stop.
 ALREADY_GONE = ("already completing or completed", "invalid job id")
 
@@ -82,8 +99,10 @@ class Cli:
     def _argv(self, tool: str, args: Sequence[str]) -> list[str]:
         return [os.path.join(self.bin_dir, tool) if self.bin_dir else tool, *args]
 
-    def _env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        env = dict(os.environ)
+    def _env(
+        self, extra: Mapping[str, str] | None = None, *, submit: bool = False
+    ) -> dict[str, str]:
+        env = submit_env(os.environ) if submit else dict(os.environ)
         env.update(self.env)
         if self.conf:
             env["SLURM_CONF"] = self.conf
@@ -99,8 +118,10 @@ class Cli:
         stdin: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        submit: bool = False,
     ) -> str:
-        """Run one tool; its stdout, or SlurmError/SlurmUnreachable."""
+        """Run one tool; its stdout, or SlurmError/SlurmUnreachable. With ``submit`` the
+        tool gets only ``SUBMIT_ENV`` of this process's environment, besides ``env``."""
         argv = self._argv(tool, args)
         try:
             done = subprocess.run(
@@ -109,7 +130,7 @@ class Cli:
                 capture_output=True,
                 text=True,
                 timeout=timeout or self.timeout,
-                env=self._env(env),
+                env=self._env(env, submit=submit),
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
@@ -124,8 +145,9 @@ class Cli:
         return done.stdout
 
     def sbatch(self, script: str, options: Sequence[str], env: Mapping[str, str]) -> int:
-        """Submit a batch script (on stdin) with ``--parsable``; the Slurm job id."""
-        out = self.run("sbatch", ["--parsable", *options], stdin=script, env=env)
+        """Submit a batch script (on stdin) with ``--parsable``; the Slurm job id. The job
+        inherits ``env`` and ``SUBMIT_ENV`` of this process's environment, nothing else."""
+        out = self.run("sbatch", ["--parsable", *options], stdin=script, env=env, submit=True)
         match = re.match(r"\s*(\d+)", out)
         if not match:
             raise SlurmError(f"sbatch answered {out.strip()[:200]!r}, not a job id")
