@@ -168,7 +168,16 @@ class JobSubmitSerializer(serializers.Serializer):
     max_pending = serializers.IntegerField(required=False, allow_null=True, default=None)
     checkpoint_interval = serializers.IntegerField(required=False, allow_null=True, default=None)
     duration = serializers.IntegerField(required=False, allow_null=True, default=None)
-    program = serializers.JSONField(required=False, default=None)
+    program = serializers.JSONField(
+        required=False,
+        default=None,
+        help_text=(
+            "What the job runs, required on a queue run by Slurm (docs/slurm.md): "
+            '{"command": [argv]} or {"script": "#!..."} (no line starting #SBATCH, #PBS or '
+            '#BSUB), with an optional absolute "workdir" and "env" (names not starting '
+            "GOV_, SLURM_ or SBATCH_)."
+        ),
+    )
 
 
 class JobPatchSerializer(serializers.Serializer):

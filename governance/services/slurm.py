@@ -48,7 +48,13 @@ MAX_ENV = 64
 MAX_ENV_VALUE = 4096
 MAX_PATH = 1024
 # Environment names the executor sets itself; a job may not override them.
-RESERVED_ENV_PREFIXES = ("GOV_", "SLURM_")
+# GOV_ and SLURM_ variables are the executor's and Slurm's; SBATCH_ ones would be read by
+# sbatch as options (SBATCH_ARRAY_INX, SBATCH_GRES...), since a job's env is sbatch's.
+RESERVED_ENV_PREFIXES = ("GOV_", "SLURM_", "SBATCH_")
+# Scheduler directives: lines starting with #SBATCH, which sbatch reads as options and
+# would ask Slurm for more than the product admitted, or #PBS and #BSUB (which the
+# executor has sbatch ignore: refused too, so nobody counts on them).
+SCRIPT_DIRECTIVE = re.compile(r"^#(SBATCH|PBS|BSUB)", re.MULTILINE)
 
 
 def _slurm_name(
@@ -113,6 +119,14 @@ def clean_program(value: Any, errors: Errors, *, field: str = "program") -> dict
         text = _clean_text(errors, field, script, MAX_SCRIPT_LENGTH)
         if text and not text.startswith("#!"):
             errors.add(field, "script: must start with #! (Slurm runs it as the batch script).")
+        directive = SCRIPT_DIRECTIVE.search(text) if text else None
+        if directive:
+            errors.add(
+                field,
+                f"script: line {text.count(chr(10), 0, directive.start()) + 1} is a "
+                f"#{directive.group(1)} directive; the product sets what the job "
+                "gets from Slurm (nodes, GPUs, partition, time), so a script carries none.",
+            )
         clean["script"] = text
     if value.get("workdir") not in (None, ""):
         workdir = _clean_text(errors, field, value["workdir"], MAX_PATH)
@@ -129,7 +143,11 @@ def clean_program(value: Any, errors: Errors, *, field: str = "program") -> dict
                 if not isinstance(name, str) or not ENV_NAME.match(name):
                     errors.add(field, f"env: {str(name)[:40]!r} is not a variable name.")
                 elif name.startswith(RESERVED_ENV_PREFIXES):
-                    errors.add(field, f"env: {name} is set by the executor.")
+                    errors.add(
+                        field,
+                        f"env: {name}: names starting with "
+                        f"{', '.join(RESERVED_ENV_PREFIXES)} are the executor's and Slurm's.",
+                    )
                 elif not isinstance(val, str) or "\x00" in val or len(val) > MAX_ENV_VALUE:
                     errors.add(field, f"env: {name} needs text of at most {MAX_ENV_VALUE}.")
                 else:

@@ -53,8 +53,47 @@ def test_a_program_is_a_command_or_a_script_with_workdir_and_env() -> None:
         {"command": ["a"], "env": {"A": 5}},
         {"command": ["a"], "shell": True},
         {"command": ["x" * 5000]},
+        {"script": "#!/bin/sh\n#SBATCH --gpus=8\nrun\n"},
+        {"script": "#!/bin/sh\n#PBS -l nodes=4\nrun\n"},
+        {"command": ["a"], "env": {"SBATCH_ARRAY_INX": "0-99"}},
     ):
         assert "program" in clean(bad)[1], bad
+
+
+def test_a_job_asks_slurm_for_nothing_beyond_what_the_product_admitted() -> None:
+    # sbatch reads #SBATCH lines of the script and SBATCH_ variables of its environment
+    # (a job's env is sbatch's) as options: --array, --gres, --gpus... are refused.
+    script = "#!/bin/bash\n# train\n#SBATCH --gpus-per-node=8\npython t.py\n"
+    errors = clean({"script": script})[1]["program"]
+    assert any("line 3 is a #SBATCH directive" in error for error in errors), errors
+    errors = clean({"command": ["a"], "env": {"SBATCH_GRES": "gpu:8"}})[1]["program"]
+    assert any("SBATCH_GRES" in error and "SBATCH_" in error for error in errors), errors
+    # Comments sbatch does not read stay allowed.
+    harmless = "#!/bin/sh\n# SBATCH is not read\n  #SBATCH indented: neither\necho\n"
+    assert clean({"script": harmless})[1] == {}
+    # A job stored before these rules: its directives become plain comments, its SBATCH_
+    # variables are dropped, and sbatch ignores #PBS and #BSUB lines.
+    sub = submit.build(
+        name="gov-1-r1",
+        job_id=1,
+        run=1,
+        count=1,
+        mapping=submit.TypeMapping("gpu-a", "", 1, "gpu"),
+        program={
+            "script": "#!/bin/sh\n#SBATCH --array=0-9\n#PBS -N x\necho\n",
+            "env": {"SBATCH_ARRAY_INX": "0-9", "SLURM_CONF": "/x", "A": "1"},
+        },
+        account="",
+        qos="",
+        output_dir="/out",
+        checkpoint_dir="/ck/1",
+        resume_work=0.0,
+        time_limit_seconds=None,
+    )
+    assert sub.script == "#!/bin/sh\n# SBATCH --array=0-9\n# PBS -N x\necho\n"
+    assert "SBATCH_ARRAY_INX" not in sub.env and "SLURM_CONF" not in sub.env
+    assert sub.env["A"] == "1"
+    assert "--ignore-pbs" in sub.options
 
 
 def test_the_batch_script_quotes_every_argument() -> None:

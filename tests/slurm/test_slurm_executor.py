@@ -146,6 +146,33 @@ def test_the_job_never_sees_the_products_own_environment(
     assert "never-in-a-job" not in "".join(seen.values())
 
 
+def test_a_job_gets_from_slurm_only_what_the_product_admitted(slurm: Any) -> None:
+    client = APIClient()
+    client.force_authenticate(slurm.owner_user)
+    body = {
+        "share": slurm.owner.pk,
+        "name": "array",
+        "preferences": [{"instance_type": TYPE_A, "count": 1}],
+        "program": {"script": "#!/bin/sh\n#SBATCH --array=0-2\necho hi\n"},
+    }
+    refused = client.post("/api/jobs/", body, format="json")
+    assert refused.status_code == 400
+    assert "#SBATCH directive" in str(refused.json()["program"])
+    # A job stored before that rule (written here directly): Slurm runs it once, on the
+    # one GPU admitted, neither its directive nor its SBATCH_ variable read as options.
+    script = '#!/bin/sh\n#SBATCH --array=0-2\necho "task=${SLURM_ARRAY_TASK_ID:-none}"\n'
+    job = submit(slurm, slurm.owner, slurm.owner_user, [(TYPE_A, 1)], ["true"])
+    job.program = {"script": script, "env": {"SBATCH_ARRAY_INX": "0-2"}}
+    job.save(update_fields=["program"])
+    drive(slurm, lambda: state(job) == JobState.SUCCEEDED)
+    run = slurm_run(job)
+    assert run is not None
+    with open(run.stdout) as handle:
+        assert handle.read().strip() == "task=none"
+    [listed] = [j for j in slurm.cli.squeue() if j["name"] == run.name]  # no array of three
+    assert listed["job_id"] == run.slurm_job_id and not listed["array_job_id"]
+
+
 def test_reclaim_signals_and_cancels_the_borrower_and_starts_the_owner(slurm: Any) -> None:
     borrower = submit(slurm, slurm.borrower, slurm.borrower_user, [(TYPE_A, 8)], ["sleep", "120"])
     b_run = drive(slurm, lambda: (r := slurm_run(borrower)) and r.started_seen and r)

@@ -11,9 +11,17 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
+
+# What a job's own env may not set (the services refuse it; a job stored before they did is
+# filtered here): the executor's variables, Slurm's, and sbatch's input options.
+RESERVED_ENV_PREFIXES = ("GOV_", "SLURM_", "SBATCH_")
+# A scheduler directive at the start of a line; the services refuse scripts with one, and a
+# script stored before they did has each turned into a plain comment ("# SBATCH ...").
+DIRECTIVE = re.compile(r"^#(?=SBATCH|PBS|BSUB)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,7 @@ def build(
     options = [
         f"--job-name={name}",
         "--no-requeue",
+        "--ignore-pbs",
         f"--ntasks={count}",
         "--cpus-per-task=1",
         f"--chdir={workdir}",
@@ -88,12 +97,13 @@ def build(
     if time_limit_seconds is not None:
         options.append(f"--time={max(1, math.ceil(time_limit_seconds / 60))}")
     if "script" in program:
-        script = program["script"]
+        script = DIRECTIVE.sub("# ", program["script"])
     else:
         command = program.get("command") or ["true"]
         script = "#!/bin/sh\n" + f"exec {shlex.join(command)}\n"
+    own = program.get("env", {})
     env = {
-        **program.get("env", {}),
+        **{key: value for key, value in own.items() if not key.startswith(RESERVED_ENV_PREFIXES)},
         "GOV_JOB_ID": str(job_id),
         "GOV_RUN": str(run),
         "GOV_CHECKPOINT_DIR": checkpoint_dir,
