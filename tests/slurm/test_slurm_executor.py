@@ -122,24 +122,33 @@ def test_the_job_sees_its_id_run_and_checkpoint_in_its_environment(slurm: Any) -
     assert line.endswith("0 it's $HOME")  # passed as data: no shell expanded it
 
 
-def test_the_job_never_sees_the_products_own_environment(
-    slurm: Any, monkeypatch: pytest.MonkeyPatch
+def test_the_job_and_the_product_never_share_their_environments(
+    slurm: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # The product's process holds its secrets in its environment; sbatch exports its own
-    # environment to the job, so the product gives it only what a program needs.
+    # The product's process holds its secrets in its environment: a job gets only what a
+    # program needs of it.
     monkeypatch.setenv("SLURM_HOOK_TOKEN", "hook-token-never-in-a-job")
     monkeypatch.setenv("SECRET_KEY", "secret-key-never-in-a-job")
+    # And a job's variables never reach the product's own commands: with its PATH, the
+    # product would run this sbatch, on its host, as its user.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text(f"#!/bin/sh\ntouch {tmp_path}/ran\nexit 1\n")
+    (fake / "sbatch").chmod(0o755)
+    path = f"{fake}:{os.environ['PATH']}"
     job = submit(slurm, slurm.owner, slurm.owner_user, [(TYPE_A, 1)], ["env"])
-    job.program["env"] = {"MODE": "fast"}
+    job.program["env"] = {"MODE": "fast, with a comma", "PATH": path, "LD_PRELOAD": ""}
     job.save(update_fields=["program"])
     drive(slurm, lambda: state(job) == JobState.SUCCEEDED)
+    assert not (tmp_path / "ran").exists()
     run = slurm_run(job)
     assert run is not None
     with open(run.stdout) as handle:
         seen = dict(line.split("=", 1) for line in handle.read().splitlines() if "=" in line)
     assert seen["GOV_JOB_ID"] == str(job.pk)
-    assert seen["MODE"] == "fast"
-    assert seen["PATH"] == os.environ["PATH"]
+    assert seen["MODE"] == "fast, with a comma"
+    assert seen["PATH"] == path  # the job's own
+    assert seen["HOME"] == os.environ["HOME"]
     assert seen["SLURM_JOB_ID"] == str(run.slurm_job_id)
     for secret in ("SLURM_HOOK_TOKEN", "SECRET_KEY", "DATABASE_URL", "REDIS_URL"):
         assert secret not in seen

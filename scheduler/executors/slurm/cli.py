@@ -13,6 +13,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,20 +46,28 @@ UNREACHABLE_HINTS = (
 )
 
 
-# What ``sbatch`` (and so, through ``--export=ALL``, every job the product submits) keeps of
-# the product's own environment: what programs and Slurm's client need, nothing else. The
-# product's environment holds its secrets (the database URL, SECRET_KEY, the hook token):
-# a job must never see them. The ``LC_*`` variables are kept too.
-SUBMIT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR")
-SUBMIT_ENV_CONF = ("SLURM_CONF",)  # how the client finds the cluster, when set here
+# What ``sbatch``, and every job the product submits, keeps of the product's own
+# environment: what programs and Slurm's client need (and the ``LC_*`` variables), nothing
+# else. The product's environment holds its secrets (the database URL, SECRET_KEY, the hook
+# token): a job must never see them, and sbatch's own options (SBATCH_*) stay the product's.
+SUBMIT_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "SLURM_CONF",
+)
 
 
 def submit_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The part of ``environ`` a submission passes on (``SUBMIT_ENV``)."""
     return {
-        key: value
-        for key, value in environ.items()
-        if key in SUBMIT_ENV or key in SUBMIT_ENV_CONF or key.startswith("LC_")
+        key: value for key, value in environ.items() if key in SUBMIT_ENV or key.startswith("LC_")
     }
 
 
@@ -99,15 +108,11 @@ class Cli:
     def _argv(self, tool: str, args: Sequence[str]) -> list[str]:
         return [os.path.join(self.bin_dir, tool) if self.bin_dir else tool, *args]
 
-    def _env(
-        self, extra: Mapping[str, str] | None = None, *, submit: bool = False
-    ) -> dict[str, str]:
+    def _env(self, *, submit: bool = False) -> dict[str, str]:
         env = submit_env(os.environ) if submit else dict(os.environ)
         env.update(self.env)
         if self.conf:
             env["SLURM_CONF"] = self.conf
-        if extra:
-            env.update(extra)
         return env
 
     def run(
@@ -116,12 +121,12 @@ class Cli:
         args: Sequence[str],
         *,
         stdin: str | None = None,
-        env: Mapping[str, str] | None = None,
         timeout: float | None = None,
         submit: bool = False,
+        pass_fds: Sequence[int] = (),
     ) -> str:
         """Run one tool; its stdout, or SlurmError/SlurmUnreachable. With ``submit`` the
-        tool gets only ``SUBMIT_ENV`` of this process's environment, besides ``env``."""
+        tool gets only ``SUBMIT_ENV`` of this process's environment."""
         argv = self._argv(tool, args)
         try:
             done = subprocess.run(
@@ -130,7 +135,8 @@ class Cli:
                 capture_output=True,
                 text=True,
                 timeout=timeout or self.timeout,
-                env=self._env(env, submit=submit),
+                env=self._env(submit=submit),
+                pass_fds=tuple(pass_fds),
                 check=False,
             )
         except subprocess.TimeoutExpired as exc:
@@ -145,9 +151,28 @@ class Cli:
         return done.stdout
 
     def sbatch(self, script: str, options: Sequence[str], env: Mapping[str, str]) -> int:
-        """Submit a batch script (on stdin) with ``--parsable``; the Slurm job id. The job
-        inherits ``env`` and ``SUBMIT_ENV`` of this process's environment, nothing else."""
-        out = self.run("sbatch", ["--parsable", *options], stdin=script, env=env, submit=True)
+        """Submit a batch script (on stdin) with ``--parsable``; the Slurm job id.
+
+        The job's environment is ``SUBMIT_ENV`` of this process's environment and ``env``,
+        nothing else, handed to sbatch in a file (``--export-file``, NUL-separated, so any
+        value passes as it is). Never as sbatch's own environment: there a job's variables
+        (PATH, LD_PRELOAD...) would change what runs on this host as the product's user."""
+        job_env = {**self._env(submit=True), **env}
+        if any("\0" in k or "=" in k or "\0" in v for k, v in job_env.items()):
+            raise SlurmError("a job's environment cannot hold NUL characters or '=' in names")
+        with tempfile.TemporaryFile() as handle:
+            for key, value in job_env.items():
+                handle.write(f"{key}={value}".encode(errors="replace") + b"\0")
+            handle.flush()
+            handle.seek(0)
+            fd = handle.fileno()
+            out = self.run(
+                "sbatch",
+                ["--parsable", f"--export-file={fd}", *options],
+                stdin=script,
+                submit=True,
+                pass_fds=(fd,),
+            )
         match = re.match(r"\s*(\d+)", out)
         if not match:
             raise SlurmError(f"sbatch answered {out.strip()[:200]!r}, not a job id")

@@ -3,8 +3,9 @@
 Nothing reaches a shell unquoted: a job's ``command`` (an argv list) is written into the
 batch script with ``shlex.join``; a job's ``script`` is the batch script itself, which
 Slurm runs; every value the executor passes (job id, run, checkpoint directory, resume
-point, the job's own env) travels as the environment of ``sbatch``, which Slurm exports
-to the job (``--export=ALL``), never as text that a shell would parse.
+point, the job's own env) becomes the job's environment through a file handed to
+``sbatch`` (``Cli.sbatch``), never as text that a shell would parse, nor as the
+environment of ``sbatch`` itself.
 """
 
 from __future__ import annotations
@@ -75,7 +76,6 @@ def build(
         "--cpus-per-task=1",
         f"--chdir={workdir}",
         f"--output={stdout}",
-        "--export=ALL",
     ]
     if mapping.gpus_per_instance > 0 and mapping.gres_name == "gpu":
         options.append(f"--gpus-per-task={mapping.gpus_per_instance}")
