@@ -5,7 +5,9 @@
   the parameter: PostgreSQL text cannot hold one) and a body announced larger than
   ``MAX_BODY_BYTES`` (413).
 - ``SafeJSONParser`` reads at most ``MAX_BODY_BYTES``, refuses JSON nested deeper than
-  ``MAX_JSON_DEPTH`` and NUL characters in any string, naming the top-level field.
+  ``MAX_JSON_DEPTH`` and, in any string, NUL characters and lone surrogates (``\ud800``
+  escapes that no character follows: not text PostgreSQL can store), naming the
+  top-level field.
 - ``ErrorPageMiddleware`` and the ``handler*`` views: under ``/api/`` every error is the
   JSON error shape (DESIGN section 7, ``{"field": ["message"]}``); on the web it is a
   page with the navigation that shows the reason the service gave.
@@ -28,6 +30,26 @@ from rest_framework.parsers import JSONParser
 log = logging.getLogger(__name__)
 
 NUL_MESSAGE = "must not contain NUL (\\u0000) characters"
+SURROGATE_MESSAGE = (
+    "must be valid Unicode text: a \\ud800-\\udfff escape must be half of a surrogate pair"
+)
+
+
+def _text_problem(text: str) -> str | None:
+    """Why a string cannot be stored as text (a NUL, a lone surrogate), or None."""
+    if "\x00" in text:
+        return NUL_MESSAGE
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return SURROGATE_MESSAGE
+    return None
+
+
+def _shown(key: str) -> str:
+    """A refused key as the error names it (escapes where it holds what JSON cannot)."""
+    return key.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
+
 
 TITLES = {
     400: "Bad request",
@@ -124,8 +146,9 @@ class PayloadTooLarge(APIException):
     default_detail = "The body is too large."
 
 
-def _nul_or_depth(value: Any, max_depth: int) -> str | None:
-    """Why a parsed JSON value is refused (NUL in a string, nesting too deep), or None.
+def _bad_text_or_depth(value: Any, max_depth: int) -> str | None:
+    """Why a parsed JSON value is refused (a string that is not storable text, nesting too
+    deep), or None.
 
     Iterative, so a deep value cannot exhaust the stack while it is checked.
     """
@@ -133,15 +156,17 @@ def _nul_or_depth(value: Any, max_depth: int) -> str | None:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                return NUL_MESSAGE
+            problem = _text_problem(item)
+            if problem:
+                return problem
         elif isinstance(item, dict | list):
             if depth > max_depth:
                 return f"is nested deeper than {max_depth} levels"
             if isinstance(item, dict):
                 for key, child in item.items():
-                    if "\x00" in key:
-                        return NUL_MESSAGE
+                    problem = _text_problem(key)
+                    if problem:
+                        return problem
                     stack.append((child, depth + 1))
             else:
                 stack.extend((child, depth + 1) for child in item)
@@ -149,7 +174,7 @@ def _nul_or_depth(value: Any, max_depth: int) -> str | None:
 
 
 class SafeJSONParser(JSONParser):
-    """DRF's JSON parser, bounded: body size, nesting depth, no NUL characters."""
+    """DRF's JSON parser, bounded: body size, nesting depth, storable text only."""
 
     def parse(
         self,
@@ -174,17 +199,15 @@ class SafeJSONParser(JSONParser):
         if isinstance(data, dict):
             errors = {}
             for key, child in data.items():
-                problem = (
-                    NUL_MESSAGE
-                    if "\x00" in key
-                    else _nul_or_depth(child, settings.MAX_JSON_DEPTH - 1)
+                problem = _text_problem(key) or _bad_text_or_depth(
+                    child, settings.MAX_JSON_DEPTH - 1
                 )
                 if problem:
-                    errors[key.replace("\x00", "\\u0000")] = [problem]
+                    errors[_shown(key)] = [problem]
             if errors:
                 raise ValidationError(errors)
         else:
-            problem = _nul_or_depth(data, settings.MAX_JSON_DEPTH)
+            problem = _bad_text_or_depth(data, settings.MAX_JSON_DEPTH)
             if problem:
                 raise ValidationError({"detail": [f"the body {problem}"]})
         return data

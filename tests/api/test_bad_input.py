@@ -206,6 +206,32 @@ def test_nul_in_json_strings(w: Any, path: str, method: str, body: Any, field: s
         refused(response, field)
 
 
+@pytest.mark.parametrize(
+    "path, body, field",
+    [
+        ("/api/teams/", {"name": "a\ud800b"}, "name"),
+        ("/api/teams/", {"name": "ok", "members": ["\udfff"]}, "members"),
+        ("queue", {"capacity": {"a\udc00": 1}}, "capacity"),
+        ("job", {"program": {"command": ["a"], "env": {"A": "\ud800"}}}, "program"),
+        ("job", {"program": {"script": "#!/bin/sh\necho \udbff\n"}}, "program"),
+        ("job", {"name\ud800": "x"}, "name\\ud800"),
+    ],
+)
+def test_lone_surrogates_in_json_strings(w: Any, path: str, body: Any, field: str) -> None:
+    # JSON's \ud800 escape without its other half is no character: PostgreSQL cannot store it.
+    if path == "queue":
+        path, method = f"/api/queues/{w.queue.pk}/", "patch"
+    elif path == "job":
+        path, method, body = "/api/jobs/", "post", job_body(w, **body)
+    else:
+        method = "post"
+    with unchanged():
+        raw = json.dumps(body)  # the escapes as a client sends them
+        response = getattr(api(w.admin), method)(path, raw, content_type="application/json")
+        refused(response, field)
+        assert "surrogate" in str(response.json()[field])
+
+
 def test_deep_json_is_a_400(w: Any) -> None:
     deep = "[" * 100_000 + "]" * 100_000
     with unchanged():
