@@ -54,6 +54,8 @@ RESERVED_ENV_PREFIXES = ("GOV_", "SLURM_", "SBATCH_")
 # Scheduler directives: lines starting with #SBATCH, which sbatch reads as options and
 # would ask Slurm for more than the product admitted, or #PBS and #BSUB (which the
 # executor has sbatch ignore: refused too, so nobody counts on them).
+# sbatch refuses a batch script with one anywhere (an argv is written into one, too).
+CRLF_MESSAGE = "holds a DOS line break (\\r\\n), which Slurm refuses in a batch script."
 SCRIPT_DIRECTIVE = re.compile(r"^#(SBATCH|PBS|BSUB)", re.MULTILINE)
 
 
@@ -113,12 +115,16 @@ def clean_program(value: Any, errors: Errors, *, field: str = "program") -> dict
                 f"command: a list of 1 to {MAX_ARGS} non-empty strings of at most "
                 f"{MAX_ARG_LENGTH} characters.",
             )
+        elif any("\r\n" in a for a in command):
+            errors.add(field, f"command: {CRLF_MESSAGE}")
         else:
             clean["command"] = list(command)
     if script is not None:
         text = _clean_text(errors, field, script, MAX_SCRIPT_LENGTH)
         if text and not text.startswith("#!"):
             errors.add(field, "script: must start with #! (Slurm runs it as the batch script).")
+        if "\r\n" in text:
+            errors.add(field, f"script: {CRLF_MESSAGE}")
         directive = SCRIPT_DIRECTIVE.search(text) if text else None
         if directive:
             errors.add(

@@ -56,6 +56,8 @@ def test_a_program_is_a_command_or_a_script_with_workdir_and_env() -> None:
         {"script": "#!/bin/sh\n#SBATCH --gpus=8\nrun\n"},
         {"script": "#!/bin/sh\n#PBS -l nodes=4\nrun\n"},
         {"command": ["a"], "env": {"SBATCH_ARRAY_INX": "0-99"}},
+        {"script": "#!/bin/sh\r\necho hi\r\n"},  # sbatch refuses DOS line breaks
+        {"command": ["echo", "a\r\nb"]},
     ):
         assert "program" in clean(bad)[1], bad
 
