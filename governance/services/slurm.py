@@ -47,16 +47,16 @@ MAX_SCRIPT_LENGTH = 100_000
 MAX_ENV = 64
 MAX_ENV_VALUE = 4096
 MAX_PATH = 1024
-# Environment names the executor sets itself; a job may not override them.
-# GOV_ and SLURM_ variables are the executor's and Slurm's; SBATCH_ ones would be read by
-# sbatch as options (SBATCH_ARRAY_INX, SBATCH_GRES...), since a job's env is sbatch's.
+# Environment names a job may not set: GOV_ and SLURM_ variables are the executor's and
+# Slurm's; SBATCH_ ones are sbatch's own settings, which would not set this job's (the
+# product decides what it gets). The executor drops them from jobs stored before.
 RESERVED_ENV_PREFIXES = ("GOV_", "SLURM_", "SBATCH_")
 # Scheduler directives: lines starting with #SBATCH, which sbatch reads as options and
 # would ask Slurm for more than the product admitted, or #PBS and #BSUB (which the
 # executor has sbatch ignore: refused too, so nobody counts on them).
+SCRIPT_DIRECTIVE = re.compile(r"^#(SBATCH|PBS|BSUB)", re.MULTILINE)
 # sbatch refuses a batch script with one anywhere (an argv is written into one, too).
 CRLF_MESSAGE = "holds a DOS line break (\\r\\n), which Slurm refuses in a batch script."
-SCRIPT_DIRECTIVE = re.compile(r"^#(SBATCH|PBS|BSUB)", re.MULTILINE)
 
 
 def _slurm_name(

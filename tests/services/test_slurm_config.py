@@ -62,9 +62,27 @@ def test_a_program_is_a_command_or_a_script_with_workdir_and_env() -> None:
         assert "program" in clean(bad)[1], bad
 
 
+def build(program: dict[str, Any], **options: Any) -> submit.Submission:
+    """The sbatch call of run 1 of job 1 on gpu-a (one GPU each), ``options`` changed."""
+    arguments: dict[str, Any] = {
+        "name": "gov-1-r1",
+        "job_id": 1,
+        "run": 1,
+        "count": 1,
+        "mapping": submit.TypeMapping("gpu-a", "", 1, "gpu"),
+        "account": "",
+        "qos": "",
+        "output_dir": "/out",
+        "checkpoint_dir": "/ck/1",
+        "resume_work": 0.0,
+        "time_limit_seconds": None,
+    }
+    return submit.build(program=program, **(arguments | options))
+
+
 def test_a_job_asks_slurm_for_nothing_beyond_what_the_product_admitted() -> None:
-    # sbatch reads #SBATCH lines of the script and SBATCH_ variables of its environment
-    # (a job's env is sbatch's) as options: --array, --gres, --gpus... are refused.
+    # sbatch reads #SBATCH lines of the script as options (--array, --gres, --gpus...):
+    # refused, as are SBATCH_ variables, sbatch's own settings, in a job's env.
     script = "#!/bin/bash\n# train\n#SBATCH --gpus-per-node=8\npython t.py\n"
     errors = clean({"script": script})[1]["program"]
     assert any("line 3 is a #SBATCH directive" in error for error in errors), errors
@@ -75,22 +93,11 @@ def test_a_job_asks_slurm_for_nothing_beyond_what_the_product_admitted() -> None
     assert clean({"script": harmless})[1] == {}
     # A job stored before these rules: its directives become plain comments, its SBATCH_
     # variables are dropped, and sbatch ignores #PBS and #BSUB lines.
-    sub = submit.build(
-        name="gov-1-r1",
-        job_id=1,
-        run=1,
-        count=1,
-        mapping=submit.TypeMapping("gpu-a", "", 1, "gpu"),
-        program={
+    sub = build(
+        {
             "script": "#!/bin/sh\n#SBATCH --array=0-9\n#PBS -N x\necho\n",
             "env": {"SBATCH_ARRAY_INX": "0-9", "SLURM_CONF": "/x", "A": "1"},
-        },
-        account="",
-        qos="",
-        output_dir="/out",
-        checkpoint_dir="/ck/1",
-        resume_work=0.0,
-        time_limit_seconds=None,
+        }
     )
     assert sub.script == "#!/bin/sh\n# SBATCH --array=0-9\n# PBS -N x\necho\n"
     assert "SBATCH_ARRAY_INX" not in sub.env and "SLURM_CONF" not in sub.env
@@ -100,17 +107,14 @@ def test_a_job_asks_slurm_for_nothing_beyond_what_the_product_admitted() -> None
 
 def test_the_batch_script_quotes_every_argument() -> None:
     argv = ["echo", "$(rm -rf /)", "a b", "it's"]
-    sub = submit.build(
+    sub = build(
+        {"command": argv, "env": {"X": "$HOME"}},
         name="gov-1-r2",
-        job_id=1,
         run=2,
         count=3,
         mapping=submit.TypeMapping("gpu-a", "fa", 2, "gpu"),
-        program={"command": argv, "env": {"X": "$HOME"}},
         account="acct",
         qos="high",
-        output_dir="/out",
-        checkpoint_dir="/ck/1",
         resume_work=30.0,
         time_limit_seconds=600,
     )

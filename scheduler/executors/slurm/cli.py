@@ -49,7 +49,7 @@ UNREACHABLE_HINTS = (
 # What ``sbatch``, and every job the product submits, keeps of the product's own
 # environment: what programs and Slurm's client need (and the ``LC_*`` variables), nothing
 # else. The product's environment holds its secrets (the database URL, SECRET_KEY, the hook
-# token): a job must never see them, and sbatch's own options (SBATCH_*) stay the product's.
+# token): a job must never see them, and no SBATCH_* setting there changes a submission.
 SUBMIT_ENV = (
     "PATH",
     "HOME",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # What a job's own env may not set (the services refuse it; a job stored before they did is
-# filtered here): the executor's variables, Slurm's, and sbatch's input options.
+# filtered here): the executor's variables, Slurm's, and sbatch's own settings.
 RESERVED_ENV_PREFIXES = ("GOV_", "SLURM_", "SBATCH_")
 # A scheduler directive at the start of a line; the services refuse scripts with one, and a
 # script stored before they did has each turned into a plain comment ("# SBATCH ...").

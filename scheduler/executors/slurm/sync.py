@@ -280,9 +280,7 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
     with hooks.collect_changes(), transaction.atomic():
         for slurm_run in active:
             if slurm_run.slurm_job_id is None:
-                found = slurm.by_name.get(slurm_run.name)
-                if found is not None:  # a submission whose answer was lost: adopt it
-                    _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
+                _find_again(slurm_run, slurm)
             try:  # the run services are atomic: a refusal leaves the pass's transaction usable
                 _follow(slurm_run, by_id, finished, now, result, starts, completions)
             except ServiceError as exc:  # a report the run services refuse (an old run)
@@ -347,6 +345,16 @@ class _SlurmJobs:
             for j in self._jobs
             if str(j.get("name", "")).startswith(self._prefix)
         }
+
+
+def _find_again(slurm_run: SlurmRun, slurm: _SlurmJobs) -> bool:
+    """Adopt the Slurm job an earlier sbatch made under the run's name, whose answer was
+    lost; False when Slurm lists none."""
+    found = slurm.by_name.get(slurm_run.name)
+    if found is None:
+        return False
+    _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
+    return True
 
 
 def _adopt(slurm_run: SlurmRun, slurm_job_id: int, partition: str, *, save: bool = True) -> None:
@@ -549,16 +557,13 @@ def _stop(
         if current and slurm_run.state != SlurmRunState.STOPPING:
             continue
         try:  # what the job does now decides between a signal and a cancel
-            by_id, by_name = slurm.by_id, slurm.by_name
+            by_id = slurm.by_id
         except SlurmError as exc:  # the next pass stops it
             result.errors.append(str(exc))
             return
-        if slurm_run.slurm_job_id is None:
-            found = by_name.get(slurm_run.name)
-            if found is None:
-                _end(slurm_run, "NEVER_SUBMITTED", None, now)
-                continue
-            _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
+        if slurm_run.slurm_job_id is None and not _find_again(slurm_run, slurm):
+            _end(slurm_run, "NEVER_SUBMITTED", None, now)
+            continue
         sid = slurm_run.slurm_job_id
         assert sid is not None
         state = job_state(by_id[sid]) if sid in by_id else None
@@ -636,12 +641,10 @@ def _submit_admitted(
             continue
         else:  # a retry: first look for the job an earlier sbatch may have made
             try:
-                found = slurm.by_name.get(slurm_run.name)
+                if _find_again(slurm_run, slurm):
+                    continue
             except SlurmError:
                 continue  # not submitted blind: the next pass looks again
-            if found is not None:
-                _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
-                continue
         mapping = mappings.get(job.instance_type_id) if job.instance_type_id else None
         todo.append((job, slurm_run, _prepare(job, slurm_run, mapping, config)))
     if not todo:
