@@ -505,8 +505,9 @@ SLURM_HOOK_TOKEN = env_str("SLURM_HOOK_TOKEN", "")
 # How long a hook waits for a pass of the same queue already running (and for the pass
 # after it, when that one did not report its job's end).
 SLURM_HOOK_WAIT_SECONDS = env_float("SLURM_HOOK_WAIT_SECONDS", 2.0)
-# How long the hook waits before its pass, so that jobs ending together (one wave of
-# equally long jobs) are reported and replaced by one pass rather than one each.
+# How long the hook's pass waits before it reads the completion log, so that jobs ending
+# together (one wave of equally long jobs) are reported and replaced by one pass rather
+# than one each; the other hooks of the wave return once it has reported them.
 SLURM_HOOK_GATHER_SECONDS = env_float("SLURM_HOOK_GATHER_SECONDS", 0.02)
 SLURM_OUTPUT_DIR = env_str("SLURM_OUTPUT_DIR", str(DATA_DIR / "slurm-output"))
 SLURM_CHECKPOINT_DIR = env_str("SLURM_CHECKPOINT_DIR", str(DATA_DIR / "slurm-checkpoints"))

@@ -1,12 +1,15 @@
 """The completion hooks of one wave of ending jobs wait for the pass that reports them:
-each returns as soon as that pass ends, without a pass of its own, and a hook gives up
-(its node released, the next poll doing the work) when passes run longer than
-SLURM_HOOK_WAIT_SECONDS. No Slurm is needed: the pass here is a test holding the
-queue's pass lock, as a running pass does."""
+each returns, without a pass of its own, as soon as that pass lets its node go (a hook's
+pass once its reports are committed, a regular pass once its submissions are sent), and a
+hook gives up (its node released, the next poll doing the work) when passes run longer
+than SLURM_HOOK_WAIT_SECONDS. No Slurm is needed: the pass here is a test holding the
+queue's locks, as a running pass does."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -51,28 +54,53 @@ def hooks(queue_id: int, count: int) -> tuple[list[threading.Thread], list[dict[
     return threads, answers
 
 
-def test_hooks_waiting_for_a_pass_all_return_when_it_ends(running: SlurmRun, settings: Any) -> None:
+@contextmanager
+def a_pass(queue_id: int) -> Iterator[Any]:
+    """A pass of the queue runs (its lock and the lock it lets the hooks' nodes go by)."""
+    with sync.queue_lock(queue_id) as got:
+        assert got
+        releasing = sync._Releasing(queue_id)
+        try:
+            yield releasing
+        finally:
+            releasing.release()
+
+
+def test_hooks_return_once_the_pass_that_reported_their_job_lets_their_nodes_go(
+    running: SlurmRun, settings: Any
+) -> None:
     settings.SLURM_HOOK_WAIT_SECONDS = 30
     queue_id = running.job.queue_id
-    with sync.queue_lock(queue_id) as got:  # a pass of this queue runs
-        assert got
+    with a_pass(queue_id) as releasing:
         threads, answers = hooks(queue_id, 4)
         for thread in threads:
             thread.join(timeout=0.5)
         assert all(thread.is_alive() for thread in threads)  # they wait for the pass
-        # The pass reports the job's end, then ends.
+        # The pass reports the job's end and lets the nodes go; it still runs (a hook's
+        # pass submits what runs next holding its own node), the hooks need not wait.
         SlurmRun.objects.filter(pk=running.pk).update(state=SlurmRunState.ENDED)
-    for thread in threads:
-        thread.join(timeout=10)
-    assert not any(thread.is_alive() for thread in threads)
-    assert [a["skipped"] for a in answers] == ["an earlier pass reported the job's end"] * 4
+        releasing.release()
+        for thread in threads:
+            thread.join(timeout=10)
+        assert not any(thread.is_alive() for thread in threads)
+    assert [a["skipped"] for a in answers] == [
+        "a pass reported the job's end and released its node"
+    ] * 4
     assert all(a["completed"] == 0 and not a["paused"] for a in answers)
+
+
+def test_a_hook_whose_job_is_reported_returns_at_once_when_no_pass_runs(
+    running: SlurmRun,
+) -> None:
+    SlurmRun.objects.filter(pk=running.pk).update(state=SlurmRunState.ENDED)
+    answer = sync.hook_pass(running.job.queue_id, 777)
+    assert answer["skipped"] == "an earlier pass reported the job's end"
 
 
 def test_a_hook_gives_up_when_the_pass_runs_too_long(running: SlurmRun, settings: Any) -> None:
     settings.SLURM_HOOK_WAIT_SECONDS = 0.2
     queue_id = running.job.queue_id
-    with sync.queue_lock(queue_id):
+    with a_pass(queue_id):
         threads, answers = hooks(queue_id, 2)
         for thread in threads:
             thread.join(timeout=10)
@@ -85,11 +113,13 @@ def test_a_hook_whose_job_is_still_unreported_runs_the_pass_itself(
     running: SlurmRun, settings: Any
 ) -> None:
     """The pass it waited for did not report its job (the job ended after that pass read
-    Slurm): once that pass ends, the hook runs one (here it finds Slurm unreachable)."""
+    Slurm): the hook waits for that pass to end, not only for its reports, then runs one
+    (here it finds Slurm unreachable)."""
     settings.SLURM_HOOK_WAIT_SECONDS = 30
     queue_id = running.job.queue_id
-    with sync.queue_lock(queue_id):
+    with a_pass(queue_id) as releasing:
         threads, answers = hooks(queue_id, 1)
+        releasing.release()  # its reports are in, without this job
         threads[0].join(timeout=0.5)
         assert threads[0].is_alive()
     threads[0].join(timeout=30)

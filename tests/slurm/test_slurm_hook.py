@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import secrets
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from governance.models import AuditEntry, AuditEvent, Job, JobState, SlurmRun, SlurmRunState
 from governance.services import jobs as job_services
@@ -146,3 +148,63 @@ def test_a_reclaim_decided_in_the_hooks_pass_signals_the_borrower_with_its_grace
     assert (stopping.retry_at - stopping.signalled_at).total_seconds() == pytest.approx(1.0)
     assert cli.listings == 1
     assert SlurmRun.objects.get(job=owner).slurm_job_id is not None
+
+
+def nodes_may_go(queue_id: int) -> bool:
+    """Seen from another connection, as a waiting hook sees it: whether no running pass
+    holds back the nodes of the hooks whose jobs it reported."""
+    free: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_try_advisory_lock_shared(%s, %s)", [sync.NODES_CLASS, queue_id]
+                )
+                got = bool(cursor.fetchone()[0])
+                if got:
+                    cursor.execute(
+                        "SELECT pg_advisory_unlock_shared(%s, %s)", [sync.NODES_CLASS, queue_id]
+                    )
+                free.append(got)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join(timeout=10)
+    return free[0]
+
+
+def test_other_hooks_go_before_a_hooks_pass_decides_and_after_a_regular_pass_submits(
+    slurm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hooks whose jobs a pass reported release their nodes while a hook's pass still
+    runs (it holds its own node until it has submitted, and one epilog ending starts all
+    it submitted); a regular pass holds no node, so they wait for its submissions."""
+    first = submit(slurm, ["sleep", "1"])
+    submit(slurm, ["sleep", "1"])
+    run = drive(
+        slurm, lambda: (r := SlurmRun.objects.filter(job=first).first()) and r.started_seen and r
+    )
+    wait_for(lambda: run.slurm_job_id in slurm.cli.finished([run.slurm_job_id]))
+    seen: list[tuple[str, bool]] = []
+    cycle, submit_admitted = sync.bridge.run_cycle, sync._submit_admitted
+
+    def cycle_seen(queue_id: int, **kwargs: Any) -> Any:
+        seen.append(("cycle", nodes_may_go(queue_id)))
+        return cycle(queue_id, **kwargs)
+
+    def submissions_seen(queue_id: int, *args: Any) -> None:
+        submit_admitted(queue_id, *args)
+        seen.append(("submitted", nodes_may_go(queue_id)))
+
+    monkeypatch.setattr(sync.bridge, "run_cycle", cycle_seen)
+    monkeypatch.setattr(sync, "_submit_admitted", submissions_seen)
+    done = sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli)
+    assert done["completed"] == 1 and done["submitted"] == 1
+    assert seen == [("cycle", True), ("submitted", True)]
+    seen.clear()
+    sync.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    assert seen == [("cycle", False), ("submitted", False)]
+    assert nodes_may_go(slurm.queue.pk)

@@ -68,6 +68,7 @@ from scheduler.executors.slurm.cli import (
 log = logging.getLogger(__name__)
 
 LOCK_CLASS = 0x51A7  # advisory lock namespace of the slurm executor
+NODES_CLASS = 0x51A8  # held by a pass until hooks whose jobs it reported may go (``_Releasing``)
 MAX_BACKOFF_SECONDS = 30.0
 MAX_SUBMIT_ATTEMPTS = 5
 # Up to this many active runs the hook's pass asks the completion log about each of them
@@ -142,10 +143,12 @@ def _unreported(queue_id: int, slurm_job_id: int) -> bool:
     )
 
 
-def _wait_for_pass(queue_id: int, wait: float) -> bool:
-    """Wait up to ``wait`` seconds for the pass running on ``queue_id`` to end; False when
-    it did not. A shared lock taken and let go at once: every hook waiting on the same pass
-    is let go together when it ends (an exclusive wait would let them go one by one)."""
+def _wait_for(lock_class: int, queue_id: int, wait: float) -> bool:
+    """Wait up to ``wait`` seconds while a pass of ``queue_id`` holds its lock of
+    ``lock_class`` (``LOCK_CLASS`` for its whole run, ``NODES_CLASS`` until the hooks
+    whose jobs it reported may release their nodes); False when it held it longer. A
+    shared lock taken and let go at once: every hook waiting on the same pass is let go
+    together (an exclusive wait would let them go one by one)."""
     if wait <= 0:
         return False
     try:
@@ -153,10 +156,29 @@ def _wait_for_pass(queue_id: int, wait: float) -> bool:
             cursor.execute(
                 "SELECT set_config('lock_timeout', %s, true)", [f"{max(1, int(wait * 1000))}ms"]
             )
-            cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", [LOCK_CLASS, queue_id])
+            cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", [lock_class, queue_id])
         return True
     except OperationalError:  # lock_timeout: the pass ran too long
         return False
+
+
+class _Releasing:
+    """Held by a running pass until the hooks whose jobs it reported may release their
+    nodes (``hook_pass``): a hook's pass lets go once its reports are committed, a
+    regular pass once its stops and submissions are sent. Taken after the queue's lock,
+    so taking it never waits."""
+
+    def __init__(self, queue_id: int) -> None:
+        self.queue_id = queue_id
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [NODES_CLASS, queue_id])
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [NODES_CLASS, self.queue_id])
 
 
 def sync_all(cli: Cli | None = None) -> list[SyncResult]:
@@ -166,27 +188,33 @@ def sync_all(cli: Cli | None = None) -> list[SyncResult]:
 
 
 def hook_pass(queue_id: int, slurm_job_id: int, *, cli: Cli | None = None) -> dict[str, object]:
-    """The pass the completion hook asks for (``services.slurm.slurm_job_ended``). It runs
-    only while no pass has reported the job's end yet: the jobs of one wave end together,
-    and the first hook's pass usually reports them all. The other hooks wait for that pass
-    together (``_wait_for_pass``) and release their nodes the moment it ends, rather than
-    one after another, each taking the lock in turn."""
+    """The pass the completion hook asks for (``services.slurm.slurm_job_ended``).
+
+    The jobs of one wave end together; the first hook runs the pass, which reports them
+    all and holds that hook's node until it has submitted what runs next. One node is
+    enough: the controller schedules every pending job when any epilog ends. So a hook
+    whose job a pass reported returns as soon as its node may go (``_Releasing``): at
+    once for a hook's pass, which holds its own node past its submissions, and once its
+    submissions are sent for a regular pass, which holds none. A hook whose job the
+    running pass did not report (it ended after that pass read Slurm) waits for the pass
+    to end and runs one itself."""
     result = SyncResult(queue_id=queue_id)
-    time.sleep(settings.SLURM_HOOK_GATHER_SECONDS)
     deadline = time.monotonic() + settings.SLURM_HOOK_WAIT_SECONDS
     while True:
-        if not _unreported(queue_id, slurm_job_id):
-            result.skipped = "an earlier pass reported the job's end"
-            break
         with queue_lock(queue_id) as got:
             if got:
                 if _unreported(queue_id, slurm_job_id):
-                    # The start reports and checkpoints wait for the next pass: the node waits.
                     _sync(queue_id, cli or cli_from_settings(), result, settle=False)
-                else:
+                else:  # the pass that reported it has ended
                     result.skipped = "an earlier pass reported the job's end"
                 break
-        if not _wait_for_pass(queue_id, deadline - time.monotonic()):
+        if not _wait_for(NODES_CLASS, queue_id, deadline - time.monotonic()):
+            result.skipped = "another pass of this queue ran too long"
+            break
+        if not _unreported(queue_id, slurm_job_id):
+            result.skipped = "a pass reported the job's end and released its node"
+            break
+        if not _wait_for(LOCK_CLASS, queue_id, deadline - time.monotonic()):
             result.skipped = "another pass of this queue ran too long"
             break
     return {
@@ -213,16 +241,77 @@ def sync_queue(queue_id: int, *, cli: Cli | None = None) -> SyncResult:
     return result
 
 
+@dataclass
+class _Reported:
+    """What the pass read and reported, for the rest of the pass."""
+
+    config: SlurmQueueConfig
+    slurm: _SlurmJobs
+    nodes: list[dict[str, Any]] | None
+    starts: list[SlurmRun]  # runs seen started: reported by a regular pass's last part
+    now: datetime
+
+
 def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -> None:
     """The pass. Without ``settle`` (the completion hook's pass, which holds a node) it
     reads no nodes and ends once the stops and submissions are sent: node changes, start
     reports and checkpoints are for the next pass."""
+    releasing = _Releasing(queue_id)
+    try:
+        if not settle:  # hooks that call meanwhile find their job's end in what it reads
+            time.sleep(settings.SLURM_HOOK_GATHER_SECONDS)
+        reported = _report(queue_id, cli, result, settle=settle)
+        if not settle:  # this hook holds its node until it has submitted
+            releasing.release()
+        if reported is None:
+            return
+        _decide_and_submit(queue_id, cli, result, reported)
+    finally:
+        releasing.release()
+    if settle:
+        _settle(queue_id, result, reported.starts, reported.now)
+
+
+def _decide_and_submit(queue_id: int, cli: Cli, result: SyncResult, reported: _Reported) -> None:
+    """The pass's second part: capacity, the cycle, then the stops and submissions."""
+    config, slurm, nodes, now = reported.config, reported.slurm, reported.nodes, reported.now
+    if nodes is not None:
+        result.capacity = _observe_capacity(queue_id, nodes, now)
+    result.cycle = bridge.run_cycle(queue_id)
+    now = timezone.now()
+    _stop(queue_id, cli, config, slurm, now, result)
+    _submit_admitted(queue_id, cli, config, slurm, now, result)
+
+
+def _settle(queue_id: int, result: SyncResult, starts: list[SlurmRun], now: datetime) -> None:
+    """A regular pass's last part: start reports and checkpoints (a hook's pass leaves
+    them to the next regular pass)."""
+    if starts:
+        # A run preempted meanwhile is left out: the stop step handles it.
+        with transaction.atomic():
+            by_state: dict[str, list[int]] = {}
+            for slurm_run in starts:
+                slurm_run.started_seen = True
+                by_state.setdefault(slurm_run.slurm_state, []).append(slurm_run.pk)
+            for slurm_state, pks in by_state.items():
+                SlurmRun.objects.filter(pk__in=pks).update(
+                    started_seen=True, slurm_state=slurm_state
+                )
+            reported = runs.runs_started(started=[(r.job_id, r.run) for r in starts], now=now)
+            result.started += len(reported)
+    _checkpoints(queue_id, now)
+
+
+def _report(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool) -> _Reported | None:
+    """The pass's first part: read Slurm and report what each run's job did (committed
+    when this returns). Returns what the rest of the pass needs; None when Slurm could not
+    be read or the executor backs off."""
     config, _ = SlurmQueueConfig.objects.get_or_create(queue_id=queue_id)
     now = timezone.now()
     if config.retry_at is not None and now < config.retry_at:
         result.paused = config.paused_since is not None
         result.skipped = "backing off after a failure"
-        return
+        return None
     prefix = f"{settings.SLURM_JOB_PREFIX}-"
     active = list(
         SlurmRun.objects.filter(job__queue_id=queue_id)
@@ -262,7 +351,7 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
         slurm_services.executor_pause(
             queue_id=queue_id, now=now, message=str(exc), retry_in=backoff(config.failures + 1)
         )
-        return
+        return None
     if config.paused_since is not None or config.failures:
         slurm_services.executor_resume(queue_id=queue_id, now=now)
     if not slurm.read:  # the hook's pass follows only the runs the completion log has news of
@@ -292,28 +381,7 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
             done = runs.runs_complete(done=[(r.job_id, r.run) for r in completions], now=now)
             result.completed += len(done)
 
-    if nodes is not None:
-        result.capacity = _observe_capacity(queue_id, nodes, now)
-    result.cycle = bridge.run_cycle(queue_id)
-    now = timezone.now()
-    _stop(queue_id, cli, config, slurm, now, result)
-    _submit_admitted(queue_id, cli, config, slurm, now, result)
-    if not settle:
-        return
-    if starts:
-        # A run preempted meanwhile is left out: the stop step handles it.
-        with transaction.atomic():
-            by_state: dict[str, list[int]] = {}
-            for slurm_run in starts:
-                slurm_run.started_seen = True
-                by_state.setdefault(slurm_run.slurm_state, []).append(slurm_run.pk)
-            for slurm_state, pks in by_state.items():
-                SlurmRun.objects.filter(pk__in=pks).update(
-                    started_seen=True, slurm_state=slurm_state
-                )
-            reported = runs.runs_started(started=[(r.job_id, r.run) for r in starts], now=now)
-            result.started += len(reported)
-    _checkpoints(queue_id, now)
+    return _Reported(config, slurm, nodes, starts, now)
 
 
 ADOPTED_FIELDS = ["slurm_job_id", "state", "stdout", "stderr", "partition", "retry_at"]
