@@ -208,3 +208,25 @@ def test_other_hooks_go_before_a_hooks_pass_decides_and_after_a_regular_pass_sub
     sync.sync_queue(slurm.queue.pk, cli=slurm.cli)
     assert seen == [("cycle", False), ("submitted", False)]
     assert nodes_may_go(slurm.queue.pk)
+
+
+def test_the_hooks_pass_stops_a_job_cancelled_in_the_product_before_it_read_slurm(
+    slurm: Any,
+) -> None:
+    """A run over in the product whose Slurm job still runs is stopped by the first pass,
+    a hook's pass too (it skips the stop step only when nothing is to stop)."""
+    short = submit(slurm, ["sleep", "1"])
+    long = submit(slurm, ["sleep", "120"], type_=TYPE_B)
+
+    def both_running() -> bool:
+        runs = SlurmRun.objects.filter(job__in=[short, long])
+        return runs.count() == 2 and all(r.started_seen for r in runs)
+
+    drive(slurm, both_running)
+    job_services.job_cancel(actor=slurm.borrower_user, job=long)
+    ended = SlurmRun.objects.get(job=short)
+    wait_for(lambda: ended.slurm_job_id in slurm.cli.finished([ended.slurm_job_id]))
+    done = sync.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=slurm.cli)
+    assert done["completed"] == 1
+    stopping = SlurmRun.objects.get(job=long, run=1)
+    assert stopping.state == SlurmRunState.STOPPING and stopping.signalled_at is not None
