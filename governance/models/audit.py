@@ -102,8 +102,15 @@ class AppendOnlyError(Exception):
 class AuditEntry(models.Model):
     event_type = models.CharField(max_length=40, choices=AuditEvent.choices)
     # Null actor means the system (the scheduler, beat).
+    # The foreign keys need no index of their own: each leads a (key, -created_at) index
+    # below, which serves their lookups too, and every audited write maintains each index.
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
     )
     subject_type = models.CharField(max_length=40)
     subject_id = models.CharField(max_length=64)
@@ -116,6 +123,7 @@ class AuditEntry(models.Model):
         on_delete=models.DO_NOTHING,
         related_name="+",
         db_constraint=False,
+        db_index=False,
     )
     share = models.ForeignKey(
         "governance.Share",
@@ -124,6 +132,7 @@ class AuditEntry(models.Model):
         on_delete=models.DO_NOTHING,
         related_name="+",
         db_constraint=False,
+        db_index=False,
     )
     job = models.ForeignKey(
         "governance.Job",
@@ -132,6 +141,7 @@ class AuditEntry(models.Model):
         on_delete=models.DO_NOTHING,
         related_name="+",
         db_constraint=False,
+        db_index=False,
     )
     queue = models.ForeignKey(
         "governance.JobQueue",
@@ -140,6 +150,7 @@ class AuditEntry(models.Model):
         on_delete=models.DO_NOTHING,
         related_name="+",
         db_constraint=False,
+        db_index=False,
     )
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)

@@ -122,7 +122,8 @@ class Job(models.Model):
 
 
 class JobEvent(models.Model):
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: (job, at) below serves the key's lookups too.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events", db_index=False)
     at = models.DateTimeField()
     type = models.CharField(max_length=32)
     message = models.TextField(blank=True, default="")
