@@ -91,6 +91,25 @@ def test_the_epilog_hook_reports_the_end_and_submits_the_next_job(slurm: Any, ho
     )
 
 
+def wait_until_logged(slurm: Any, run: SlurmRun) -> None:
+    """Poll Slurm's completion log only until it holds the end of ``run``'s Slurm job."""
+    wait_for(lambda: run.slurm_job_id in slurm.cli.finished([run.slurm_job_id]))
+
+
+def short_and_long_running(slurm: Any) -> tuple[Job, Job]:
+    """The borrowers' one-second job on type A and two-minute job on type B, both seen
+    running in Slurm by the executor's passes."""
+    short = submit(slurm, ["sleep", "1"])
+    long = submit(slurm, ["sleep", "120"], type_=TYPE_B)
+
+    def both_running() -> bool:
+        runs = SlurmRun.objects.filter(job__in=[short, long])
+        return runs.count() == 2 and all(r.started_seen for r in runs)
+
+    drive(slurm, both_running)
+    return short, long
+
+
 class CountingCli(Cli):
     """The real command-line client, counting the queue listings it runs."""
 
@@ -109,7 +128,7 @@ def test_the_hooks_pass_reads_the_end_from_the_completion_log_alone(slurm: Any) 
     run = drive(
         slurm, lambda: (r := SlurmRun.objects.filter(job=first).first()) and r.started_seen and r
     )
-    wait_for(lambda: run.slurm_job_id in slurm.cli.finished([run.slurm_job_id]))
+    wait_until_logged(slurm, run)
     cli = CountingCli(conf=CONF, timeout=5)
     done = sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)
     assert done["completed"] == 1 and done["submitted"] == 1
@@ -125,18 +144,11 @@ def test_a_reclaim_decided_in_the_hooks_pass_signals_the_borrower_with_its_grace
 ) -> None:
     """The stop needs to know whether the borrower's job still runs (a signal and the grace
     period, rather than a cancel): the hook's pass lists the queue for it."""
-    short = submit(slurm, ["sleep", "1"])
-    long = submit(slurm, ["sleep", "120"], type_=TYPE_B)
-
-    def both_running() -> bool:
-        runs = SlurmRun.objects.filter(job__in=[short, long])
-        return runs.count() == 2 and all(r.started_seen for r in runs)
-
-    drive(slurm, both_running)
+    short, long = short_and_long_running(slurm)
     # The owners want their 4 instances of type B back; no pass runs until the hook's.
     owner = submit(slurm, ["sleep", "1"], owner=True, type_=TYPE_B, count=4)
     ended = SlurmRun.objects.get(job=short)
-    wait_for(lambda: ended.slurm_job_id in slurm.cli.finished([ended.slurm_job_id]))
+    wait_until_logged(slurm, ended)
     cli = CountingCli(conf=CONF, timeout=5)
     done = sync.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=cli)
     assert done["completed"] == 1
@@ -187,7 +199,7 @@ def test_other_hooks_go_before_a_hooks_pass_decides_and_after_a_regular_pass_sub
     run = drive(
         slurm, lambda: (r := SlurmRun.objects.filter(job=first).first()) and r.started_seen and r
     )
-    wait_for(lambda: run.slurm_job_id in slurm.cli.finished([run.slurm_job_id]))
+    wait_until_logged(slurm, run)
     seen: list[tuple[str, bool]] = []
     cycle, submit_admitted = sync.bridge.run_cycle, sync._submit_admitted
 
@@ -213,19 +225,12 @@ def test_other_hooks_go_before_a_hooks_pass_decides_and_after_a_regular_pass_sub
 def test_the_hooks_pass_stops_a_job_cancelled_in_the_product_before_it_read_slurm(
     slurm: Any,
 ) -> None:
-    """A run over in the product whose Slurm job still runs is stopped by the first pass,
-    a hook's pass too (it skips the stop step only when nothing is to stop)."""
-    short = submit(slurm, ["sleep", "1"])
-    long = submit(slurm, ["sleep", "120"], type_=TYPE_B)
-
-    def both_running() -> bool:
-        runs = SlurmRun.objects.filter(job__in=[short, long])
-        return runs.count() == 2 and all(r.started_seen for r in runs)
-
-    drive(slurm, both_running)
+    """A run over in the product whose Slurm job still runs is stopped by the next pass,
+    a hook's pass too."""
+    short, long = short_and_long_running(slurm)
     job_services.job_cancel(actor=slurm.borrower_user, job=long)
     ended = SlurmRun.objects.get(job=short)
-    wait_for(lambda: ended.slurm_job_id in slurm.cli.finished([ended.slurm_job_id]))
+    wait_until_logged(slurm, ended)
     done = sync.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=slurm.cli)
     assert done["completed"] == 1
     stopping = SlurmRun.objects.get(job=long, run=1)
