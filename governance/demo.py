@@ -10,6 +10,7 @@ names: this is a demo.
 
 from __future__ import annotations
 
+import time
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -460,16 +461,21 @@ def _jobs_and_exceptions(
         expires_at=soon,
     )
     exceptions.exception_withdraw(actor=admin, exception=withdrawn, note="Demo moved; not needed.")
+    # Expired for real: filed and approved with an expiry a second away, expired once it
+    # has passed. Expiring it at a moment ahead of the clock dated its audit entries in
+    # the future ("in 1 minute" on the audit trail).
+    expires_at = timezone.now() + timedelta(seconds=1)
     expiring = exceptions.exception_file(
         actor=leads["vision"],
         team=fleet["vision"].team,
         job=submitted["detector-v7-train"],
         priority=510,
         justification="Customer incident: retrain the detector on fixed labels.",
-        expires_at=timezone.now() + timedelta(minutes=1),
+        expires_at=expires_at,
     )
     exceptions.exception_approve(actor=admin, exception=expiring, note="Incident INC-2041.")
-    exceptions.exception_expire_due(now=timezone.now() + timedelta(minutes=2))
+    time.sleep(max(0.0, (expires_at - timezone.now()).total_seconds()))
+    exceptions.exception_expire_due()
 
 
 # A job of the Slurm demo: it works in steps of one second, checkpoints every 10 steps to

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django.utils import timezone
 
 from governance import demo
 from governance.models import AuditEntry, ExceptionState, JobQueue, PriorityException, Share
@@ -21,6 +22,8 @@ def test_demo_loads_once_with_every_exception_state(tmp_path: Path) -> None:
     assert Share.objects.get(queue=aws, name="background").borrow_limit == 200
     states = set(PriorityException.objects.values_list("state", flat=True))
     assert states == set(ExceptionState.values)
+    # The trail is history: nothing in it is dated after the load.
+    assert not AuditEntry.objects.filter(created_at__gt=timezone.now()).exists()
     # Every write went through a service, so every created object has its audit entry.
     assert AuditEntry.objects.filter(event_type="share.created").count() == Share.objects.count()
 
@@ -29,8 +32,6 @@ def test_demo_loads_once_with_every_exception_state(tmp_path: Path) -> None:
 def test_demo_plan_is_active_and_named_first_by_training_jobs(tmp_path: Path) -> None:
     """The demo's plan: vision's, on the fleet's most contended type, active now; vision's
     training jobs name it first, and the scheduler starts them on it."""
-    from django.utils import timezone
-
     from governance.models import CapacityPlan, Job, JobState, PlanState, ShareLimit
     from scheduler import bridge
 
@@ -58,8 +59,6 @@ def test_demo_plan_is_active_and_named_first_by_training_jobs(tmp_path: Path) ->
 @pytest.mark.django_db
 def test_demo_history_is_played_written_once_and_replays(tmp_path: Path, settings) -> None:
     from datetime import timedelta
-
-    from django.utils import timezone
 
     from governance import demo_history
     from governance.models import Job, JobEvent
