@@ -17,13 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, transaction
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.utils import timezone
 
 from governance import metrics
@@ -36,6 +36,7 @@ from governance.models import (
     JobState,
     QueueCapacity,
     Share,
+    ShareLimit,
 )
 from governance.services import hooks, insight, runs
 from scheduler import engine as eng
@@ -230,7 +231,9 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
     shares = list(
         Share.objects.filter(queue=queue)
         .select_related("team")
-        .prefetch_related("limits__instance_type")
+        .prefetch_related(
+            Prefetch("limits", queryset=ShareLimit.objects.select_related("instance_type"))
+        )
         .order_by("id")
     )
     jobs_qs = Job.objects.filter(
@@ -527,18 +530,39 @@ class CycleResult:
     completed: int = 0
     next_event_in: float | None = None
     """Seconds until the next time-driven event (a simulated completion, a timeout)."""
+    now: datetime | None = None
+    levels: list[insight.Level] = field(default_factory=list)
+    """What the cycle leaves running, for the usage history (``record_usage``)."""
 
 
-def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
+def run_cycle(
+    queue_id: int,
+    *,
+    now: datetime | None = None,
+    before: Callable[[], None] | None = None,
+    within: Callable[[Loaded, list[eng.Decision]], None] | None = None,
+    record_usage: bool = True,
+) -> CycleResult:
     """Schedule one queue at ``now``: completions, capacity drops, cycles, timeouts.
+
+    An executor hands the cycle what it has to write in the same transaction:
+    ``before`` runs once the queue is locked, before it is read (the reports of what the
+    executor saw: a completion it reports frees capacity for this very cycle); ``within``
+    once the decisions are applied, with the queue as loaded (its rows still locked) and
+    the decisions (what the executor must have committed with the admissions before it
+    starts them: the slurm executor's submission rows), so it reads nothing twice.
+    Without ``record_usage`` the caller records the usage history (``record_usage``)
+    once it has done what must come first (the slurm executor's submissions).
 
     Idempotent: running it again at once finds nothing left to decide.
     """
-    started = time.perf_counter()
     # The completions this cycle applies are decided on by the cycle itself: they need
     # no further cycle (``hooks.cycle_running``).
     with transaction.atomic(), hooks.cycle_running(queue_id):
         queue = JobQueue.objects.select_for_update().get(pk=queue_id)
+        if before is not None:
+            before()
+        started = time.perf_counter()
         now = now or timezone.now()
         loaded = load(queue, now, lock=True)
         result = CycleResult(queue_id=queue_id)
@@ -548,11 +572,11 @@ def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
         decisions = play_instant(loaded)
         decisions += loaded.engine.timeouts(to_ms(now))
         apply(loaded, decisions)
-        try:
-            # A measurement: it runs in a savepoint of its own and never stops a cycle.
-            insight.usage_record(queue_id=queue_id, levels=usage_levels(loaded), now=now)
-        except DatabaseError:
-            log.exception("usage history of queue %s not recorded", queue_id)
+        if within is not None:
+            within(loaded, decisions)
+        result.now, result.levels = now, usage_levels(loaded)
+        if record_usage:
+            _record_usage(result)
         result.admitted = sum(1 for d in decisions if d.kind == "admitted")
         result.preempted = sum(1 for d in decisions if d.kind == "preempted")
         result.timed_out = sum(1 for d in decisions if d.kind == "timed_out")
@@ -569,6 +593,23 @@ def run_cycle(queue_id: int, *, now: datetime | None = None) -> CycleResult:
     )
     metrics.observe_cycle(time.perf_counter() - started)
     return result
+
+
+def record_usage(result: CycleResult) -> None:
+    """Record what a cycle run without ``record_usage`` left running, in the usage
+    history; the history row's own lock keeps it right (a cycle recorded meanwhile for a
+    later moment makes this one skip, never credit an interval twice)."""
+    with transaction.atomic():
+        _record_usage(result)
+
+
+def _record_usage(result: CycleResult) -> None:
+    assert result.now is not None
+    try:
+        # A measurement: it runs in a savepoint of its own and never stops a cycle.
+        insight.usage_record(queue_id=result.queue_id, levels=result.levels, now=result.now)
+    except DatabaseError:
+        log.exception("usage history of queue %s not recorded", result.queue_id)
 
 
 def usage_levels(loaded: Loaded) -> list[insight.Level]:
@@ -633,6 +674,7 @@ __all__ = [
     "apply",
     "load",
     "play_instant",
+    "record_usage",
     "row_job",
     "run_cycle",
     "to_ms",

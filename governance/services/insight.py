@@ -133,9 +133,10 @@ def usage_record(*, queue_id: int, levels: Sequence[Level], now: datetime) -> No
 
     The credit waits in ``UsageLevel.pending`` while cycles stay within one minute; the
     first cycle of a new minute adds it all to the rollups (one statement), so the
-    history lags the cycle by at most a minute. Runs inside the cycle's transaction,
-    which holds the queue's lock, so two cycles of one queue never credit the same
-    interval twice.
+    history lags the cycle by at most a minute. The history row is locked while it is
+    read and written, and a record for a moment before the last one is skipped, so two
+    cycles of one queue never credit the same interval twice (a cycle's transaction
+    records it; the slurm executor records it just after, once it has submitted).
     """
     with transaction.atomic():
         previous = UsageLevel.objects.select_for_update().filter(queue_id=queue_id).first()

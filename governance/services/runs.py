@@ -398,7 +398,9 @@ def run_complete(
     return job
 
 
-@transaction.atomic
+# Called by the slurm executor inside the cycle's transaction, which an error rolls back
+# whole: no savepoint of its own.
+@transaction.atomic(savepoint=False)
 def runs_complete(*, done: Sequence[tuple[int, int]], now: datetime) -> list[Job]:
     """The executor (no agent: ``actor`` None) reports several runs ``(job id, run)``
     finished at once, as ``run_complete`` does one by one but with one statement per kind

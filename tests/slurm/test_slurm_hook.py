@@ -188,12 +188,13 @@ def nodes_may_go(queue_id: int) -> bool:
     return free[0]
 
 
-def test_other_hooks_go_before_a_hooks_pass_decides_and_after_a_regular_pass_submits(
+def test_other_hooks_go_once_a_hooks_pass_committed_and_after_a_regular_pass_submits(
     slurm: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The hooks whose jobs a pass reported release their nodes while a hook's pass still
-    runs (it holds its own node until it has submitted, and one epilog ending starts all
-    it submitted); a regular pass holds no node, so they wait for its submissions."""
+    """The hooks whose jobs a pass reported release their nodes once a hook's pass has
+    committed its reports (with its cycle) and before it submits: it holds its own node
+    until it has submitted, and one epilog ending starts all it submitted. A regular pass
+    holds no node, so they wait for its submissions."""
     first = submit(slurm, ["sleep", "1"])
     submit(slurm, ["sleep", "1"])
     run = drive(
@@ -201,24 +202,25 @@ def test_other_hooks_go_before_a_hooks_pass_decides_and_after_a_regular_pass_sub
     )
     wait_until_logged(slurm, run)
     seen: list[tuple[str, bool]] = []
-    cycle, submit_admitted = sync.bridge.run_cycle, sync._submit_admitted
+    write, send = sync._Plan.write, sync._submit
 
-    def cycle_seen(queue_id: int, **kwargs: Any) -> Any:
-        seen.append(("cycle", nodes_may_go(queue_id)))
-        return cycle(queue_id, **kwargs)
+    def cycle_seen(plan: Any, loaded: Any, decisions: Any) -> None:
+        seen.append(("cycle", nodes_may_go(slurm.queue.pk)))
+        write(plan, loaded, decisions)
 
-    def submissions_seen(queue_id: int, *args: Any) -> None:
-        submit_admitted(queue_id, *args)
-        seen.append(("submitted", nodes_may_go(queue_id)))
+    def submissions_seen(*args: Any) -> None:
+        seen.append(("submitting", nodes_may_go(slurm.queue.pk)))
+        send(*args)
+        seen.append(("submitted", nodes_may_go(slurm.queue.pk)))
 
-    monkeypatch.setattr(sync.bridge, "run_cycle", cycle_seen)
-    monkeypatch.setattr(sync, "_submit_admitted", submissions_seen)
+    monkeypatch.setattr(sync._Plan, "write", cycle_seen)
+    monkeypatch.setattr(sync, "_submit", submissions_seen)
     done = sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli)
     assert done["completed"] == 1 and done["submitted"] == 1
-    assert seen == [("cycle", True), ("submitted", True)]
+    assert seen == [("cycle", False), ("submitting", True), ("submitted", True)]
     seen.clear()
     sync.sync_queue(slurm.queue.pk, cli=slurm.cli)
-    assert seen == [("cycle", False), ("submitted", False)]
+    assert seen == [("cycle", False), ("submitting", False), ("submitted", False)]
     assert nodes_may_go(slurm.queue.pk)
 
 

@@ -32,7 +32,7 @@ from functools import cache, cached_property
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from governance.models import (
@@ -47,11 +47,12 @@ from governance.models import (
     SlurmTypeConfig,
 )
 from governance.models.capacity import Executor
-from governance.services import hooks, runs
+from governance.services import runs
 from governance.services import slurm as slurm_services
 from governance.services.errors import ServiceError
 from governance.services.kit import job_event
 from scheduler import bridge
+from scheduler.engine import Decision
 from scheduler.executors.slurm import submit
 from scheduler.executors.slurm.cli import (
     TERMINAL_STATES,
@@ -242,45 +243,216 @@ def sync_queue(queue_id: int, *, cli: Cli | None = None) -> SyncResult:
 
 
 @dataclass
-class _Reported:
-    """What the pass read and reported, for the rest of the pass."""
+class _Seen:
+    """What the pass read before it changes anything, for the rest of the pass."""
 
     config: SlurmQueueConfig
     slurm: _SlurmJobs
     nodes: list[dict[str, Any]] | None
-    starts: list[SlurmRun]  # runs seen started: reported by a regular pass's last part
     now: datetime
+    # Every run of the queue not ended when the pass began, as the reports leave them
+    # (those reported over are ENDED then): the stop and submission steps work from these,
+    # which no other pass changes while this one holds the queue's lock.
+    active: list[SlurmRun]
+    followed: list[SlurmRun]  # the runs whose news the pass reports
+    by_id: dict[int, dict[str, Any]]
+    finished: dict[int, Finished]
+    starts: list[SlurmRun] = field(default_factory=list)  # reported by a regular pass's end
 
 
 def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -> None:
     """The pass. Without ``settle`` (the completion hook's pass, which holds a node) it
     reads no nodes and ends once the stops and submissions are sent: node changes, start
-    reports and checkpoints are for the next pass."""
+    reports and checkpoints are for the next pass.
+
+    One transaction, the cycle's, holds everything the pass decides: the reports of what
+    Slurm said, the capacity it gives, the cycle's decisions and the rows of the runs to
+    submit (``_Plan.write``), from the queue as the cycle reads it; nothing is read twice.
+    Slurm is told (stops, then submissions) once it has committed."""
     releasing = _Releasing(queue_id)
     try:
         if not settle:  # hooks that call meanwhile find their job's end in what it reads
             time.sleep(settings.SLURM_HOOK_GATHER_SECONDS)
-        reported = _report(queue_id, cli, result, settle=settle)
-        if not settle:  # this hook holds its node until it has submitted
-            releasing.release()
-        if reported is None:
+        seen = _read(queue_id, cli, result, settle=settle)
+        if seen is None:
             return
-        _decide_and_submit(queue_id, cli, result, reported)
+
+        def report() -> None:
+            _report(seen, result)
+            if seen.nodes is not None:
+                result.capacity = _observe_capacity(queue_id, seen.nodes, seen.now)
+
+        plan = _Plan(queue_id, seen.config, seen.active)
+        result.cycle = bridge.run_cycle(
+            queue_id, before=report, within=plan.write, record_usage=False
+        )
+        if not settle:  # the reports are in: only this hook's node waits for the submissions
+            releasing.release()
+        now = timezone.now()
+        _stop(queue_id, cli, seen.config, seen.slurm, now, result, plan.stops)
+        _submit(cli, seen.slurm, now, result, plan)
     finally:
         releasing.release()
+    if result.cycle is not None:  # a measurement: after what Slurm waits for
+        bridge.record_usage(result.cycle)
     if settle:
-        _settle(queue_id, result, reported.starts, reported.now)
+        _settle(queue_id, result, seen.starts, seen.now)
 
 
-def _decide_and_submit(queue_id: int, cli: Cli, result: SyncResult, reported: _Reported) -> None:
-    """The pass's second part: capacity, the cycle, then the stops and submissions."""
-    config, slurm, nodes, now = reported.config, reported.slurm, reported.nodes, reported.now
-    if nodes is not None:
-        result.capacity = _observe_capacity(queue_id, nodes, now)
-    result.cycle = bridge.run_cycle(queue_id)
-    now = timezone.now()
-    _stop(queue_id, cli, config, slurm, now, result)
-    _submit_admitted(queue_id, cli, config, slurm, now, result)
+class _Plan:
+    """What the pass does to Slurm after its cycle, worked out in the cycle's transaction
+    (``write``) from the queue as the cycle left it: the runs to stop (a run its job no
+    longer runs, or one being stopped), the runs to submit, whose rows it writes there (a
+    submission whose answer is lost is then found again by its name, never made twice),
+    and the failed submissions to retry."""
+
+    def __init__(self, queue_id: int, config: SlurmQueueConfig, active: list[SlurmRun]) -> None:
+        self.queue_id = queue_id
+        self.config = config
+        self.active = active
+        self.stops: list[SlurmRun] = []
+        self.todo: list[tuple[Job, SlurmRun, submit.Submission | None]] = []
+        self.retries: list[tuple[Job, SlurmRun]] = []
+        self.mappings: dict[int, SlurmTypeConfig] = {}
+        self.speeds: dict[int, float] = {}  # instance type id -> speed
+
+    def write(self, loaded: bridge.Loaded, decisions: list[Decision]) -> None:
+        running = _running_runs(loaded, decisions)
+        open_runs = [r for r in self.active if r.state != SlurmRunState.ENDED]
+        self.stops = [
+            r
+            for r in open_runs
+            if r.state == SlurmRunState.STOPPING or running.get(r.job_id) != r.run
+        ]
+        if not running:
+            return
+        # A run admitted by this cycle has no row yet; one with an open row has been
+        # submitted. Any other running run (admitted by a cycle elsewhere) is looked up, in
+        # every state: a run whose row ended is not submitted again.
+        admitted = {int(d.job) for d in decisions if d.kind == "admitted"}
+        known = {(r.job_id, r.run) for r in open_runs}
+        unsure = [k for k, run in running.items() if (k, run) not in known and k not in admitted]
+        if unsure:
+            known |= set(SlurmRun.objects.filter(job_id__in=unsure).values_list("job_id", "run"))
+        missing = [key for key, run in running.items() if (key, run) not in known]
+        self.retries = [  # failed submissions (no Slurm job): the submission step retries
+            (slurm_run.job, slurm_run)
+            for slurm_run in open_runs
+            if slurm_run.state == SlurmRunState.SUBMITTING
+            and not slurm_run.slurm_job_id
+            and running.get(slurm_run.job_id) == slurm_run.run
+        ]
+        if not missing and not self.retries:
+            return
+        self.mappings = {
+            m.instance_type_id: m for m in SlurmTypeConfig.objects.filter(queue_id=self.queue_id)
+        }
+        self.speeds = {
+            loaded.type_ids[name]: float(spec.speed)
+            for name, spec in loaded.engine.instance_types.items()
+        }
+        loaded.jobs.prefetch(str(key) for key in missing)
+        new_runs: list[SlurmRun] = []
+        for key in missing:
+            job = loaded.jobs[str(key)]
+            slurm_run = SlurmRun(
+                job=job,
+                run=job.run,
+                name=submit.job_name(settings.SLURM_JOB_PREFIX, job.pk, job.run),
+                created_at=loaded.now,
+            )
+            new_runs.append(slurm_run)
+            self.todo.append((job, slurm_run, self.prepare(job, slurm_run)))
+        # Written with the admissions: a submission whose answer is lost is found again.
+        SlurmRun.objects.bulk_create(new_runs)
+
+    def prepare(self, job: Job, slurm_run: SlurmRun) -> submit.Submission | None:
+        type_id = job.instance_type_id
+        mapping = self.mappings.get(type_id) if type_id else None
+        return _prepare(job, slurm_run, mapping, self.config, self.speeds.get(type_id or 0, 1.0))
+
+
+def _running_runs(loaded: bridge.Loaded, decisions: list[Decision]) -> dict[int, int]:
+    """The queue's running jobs once the cycle's decisions are applied, in the order they
+    started (then by id): job id -> its run."""
+    touched = {d.job for d in decisions}
+    running: list[tuple[Any, int, int]] = []
+    for key, row in loaded.jobs.rows.items():
+        if key in touched:
+            job = loaded.jobs[key]  # as the decisions left it
+            if job.state == JobState.RUNNING:
+                running.append((job.run_started_at, job.pk, job.run))
+        elif row["state"] == JobState.RUNNING:
+            running.append((row["run_started_at"], row["id"], row["run"]))
+    running.sort(key=lambda item: (item[0] is None, item[0] or loaded.now, item[1]))
+    return {job_id: run for _, job_id, run in running}
+
+
+def _submit(cli: Cli, slurm: _SlurmJobs, now: datetime, result: SyncResult, plan: _Plan) -> None:
+    """One sbatch per run the plan submits (its row written with the cycle) and per failed
+    submission due again, several at once; then their answers, in one transaction. A
+    retry is first looked for in Slurm under its name: the sbatch that failed may have
+    made the job and lost only its answer."""
+    todo = list(plan.todo)
+    retried: list[SlurmRun] = []
+    for job, slurm_run in plan.retries:
+        if slurm_run.retry_at is not None and now < slurm_run.retry_at:
+            continue
+        try:
+            if _find_again(slurm_run, slurm):
+                continue
+        except SlurmError:
+            continue  # not submitted blind: the next pass looks again
+        sub = plan.prepare(job, slurm_run)
+        todo.append((job, slurm_run, sub))
+        if sub is not None:
+            retried.append(slurm_run)
+    if not todo:
+        return
+    # The attempt is counted before sbatch is called.
+    SlurmRun.objects.bulk_update(retried, ["attempts", "stdout", "partition"])
+
+    def call(item: tuple[Job, SlurmRun, submit.Submission | None]) -> int | SlurmError | None:
+        sub = item[2]
+        if sub is None:
+            return None
+        try:
+            return cli.sbatch(sub.script, sub.options, sub.env)
+        except SlurmError as exc:
+            return exc
+
+    answers = list(_threads().map(call, todo))
+    submitted: list[SlurmRun] = []
+    for (job, slurm_run, sub), answer in zip(todo, answers, strict=True):
+        if sub is not None and isinstance(answer, int):
+            _adopt(slurm_run, answer, slurm_run.partition, save=False)
+            submitted.append(slurm_run)
+            result.submitted += 1
+        else:
+            _record(job, slurm_run, sub, answer, now, result)
+    _submitted(submitted)
+
+
+def _submitted(slurm_runs: list[SlurmRun]) -> None:
+    """Record the Slurm job ids sbatch answered, in one statement (``_adopt`` set them on
+    the runs)."""
+    if not slurm_runs:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {SlurmRun._meta.db_table} AS r"
+            " SET slurm_job_id = a.slurm_job_id, stdout = a.stdout, stderr = a.stderr,"
+            " state = %s, retry_at = NULL"
+            " FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[])"
+            " AS a(id, slurm_job_id, stdout, stderr) WHERE r.id = a.id",
+            [
+                SlurmRunState.SUBMITTED,
+                [r.pk for r in slurm_runs],
+                [r.slurm_job_id for r in slurm_runs],
+                [r.stdout for r in slurm_runs],
+                [r.stderr for r in slurm_runs],
+            ],
+        )
 
 
 def _settle(queue_id: int, result: SyncResult, starts: list[SlurmRun], now: datetime) -> None:
@@ -302,10 +474,10 @@ def _settle(queue_id: int, result: SyncResult, starts: list[SlurmRun], now: date
     _checkpoints(queue_id, now)
 
 
-def _report(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool) -> _Reported | None:
-    """The pass's first part: read Slurm and report what each run's job did (committed
-    when this returns). Returns what the rest of the pass needs; None when Slurm could not
-    be read or the executor backs off."""
+def _read(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool) -> _Seen | None:
+    """The pass's first part: what Slurm says of the queue's runs (and of the nodes, for a
+    regular pass). None when Slurm could not be read (the executor pauses) or the executor
+    backs off."""
     config, _ = SlurmQueueConfig.objects.get_or_create(queue_id=queue_id)
     now = timezone.now()
     if config.retry_at is not None and now < config.retry_at:
@@ -354,34 +526,35 @@ def _report(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool) -> _Re
         return None
     if config.paused_since is not None or config.failures:
         slurm_services.executor_resume(queue_id=queue_id, now=now)
+    followed = active
     if not slurm.read:  # the hook's pass follows only the runs the completion log has news of
-        active = [r for r in active if r.slurm_job_id in finished]
-    by_id = slurm.by_id if slurm.read else {}
-
-    # One transaction for every report of the pass: each report is its own savepoint
-    # (the run services are atomic), and a pass costs one commit, not one per report.
-    # Ends first, starts after the submissions: what a completion frees is resubmitted
-    # before the pass spends time on the start reports of runs already running.
-    starts: list[SlurmRun] = []
-    completions: list[SlurmRun] = []  # reported together: a wave of jobs ends together
-    # The pass runs the queue's cycle itself once the reports are in: the changes they make
-    # ask for no other cycle.
-    with hooks.collect_changes(), transaction.atomic():
-        for slurm_run in active:
+        followed = [r for r in active if r.slurm_job_id in finished]
+    else:  # a lost sbatch answer: the job is found again in the listing by its name
+        for slurm_run in followed:
             if slurm_run.slurm_job_id is None:
                 _find_again(slurm_run, slurm)
-            try:  # the run services are atomic: a refusal leaves the pass's transaction usable
-                _follow(slurm_run, by_id, finished, now, result, starts, completions)
-            except ServiceError as exc:  # a report the run services refuse (an old run)
-                log.info("report for %s refused: %s", slurm_run.name, exc)
-        if completions:
-            SlurmRun.objects.filter(pk__in=[r.pk for r in completions]).update(
-                state=SlurmRunState.ENDED, slurm_state="COMPLETED", exit_code=0, ended_at=now
-            )
-            done = runs.runs_complete(done=[(r.job_id, r.run) for r in completions], now=now)
-            result.completed += len(done)
+    by_id = slurm.by_id if slurm.read else {}
+    return _Seen(config, slurm, nodes, now, active, followed, by_id, finished)
 
-    return _Reported(config, slurm, nodes, starts, now)
+
+def _report(seen: _Seen, result: SyncResult) -> None:
+    """Report what each followed run's job did, in the cycle's transaction, before the
+    cycle reads the queue: ends first; the starts a regular pass saw are reported at its
+    end, once what the ends freed is submitted. A wave of clean completions is reported
+    together (one statement per kind of write)."""
+    now = seen.now
+    completions: list[SlurmRun] = []
+    for slurm_run in seen.followed:
+        try:  # the run services are atomic: a refusal leaves the pass's transaction usable
+            _follow(slurm_run, seen.by_id, seen.finished, now, result, seen.starts, completions)
+        except ServiceError as exc:  # a report the run services refuse (an old run)
+            log.info("report for %s refused: %s", slurm_run.name, exc)
+    if completions:
+        SlurmRun.objects.filter(pk__in=[r.pk for r in completions]).update(
+            state=SlurmRunState.ENDED, slurm_state="COMPLETED", exit_code=0, ended_at=now
+        )
+        done = runs.runs_complete(done=[(r.job_id, r.run) for r in completions], now=now)
+        result.completed += len(done)
 
 
 ADOPTED_FIELDS = ["slurm_job_id", "state", "stdout", "stderr", "partition", "retry_at"]
@@ -612,18 +785,15 @@ def _stop(
     slurm: _SlurmJobs,
     now: datetime,
     result: SyncResult,
+    stops: list[SlurmRun],
 ) -> None:
-    """Signal, then cancel after the grace period, every Slurm job whose run is over."""
-    for slurm_run in (
-        SlurmRun.objects.filter(job__queue_id=queue_id)
-        .exclude(state=SlurmRunState.ENDED)
-        .select_related("job")
-        .order_by("id")
-    ):
-        job = slurm_run.job
-        current = job.state == JobState.RUNNING and job.run == slurm_run.run
-        if current and slurm_run.state != SlurmRunState.STOPPING:
-            continue
+    """Signal, then cancel after the grace period, the Slurm job of every run in ``stops``
+    (runs whose job no longer runs them, and runs being stopped)."""
+    for slurm_run in stops:
+        if slurm_run.state == SlurmRunState.STOPPING and (
+            slurm_run.retry_at is not None and now < slurm_run.retry_at
+        ):
+            continue  # signalled: its grace period runs
         try:  # what the job does now decides between a signal and a cancel
             by_id = slurm.by_id
         except SlurmError as exc:  # the next pass stops it
@@ -649,7 +819,7 @@ def _stop(
                 slurm_run.signalled_at = now
                 slurm_run.retry_at = now + timedelta(seconds=wait)
                 slurm_run.save(update_fields=["state", "signalled_at", "retry_at"])
-            elif slurm_run.retry_at is None or now >= slurm_run.retry_at:
+            else:
                 cli.cancel(sid)
                 slurm_run.retry_at = now + timedelta(seconds=RECANCEL_SECONDS)
                 slurm_run.save(update_fields=["retry_at"])
@@ -663,105 +833,18 @@ def _stop(
             )
 
 
-def _submit_admitted(
-    queue_id: int,
-    cli: Cli,
-    config: SlurmQueueConfig,
-    slurm: _SlurmJobs,
-    now: datetime,
-    result: SyncResult,
-) -> None:
-    """One sbatch per admitted run without a Slurm job (and retries of failed ones).
-
-    Three steps: the runs' rows are written and committed first (one transaction), so
-    that a submission whose answer is lost is found again by its name; then the sbatch
-    calls, several at once; then their answers are recorded (one transaction).
-    """
-    running = list(
-        Job.objects.filter(queue_id=queue_id, state=JobState.RUNNING)
-        .select_related("instance_type")
-        .order_by("run_started_at", "id")
-    )
-    if not running:
-        return
-    existing = {
-        (r.job_id, r.run): r
-        for r in SlurmRun.objects.filter(job__in=[j.pk for j in running]).order_by("id")
-    }
-    mappings = {m.instance_type_id: m for m in SlurmTypeConfig.objects.filter(queue_id=queue_id)}
-    todo: list[tuple[Job, SlurmRun, submit.Submission | None]] = []
-    new_runs: list[SlurmRun] = []
-    for job in running:
-        slurm_run = existing.get((job.pk, job.run))
-        if slurm_run is None:
-            slurm_run = SlurmRun(
-                job=job,
-                run=job.run,
-                name=submit.job_name(settings.SLURM_JOB_PREFIX, job.pk, job.run),
-                created_at=now,
-            )
-            new_runs.append(slurm_run)
-        elif (
-            slurm_run.state != SlurmRunState.SUBMITTING
-            or slurm_run.slurm_job_id
-            or (slurm_run.retry_at is not None and now < slurm_run.retry_at)
-        ):
-            continue
-        else:  # a retry: first look for the job an earlier sbatch may have made
-            try:
-                if _find_again(slurm_run, slurm):
-                    continue
-            except SlurmError:
-                continue  # not submitted blind: the next pass looks again
-        mapping = mappings.get(job.instance_type_id) if job.instance_type_id else None
-        todo.append((job, slurm_run, _prepare(job, slurm_run, mapping, config)))
-    if not todo:
-        return
-    retried = [r for _, r, sub in todo if sub is not None and r.pk is not None]
-    try:  # written and committed before any sbatch: a lost answer is found by the name
-        with transaction.atomic():
-            SlurmRun.objects.bulk_create(new_runs)
-            SlurmRun.objects.bulk_update(retried, ["attempts", "stdout", "partition"])
-    except IntegrityError:  # a row written meanwhile (passes of a queue never overlap)
-        log.warning("slurm runs of queue %s written elsewhere; the next pass submits", queue_id)
-        return
-
-    def call(item: tuple[Job, SlurmRun, submit.Submission | None]) -> int | SlurmError | None:
-        sub = item[2]
-        if sub is None:
-            return None
-        try:
-            return cli.sbatch(sub.script, sub.options, sub.env)
-        except SlurmError as exc:
-            return exc
-
-    answers = list(_threads().map(call, todo))
-    submitted: list[SlurmRun] = []
-    with transaction.atomic():
-        for (job, slurm_run, sub), answer in zip(todo, answers, strict=True):
-            if sub is not None and isinstance(answer, int):
-                _adopt(slurm_run, answer, slurm_run.partition, save=False)
-                submitted.append(slurm_run)
-                result.submitted += 1
-                continue
-            with transaction.atomic():
-                _record(job, slurm_run, sub, answer, now, result)
-        # What differs per run in one statement; what every run shares in another.
-        SlurmRun.objects.bulk_update(submitted, ["slurm_job_id", "stdout", "stderr"])
-        SlurmRun.objects.filter(pk__in=[r.pk for r in submitted]).update(
-            state=SlurmRunState.SUBMITTED, retry_at=None
-        )
-
-
 def _prepare(
-    job: Job, slurm_run: SlurmRun, mapping: SlurmTypeConfig | None, config: SlurmQueueConfig
+    job: Job,
+    slurm_run: SlurmRun,
+    mapping: SlurmTypeConfig | None,
+    config: SlurmQueueConfig,
+    speed: float,
 ) -> submit.Submission | None:
     """The sbatch call of a run (None without a mapping for its type); counts the attempt
-    on the row, which the caller writes."""
+    on the row, which the caller writes. ``speed``: the run's instance type's."""
     if mapping is None:
         return None
     count = int(job.preferences[job.preference or 0]["count"])
-    speed = float(job.instance_type.speed) if job.instance_type else 1.0
     limit = None
     if job.duration is not None:
         limit = max(0.0, job.duration - job.checkpoint_work) / speed * 1.5 + 60
