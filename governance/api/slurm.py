@@ -9,7 +9,8 @@ and every call is refused. The view is thin: it checks the token and calls the s
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from governance.services import slurm as slurm_services
+
+log = logging.getLogger(__name__)
 
 
 class HoldsHookToken(BasePermission):
@@ -78,4 +81,28 @@ class JobEndedView(APIView):
     )
     def post(self, request: Request) -> Response:
         data = request.data if isinstance(request.data, Mapping) else {}
-        return Response(slurm_services.slurm_job_ended(slurm_job_id=data.get("slurm_job_id")))
+        rest: list[Callable[[], None]] = []
+        answer = slurm_services.slurm_job_ended(
+            slurm_job_id=data.get("slurm_job_id"), defer=rest.append
+        )
+        return AnsweredFirst(answer, then=rest)
+
+
+class AnsweredFirst(Response):
+    """A response that runs ``then`` once it has been sent (the WSGI server closes it after
+    the last byte): the epilog waiting for the hook's answer lets its node go while the
+    pass records what it did."""
+
+    def __init__(self, data: Any, *, then: list[Callable[[], None]]) -> None:
+        super().__init__(data)
+        self._then = then
+
+    def close(self) -> None:
+        try:
+            for step in self._then:
+                try:
+                    step()
+                except Exception:  # the answer is out: log it, the next pass catches up
+                    log.exception("the end of a completion hook's pass failed")
+        finally:
+            super().close()

@@ -14,10 +14,20 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Protocol
 
 from django.db import transaction
 
 log = logging.getLogger(__name__)
+
+# What is left of a piece of work, handed to whoever runs it later.
+Defer = Callable[[Callable[[], None]], None]
+
+
+class ExecutorPass(Protocol):
+    def __call__(
+        self, queue_id: int, slurm_job_id: int, /, *, defer: Defer | None = None
+    ) -> dict[str, object]: ...
 
 
 @dataclass
@@ -26,7 +36,7 @@ class _Listener:
     """Ask for a cycle of a queue soon (the scheduler's coalesced trigger)."""
     run_cycle: Callable[[int], object] | None = None
     """Run a cycle of a queue in this process, now."""
-    executor_pass: Callable[[int, int], dict[str, object]] | None = None
+    executor_pass: ExecutorPass | None = None
     """Run the executor's pass of a queue run by Slurm in this process, now, for the end
     of one Slurm job."""
 
@@ -38,7 +48,7 @@ def register(
     *,
     request_cycle: Callable[[int], object],
     run_cycle: Callable[[int], object],
-    executor_pass: Callable[[int, int], dict[str, object]] | None = None,
+    executor_pass: ExecutorPass | None = None,
 ) -> None:
     """The scheduler's start-up hook: how to ask for a cycle, how to run one now, and how
     to run a Slurm queue's executor pass now."""
@@ -47,13 +57,16 @@ def register(
     _listener.executor_pass = executor_pass
 
 
-def run_executor_pass(queue_id: int, slurm_job_id: int) -> dict[str, object] | None:
+def run_executor_pass(
+    queue_id: int, slurm_job_id: int, *, defer: Defer | None = None
+) -> dict[str, object] | None:
     """Run the executor's pass of ``queue_id`` in this process because Slurm job
     ``slurm_job_id`` ended (the Slurm completion hook); None when no scheduler listens in
-    this process."""
+    this process. With ``defer``, the pass returns once the job's node may go and hands
+    what is left of it to ``defer``, for the caller to run after it answered."""
     if _listener.executor_pass is None:
         return None
-    return _listener.executor_pass(queue_id, slurm_job_id)
+    return _listener.executor_pass(queue_id, slurm_job_id, defer=defer)
 
 
 # Queues whose scheduling cycle is running in this thread: a change the cycle makes itself

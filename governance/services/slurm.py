@@ -350,14 +350,16 @@ def executor_resume(*, queue_id: int, now: datetime) -> None:
 MAX_SLURM_JOB_ID = 2**32 - 1
 
 
-def slurm_job_ended(*, slurm_job_id: Any) -> dict[str, Any]:
+def slurm_job_ended(*, slurm_job_id: Any, defer: hooks.Defer | None = None) -> dict[str, Any]:
     """The completion hook: a Slurm job ended (its node epilog calls, docs/slurm.md). When
     it carried a run of a queue run by Slurm, that queue's executor pass runs now, while
     the epilog still holds the job's nodes: the pass reads the job's end from the
     completion log, reports it, and submits what the cycle starts next, so Slurm starts
     those jobs the moment the epilog ends, rather than at its next scheduling tick. The
     pass changes state through the run services, which audit it; the call itself changes
-    nothing. A job the product does not know is answered ``known: false``."""
+    nothing. A job the product does not know is answered ``known: false``. With ``defer``
+    the pass answers once the node may go and hands the rest of it (recording what it
+    did) to ``defer``: the caller runs it once it has answered the epilog."""
     errors = Errors()
     if not is_int(slurm_job_id) or not 1 <= int(slurm_job_id) <= MAX_SLURM_JOB_ID:
         errors.add(
@@ -375,5 +377,5 @@ def slurm_job_ended(*, slurm_job_id: Any) -> dict[str, Any]:
     return {
         "known": True,
         "queue": queue_id,
-        "executor_pass": hooks.run_executor_pass(queue_id, int(slurm_job_id)),
+        "executor_pass": hooks.run_executor_pass(queue_id, int(slurm_job_id), defer=defer),
     }

@@ -17,6 +17,7 @@ from django.db import connection
 
 from governance.models import AuditEntry, AuditEvent, Job, JobState, SlurmRun, SlurmRunState
 from governance.services import jobs as job_services
+from governance.services import slurm as slurm_services
 from scheduler.executors.slurm import sync
 from scheduler.executors.slurm.cli import Cli
 from tests.slurm.conftest import CONF, ROOT, TYPE_A, TYPE_B, drive
@@ -162,21 +163,20 @@ def test_a_reclaim_decided_in_the_hooks_pass_signals_the_borrower_with_its_grace
     assert SlurmRun.objects.get(job=owner).slurm_job_id is not None
 
 
-def nodes_may_go(queue_id: int) -> bool:
+def nodes_may_go(queue_id: int, lock_class: int = sync.NODES_CLASS) -> bool:
     """Seen from another connection, as a waiting hook sees it: whether no running pass
-    holds back the nodes of the hooks whose jobs it reported."""
+    holds back the nodes of the hooks whose jobs it reported (with ``sync.LOCK_CLASS``:
+    whether no pass of the queue runs)."""
     free: list[bool] = []
 
     def probe() -> None:
         try:
             with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT pg_try_advisory_lock_shared(%s, %s)", [sync.NODES_CLASS, queue_id]
-                )
+                cursor.execute("SELECT pg_try_advisory_lock_shared(%s, %s)", [lock_class, queue_id])
                 got = bool(cursor.fetchone()[0])
                 if got:
                     cursor.execute(
-                        "SELECT pg_advisory_unlock_shared(%s, %s)", [sync.NODES_CLASS, queue_id]
+                        "SELECT pg_advisory_unlock_shared(%s, %s)", [lock_class, queue_id]
                     )
                 free.append(got)
         finally:
@@ -237,3 +237,29 @@ def test_the_hooks_pass_stops_a_job_cancelled_in_the_product_before_it_read_slur
     assert done["completed"] == 1
     stopping = SlurmRun.objects.get(job=long, run=1)
     assert stopping.state == SlurmRunState.STOPPING and stopping.signalled_at is not None
+
+
+def test_the_hook_is_answered_once_slurm_has_the_next_job_and_the_pass_ends_after(
+    slurm: Any,
+) -> None:
+    """The epilog waits for the hook's answer, and its node for the epilog: the answer
+    comes once the next job is in Slurm, and the pass records what sbatch answered (and
+    lets go of the queue) once the answer is out."""
+    first = submit(slurm, ["sleep", "1"])
+    second = submit(slurm, ["sleep", "1"])
+    run = drive(
+        slurm, lambda: (r := SlurmRun.objects.filter(job=first).first()) and r.started_seen and r
+    )
+    wait_until_logged(slurm, run)
+    rest: list[Any] = []
+    answer = slurm_services.slurm_job_ended(slurm_job_id=run.slurm_job_id, defer=rest.append)
+    done = answer["executor_pass"]
+    assert done["completed"] == 1 and done["submitted"] == 1
+    next_run = SlurmRun.objects.get(job=second)
+    assert next_run.name in {str(j["name"]) for j in slurm.cli.jobs()}  # Slurm has it
+    assert next_run.slurm_job_id is None  # not recorded yet
+    assert not nodes_may_go(slurm.queue.pk, sync.LOCK_CLASS)  # the pass still runs
+    assert len(rest) == 1
+    rest[0]()
+    assert SlurmRun.objects.get(job=second).slurm_job_id is not None
+    assert nodes_may_go(slurm.queue.pk, sync.LOCK_CLASS)

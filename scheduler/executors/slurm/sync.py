@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -188,7 +188,13 @@ def sync_all(cli: Cli | None = None) -> list[SyncResult]:
     return [sync_queue(queue_id, cli=cli) for queue_id in ids]
 
 
-def hook_pass(queue_id: int, slurm_job_id: int, *, cli: Cli | None = None) -> dict[str, object]:
+def hook_pass(
+    queue_id: int,
+    slurm_job_id: int,
+    *,
+    cli: Cli | None = None,
+    defer: Callable[[Callable[[], None]], None] | None = None,
+) -> dict[str, object]:
     """The pass the completion hook asks for (``services.slurm.slurm_job_ended``).
 
     The jobs of one wave end together; the first hook runs the pass, which reports them
@@ -198,27 +204,16 @@ def hook_pass(queue_id: int, slurm_job_id: int, *, cli: Cli | None = None) -> di
     once for a hook's pass, which holds its own node past its submissions, and once its
     submissions are sent for a regular pass, which holds none. A hook whose job the
     running pass did not report (it ended after that pass read Slurm) waits for the pass
-    to end and runs one itself."""
+    to end and runs one itself.
+
+    Returns what the pass did once its node may go. What is left of the pass then
+    (recording sbatch's answers and the usage history, letting go of the queue) is handed
+    to ``defer`` when given, for the caller to run once it has answered the epilog (the
+    hook's view: the node goes while the pass ends); else it runs before this returns."""
     result = SyncResult(queue_id=queue_id)
-    deadline = time.monotonic() + settings.SLURM_HOOK_WAIT_SECONDS
-    while True:
-        with queue_lock(queue_id) as got:
-            if got:
-                if _unreported(queue_id, slurm_job_id):
-                    _sync(queue_id, cli or cli_from_settings(), result, settle=False)
-                else:  # the pass that reported it has ended
-                    result.skipped = "an earlier pass reported the job's end"
-                break
-        if not _wait_for(NODES_CLASS, queue_id, deadline - time.monotonic()):
-            result.skipped = "another pass of this queue ran too long"
-            break
-        if not _unreported(queue_id, slurm_job_id):
-            result.skipped = "a pass reported the job's end and released its node"
-            break
-        if not _wait_for(LOCK_CLASS, queue_id, deadline - time.monotonic()):
-            result.skipped = "another pass of this queue ran too long"
-            break
-    return {
+    steps = _hook_steps(queue_id, slurm_job_id, cli, result)
+    next(steps, None)  # up to the moment the node may go
+    summary: dict[str, object] = {
         "skipped": result.skipped,
         "paused": result.paused,
         "completed": result.completed,
@@ -228,6 +223,40 @@ def hook_pass(queue_id: int, slurm_job_id: int, *, cli: Cli | None = None) -> di
         "started": result.started,
         "submitted": result.submitted,
     }
+    if defer is None:
+        _finish(steps)
+    else:
+        defer(lambda: _finish(steps))
+    return summary
+
+
+def _finish(steps: Iterator[None]) -> None:
+    for _ in steps:
+        pass
+
+
+def _hook_steps(
+    queue_id: int, slurm_job_id: int, cli: Cli | None, result: SyncResult
+) -> Iterator[None]:
+    """``hook_pass``'s steps: they pause once the hook's node may go."""
+    deadline = time.monotonic() + settings.SLURM_HOOK_WAIT_SECONDS
+    while True:
+        with queue_lock(queue_id) as got:
+            if got:
+                if _unreported(queue_id, slurm_job_id):
+                    yield from _pass(queue_id, cli or cli_from_settings(), result, settle=False)
+                else:  # the pass that reported it has ended
+                    result.skipped = "an earlier pass reported the job's end"
+                return
+        if not _wait_for(NODES_CLASS, queue_id, deadline - time.monotonic()):
+            result.skipped = "another pass of this queue ran too long"
+            return
+        if not _unreported(queue_id, slurm_job_id):
+            result.skipped = "a pass reported the job's end and released its node"
+            return
+        if not _wait_for(LOCK_CLASS, queue_id, deadline - time.monotonic()):
+            result.skipped = "another pass of this queue ran too long"
+            return
 
 
 def sync_queue(queue_id: int, *, cli: Cli | None = None) -> SyncResult:
@@ -238,7 +267,7 @@ def sync_queue(queue_id: int, *, cli: Cli | None = None) -> SyncResult:
         if not got:
             result.skipped = "another pass of this queue is running"
             return result
-        _sync(queue_id, cli, result)
+        _finish(_pass(queue_id, cli, result))
     return result
 
 
@@ -260,16 +289,18 @@ class _Seen:
     starts: list[SlurmRun] = field(default_factory=list)  # reported by a regular pass's end
 
 
-def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -> None:
-    """The pass. Without ``settle`` (the completion hook's pass, which holds a node) it
-    reads no nodes and ends once the stops and submissions are sent: node changes, start
-    reports and checkpoints are for the next pass.
+def _pass(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -> Iterator[None]:
+    """The pass, in steps: it pauses once Slurm has what runs next (the node a hook's pass
+    holds may go), before it records what sbatch answered and the usage history. Without
+    ``settle`` (the completion hook's pass, which holds a node) it reads no nodes and ends
+    there: node changes, start reports and checkpoints are for the next pass.
 
     One transaction, the cycle's, holds everything the pass decides: the reports of what
     Slurm said, the capacity it gives, the cycle's decisions and the rows of the runs to
     submit (``_Plan.write``), from the queue as the cycle reads it; nothing is read twice.
     Slurm is told (stops, then submissions) once it has committed."""
     releasing = _Releasing(queue_id)
+    submitted: list[SlurmRun] = []
     try:
         if not settle:  # hooks that call meanwhile find their job's end in what it reads
             time.sleep(settings.SLURM_HOOK_GATHER_SECONDS)
@@ -290,11 +321,13 @@ def _sync(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
             releasing.release()
         now = timezone.now()
         _stop(queue_id, cli, seen.config, seen.slurm, now, result, plan.stops)
-        _submit(cli, seen.slurm, now, result, plan)
+        submitted = _submit(cli, seen.slurm, now, result, plan)
     finally:
         releasing.release()
-    if result.cycle is not None:  # a measurement: after what Slurm waits for
-        bridge.record_usage(result.cycle)
+    yield  # Slurm has what runs next
+    _submitted(submitted)
+    assert result.cycle is not None
+    bridge.record_usage(result.cycle)
     if settle:
         _settle(queue_id, result, seen.starts, seen.now)
 
@@ -388,11 +421,14 @@ def _running_runs(loaded: bridge.Loaded, decisions: list[Decision]) -> dict[int,
     return {job_id: run for _, job_id, run in running}
 
 
-def _submit(cli: Cli, slurm: _SlurmJobs, now: datetime, result: SyncResult, plan: _Plan) -> None:
+def _submit(
+    cli: Cli, slurm: _SlurmJobs, now: datetime, result: SyncResult, plan: _Plan
+) -> list[SlurmRun]:
     """One sbatch per run the plan submits (its row written with the cycle) and per failed
-    submission due again, several at once; then their answers, in one transaction. A
-    retry is first looked for in Slurm under its name: the sbatch that failed may have
-    made the job and lost only its answer."""
+    submission due again, several at once. Returns the runs Slurm took, their job ids set
+    (``_submitted`` records them); failures are recorded here. A retry is first looked
+    for in Slurm under its name: the sbatch that failed may have made the job and lost
+    only its answer."""
     todo = list(plan.todo)
     retried: list[SlurmRun] = []
     for job, slurm_run in plan.retries:
@@ -408,7 +444,7 @@ def _submit(cli: Cli, slurm: _SlurmJobs, now: datetime, result: SyncResult, plan
         if sub is not None:
             retried.append(slurm_run)
     if not todo:
-        return
+        return []
     # The attempt is counted before sbatch is called.
     SlurmRun.objects.bulk_update(retried, ["attempts", "stdout", "partition"])
 
@@ -430,7 +466,7 @@ def _submit(cli: Cli, slurm: _SlurmJobs, now: datetime, result: SyncResult, plan
             result.submitted += 1
         else:
             _record(job, slurm_run, sub, answer, now, result)
-    _submitted(submitted)
+    return submitted
 
 
 def _submitted(slurm_runs: list[SlurmRun]) -> None:
