@@ -53,6 +53,13 @@ class PassOut(serializers.Serializer[Any]):
     stopped = serializers.IntegerField()
     started = serializers.IntegerField()
     submitted = serializers.IntegerField()
+    reported = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text=(
+            "the Slurm jobs whose end the pass that recorded this job's recorded too: "
+            "the epilogs of those jobs need not call"
+        ),
+    )
 
 
 class JobEndedOut(serializers.Serializer[Any]):

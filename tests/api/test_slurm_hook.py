@@ -90,4 +90,5 @@ def test_a_known_job_runs_its_queues_pass(hook: APIClient, settings: Any) -> Non
     answer = response.json()
     assert answer["known"] is True and answer["queue"] == queue.pk
     assert answer["executor_pass"]["paused"] is True
+    assert answer["executor_pass"]["reported"] == []
     assert SlurmQueueConfig.objects.get(queue=queue).paused_since is not None

@@ -133,11 +133,14 @@ def test_the_hooks_pass_reads_the_end_from_the_completion_log_alone(slurm: Any) 
     cli = CountingCli(conf=CONF, timeout=5)
     done = sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)
     assert done["completed"] == 1 and done["submitted"] == 1
+    assert done["reported"] == [run.slurm_job_id]  # its node's other epilogs need not call
     assert cli.listings == 0
     assert Job.objects.get(pk=first.pk).state == JobState.SUCCEEDED
     assert SlurmRun.objects.get(job=second).slurm_job_id is not None
-    # A second hook for the same job finds its end reported: no second pass.
-    assert sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)["skipped"]
+    # A second hook for the same job finds its end reported: no second pass, and the
+    # answer lists what the pass that reported it recorded.
+    again = sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)
+    assert again["skipped"] and again["reported"] == [run.slurm_job_id]
 
 
 def test_a_reclaim_decided_in_the_hooks_pass_signals_the_borrower_with_its_grace(

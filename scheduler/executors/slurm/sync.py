@@ -96,6 +96,9 @@ class SyncResult:
     capacity: dict[str, int] | None = None
     cycle: bridge.CycleResult | None = None
     errors: list[str] = field(default_factory=list)
+    ended: list[int] = field(default_factory=list)
+    """Slurm jobs whose end the pass recorded (a hook's answer lists them: the epilogs of
+    their nodes need not call)."""
 
 
 def cli_from_settings() -> Cli:
@@ -142,6 +145,22 @@ def _unreported(queue_id: int, slurm_job_id: int) -> bool:
         .exclude(state=SlurmRunState.ENDED)
         .exists()
     )
+
+
+def _ended_with(queue_id: int, slurm_job_id: int) -> list[int]:
+    """The Slurm jobs whose end the pass that recorded ``slurm_job_id``'s recorded too (a
+    pass gives every end it records one time)."""
+    runs_of_queue = SlurmRun.objects.filter(job__queue_id=queue_id, slurm_job_id__isnull=False)
+    ended_at = (
+        runs_of_queue.filter(slurm_job_id=slurm_job_id, state=SlurmRunState.ENDED)
+        .order_by("-id")
+        .values_list("ended_at", flat=True)
+        .first()
+    )
+    if ended_at is None:
+        return []
+    ids = runs_of_queue.filter(ended_at=ended_at).values_list("slurm_job_id", flat=True)
+    return sorted(sid for sid in ids if sid is not None)
 
 
 def _wait_for(lock_class: int, queue_id: int, wait: float) -> bool:
@@ -222,6 +241,7 @@ def hook_pass(
         "stopped": result.stopped,
         "started": result.started,
         "submitted": result.submitted,
+        "reported": result.ended,
     }
     if defer is None:
         _finish(steps)
@@ -247,12 +267,14 @@ def _hook_steps(
                     yield from _pass(queue_id, cli or cli_from_settings(), result, settle=False)
                 else:  # the pass that reported it has ended
                     result.skipped = "an earlier pass reported the job's end"
+                    result.ended = _ended_with(queue_id, slurm_job_id)
                 return
         if not _wait_for(NODES_CLASS, queue_id, deadline - time.monotonic()):
             result.skipped = "another pass of this queue ran too long"
             return
         if not _unreported(queue_id, slurm_job_id):
             result.skipped = "a pass reported the job's end and released its node"
+            result.ended = _ended_with(queue_id, slurm_job_id)
             return
         if not _wait_for(LOCK_CLASS, queue_id, deadline - time.monotonic()):
             result.skipped = "another pass of this queue ran too long"
@@ -585,6 +607,8 @@ def _report(seen: _Seen, result: SyncResult) -> None:
             _follow(slurm_run, seen.by_id, seen.finished, now, result, seen.starts, completions)
         except ServiceError as exc:  # a report the run services refuse (an old run)
             log.info("report for %s refused: %s", slurm_run.name, exc)
+        if slurm_run.state == SlurmRunState.ENDED and slurm_run.slurm_job_id:
+            result.ended.append(slurm_run.slurm_job_id)
     if completions:
         SlurmRun.objects.filter(pk__in=[r.pk for r in completions]).update(
             state=SlurmRunState.ENDED, slurm_state="COMPLETED", exit_code=0, ended_at=now
