@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from governance.models import AuditEntry, AuditEvent, Job, JobState, SlurmRun, SlurmRunState
+from governance.models import (
+    AuditEntry,
+    AuditEvent,
+    Job,
+    JobEvent,
+    JobState,
+    SlurmRun,
+    SlurmRunState,
+)
 from governance.services import jobs as job_services
 from governance.services import slurm as slurm_services
 from scheduler.executors.slurm import sync
@@ -266,3 +274,34 @@ def test_the_hook_is_answered_once_slurm_has_the_next_job_and_the_pass_ends_afte
     rest[0]()
     assert SlurmRun.objects.get(job=second).slurm_job_id is not None
     assert nodes_may_go(slurm.queue.pk, sync.LOCK_CLASS)
+
+
+def test_a_regular_pass_that_read_slurm_before_a_hooks_pass_reports_nothing_twice(
+    slurm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A regular pass reads Slurm before it takes the queue's lock; a hook's pass that
+    reports the end and submits the next job in between leaves it nothing to do again:
+    the end is reported once, and the run submitted since (which the regular pass's
+    reading of Slurm predates) is not taken for lost."""
+    first = submit(slurm, ["sleep", "1"])
+    second = submit(slurm, ["sleep", "30"])
+    run = drive(
+        slurm, lambda: (r := SlurmRun.objects.filter(job=first).first()) and r.started_seen and r
+    )
+    wait_until_logged(slurm, run)
+    read = sync._read
+
+    def then_the_hook(*args: Any, **kwargs: Any) -> Any:
+        seen = read(*args, **kwargs)
+        monkeypatch.setattr(sync, "_read", read)  # the hook's pass reads as usual
+        sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli)
+        return seen
+
+    monkeypatch.setattr(sync, "_read", then_the_hook)
+    result = sync.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    assert result.completed == 0 and result.lost == 0 and not result.skipped
+    assert Job.objects.get(pk=first.pk).state == JobState.SUCCEEDED
+    assert JobEvent.objects.filter(job=first, type="completed").count() == 1
+    assert Job.objects.get(pk=second.pk).state == JobState.RUNNING
+    next_run = SlurmRun.objects.get(job=second, run=1)
+    assert next_run.state != SlurmRunState.ENDED and next_run.slurm_job_id is not None

@@ -77,6 +77,7 @@ MAX_SUBMIT_ATTEMPTS = 5
 HOOK_SACCT_ONLY = 1000
 SUBMIT_THREADS = 16  # sbatch calls at once (each waits on the controller)
 RECANCEL_SECONDS = 5.0
+LOCK_POLL_SECONDS = 0.02  # a regular pass waiting for a hook's pass tries again this often
 # Slurm states in which a run has lost its machines rather than failed by itself.
 LOST_MACHINES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
 LIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
@@ -124,12 +125,17 @@ def backoff(failures: int) -> float:
 
 
 @contextmanager
-def queue_lock(queue_id: int) -> Iterator[bool]:
+def queue_lock(queue_id: int, *, wait: float = 0.0) -> Iterator[bool]:
     """One pass per queue at a time, across workers (a session-level advisory lock, tried
-    without waiting: a pass that finds it taken is skipped)."""
+    for up to ``wait`` seconds: a pass that finds it taken longer is skipped)."""
+    deadline = time.monotonic() + wait
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_CLASS, queue_id])
-        got = bool(cursor.fetchone()[0])
+        while True:
+            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_CLASS, queue_id])
+            got = bool(cursor.fetchone()[0])
+            if got or time.monotonic() >= deadline:
+                break
+            time.sleep(LOCK_POLL_SECONDS)
     try:
         yield got
     finally:
@@ -264,7 +270,7 @@ def _hook_steps(
         with queue_lock(queue_id) as got:
             if got:
                 if _unreported(queue_id, slurm_job_id):
-                    yield from _pass(queue_id, cli or cli_from_settings(), result, settle=False)
+                    yield from _pass(queue_id, cli or cli_from_settings(), result)
                 else:  # the pass that reported it has ended
                     result.skipped = "an earlier pass reported the job's end"
                     result.ended = _ended_with(queue_id, slurm_job_id)
@@ -282,15 +288,38 @@ def _hook_steps(
 
 
 def sync_queue(queue_id: int, *, cli: Cli | None = None) -> SyncResult:
-    """One pass over one queue (see the module's docstring)."""
+    """One pass over one queue (see the module's docstring).
+
+    It reads Slurm before it takes the queue's lock and reports the starts and
+    checkpoints it saw after it let go: a completion hook arriving meanwhile waits only
+    for what passes must not do at once (reporting ends, the cycle, the submissions)."""
     cli = cli or cli_from_settings()
     result = SyncResult(queue_id=queue_id)
-    with queue_lock(queue_id) as got:
+    seen = _read(queue_id, cli, result, settle=True)
+    if seen is None:
+        return result
+    # A hook's pass that runs meanwhile is short: wait for it rather than skip the starts
+    # and node changes this pass read (hooks of a busy queue would skip every one).
+    with queue_lock(queue_id, wait=settings.SLURM_HOOK_WAIT_SECONDS) as got:
         if not got:
             result.skipped = "another pass of this queue is running"
             return result
-        _finish(_pass(queue_id, cli, result))
+        _still_open(seen)
+        _finish(_pass(queue_id, cli, result, seen=seen))
+    _settle(queue_id, result, seen.starts, seen.now)
     return result
+
+
+def _still_open(seen: _Seen) -> None:
+    """Once the queue is locked: keep, of what was read, the runs that are still open (a
+    hook's pass may have reported some since), as they are now. A run submitted since is
+    left to the next pass: Slurm was read before it existed."""
+    read = {r.pk for r in seen.followed}
+    seen.active = _open_runs(seen.config.queue_id)
+    seen.followed = [r for r in seen.active if r.pk in read]
+    for slurm_run in seen.followed:
+        if slurm_run.slurm_job_id is None:  # a lost sbatch answer: found again by its name
+            _find_again(slurm_run, seen.slurm)
 
 
 @dataclass
@@ -311,11 +340,14 @@ class _Seen:
     starts: list[SlurmRun] = field(default_factory=list)  # reported by a regular pass's end
 
 
-def _pass(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -> Iterator[None]:
-    """The pass, in steps: it pauses once Slurm has what runs next (the node a hook's pass
-    holds may go), before it records what sbatch answered and the usage history. Without
-    ``settle`` (the completion hook's pass, which holds a node) it reads no nodes and ends
-    there: node changes, start reports and checkpoints are for the next pass.
+def _pass(
+    queue_id: int, cli: Cli, result: SyncResult, *, seen: _Seen | None = None
+) -> Iterator[None]:
+    """The pass, in steps, under the queue's lock: it pauses once Slurm has what runs next
+    (the node a hook's pass holds may go), before it records what sbatch answered and the
+    usage history. Without ``seen`` (the completion hook's pass, which holds a node) it
+    reads Slurm itself, only the completion log: node changes, start reports and
+    checkpoints are for the next regular pass.
 
     One transaction, the cycle's, holds everything the pass decides: the reports of what
     Slurm said, the capacity it gives, the cycle's decisions and the rows of the runs to
@@ -323,10 +355,11 @@ def _pass(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
     Slurm is told (stops, then submissions) once it has committed."""
     releasing = _Releasing(queue_id)
     submitted: list[SlurmRun] = []
+    hook = seen is None
     try:
-        if not settle:  # hooks that call meanwhile find their job's end in what it reads
+        if seen is None:  # hooks that call meanwhile find their job's end in what it reads
             time.sleep(settings.SLURM_HOOK_GATHER_SECONDS)
-        seen = _read(queue_id, cli, result, settle=settle)
+            seen = _read(queue_id, cli, result, settle=False)
         if seen is None:
             return
 
@@ -339,7 +372,7 @@ def _pass(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
         result.cycle = bridge.run_cycle(
             queue_id, before=report, within=plan.write, record_usage=False
         )
-        if not settle:  # the reports are in: only this hook's node waits for the submissions
+        if hook:  # the reports are in: only this hook's node waits for the submissions
             releasing.release()
         now = timezone.now()
         _stop(queue_id, cli, seen.config, seen.slurm, now, result, plan.stops)
@@ -350,8 +383,6 @@ def _pass(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool = True) -
     _submitted(submitted)
     assert result.cycle is not None
     bridge.record_usage(result.cycle)
-    if settle:
-        _settle(queue_id, result, seen.starts, seen.now)
 
 
 class _Plan:
@@ -514,22 +545,32 @@ def _submitted(slurm_runs: list[SlurmRun]) -> None:
 
 
 def _settle(queue_id: int, result: SyncResult, starts: list[SlurmRun], now: datetime) -> None:
-    """A regular pass's last part: start reports and checkpoints (a hook's pass leaves
-    them to the next regular pass)."""
+    """A regular pass's last part, once it let go of the queue: start reports and
+    checkpoints (a hook's pass leaves them to the next regular pass)."""
     if starts:
-        # A run preempted meanwhile is left out: the stop step handles it.
+        # A run preempted or ended meanwhile (by a hook's pass) is left out.
         with transaction.atomic():
             by_state: dict[str, list[int]] = {}
             for slurm_run in starts:
                 slurm_run.started_seen = True
                 by_state.setdefault(slurm_run.slurm_state, []).append(slurm_run.pk)
             for slurm_state, pks in by_state.items():
-                SlurmRun.objects.filter(pk__in=pks).update(
+                SlurmRun.objects.filter(pk__in=pks).exclude(state=SlurmRunState.ENDED).update(
                     started_seen=True, slurm_state=slurm_state
                 )
             reported = runs.runs_started(started=[(r.job_id, r.run) for r in starts], now=now)
             result.started += len(reported)
     _checkpoints(queue_id, now)
+
+
+def _open_runs(queue_id: int) -> list[SlurmRun]:
+    """The queue's runs not ended, with their jobs."""
+    return list(
+        SlurmRun.objects.filter(job__queue_id=queue_id)
+        .exclude(state=SlurmRunState.ENDED)
+        .select_related("job")
+        .order_by("id")
+    )
 
 
 def _read(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool) -> _Seen | None:
@@ -543,12 +584,7 @@ def _read(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool) -> _Seen
         result.skipped = "backing off after a failure"
         return None
     prefix = f"{settings.SLURM_JOB_PREFIX}-"
-    active = list(
-        SlurmRun.objects.filter(job__queue_id=queue_id)
-        .exclude(state=SlurmRunState.ENDED)
-        .select_related("job")
-        .order_by("id")
-    )
+    active = _open_runs(queue_id)
     slurm = _SlurmJobs(cli, prefix)
     try:
         if settle or len(active) > HOOK_SACCT_ONLY:
@@ -587,10 +623,6 @@ def _read(queue_id: int, cli: Cli, result: SyncResult, *, settle: bool) -> _Seen
     followed = active
     if not slurm.read:  # the hook's pass follows only the runs the completion log has news of
         followed = [r for r in active if r.slurm_job_id in finished]
-    else:  # a lost sbatch answer: the job is found again in the listing by its name
-        for slurm_run in followed:
-            if slurm_run.slurm_job_id is None:
-                _find_again(slurm_run, slurm)
     by_id = slurm.by_id if slurm.read else {}
     return _Seen(config, slurm, nodes, now, active, followed, by_id, finished)
 
