@@ -3,19 +3,22 @@
 A pass reads Slurm (``squeue`` for its jobs, ``sacct -c`` for jobs gone from
 squeue, ``sinfo --json`` for nodes), then, in DESIGN's order within an instant:
 
-1. reports what each Slurm job did through the run services (started, completed,
-   failed with its exit code, node failure as ``capacity_lost``, unknown to Slurm as lost)
-   and confirms the end of runs the product stopped;
+1. reports what each Slurm job did through the run services (completed, failed with its
+   exit code, node failure as ``capacity_lost``, unknown to Slurm as lost) and confirms
+   the end of runs the product stopped;
 2. sets each type's capacity from the usable nodes, so a node going down reaches the
    engine as lost capacity and a node coming back as new capacity;
-3. runs the queue's scheduling cycle (``scheduler.bridge.run_cycle``);
-4. submits each new admission (one ``sbatch`` per run, its row written first so a lost
-   answer is found again by the job's name, never submitted twice) and stops runs the
-   product preempted or cancelled: a signal first, a cancel after the grace period.
+3. runs the queue's scheduling cycle (``scheduler.bridge.run_cycle``): 1 to 3 and the rows
+   of the runs to submit are the cycle's one transaction;
+4. stops runs the product preempted or cancelled (a signal first, a cancel after the
+   grace period) and submits each new admission (one ``sbatch`` per run, its row written
+   with the admission so a lost answer is found again by the job's name, never
+   submitted twice); then records sbatch's answers, and the starts it saw.
 
 If Slurm cannot be reached the pass changes nothing and the executor pauses (the pages
 say since when); passes retry with backoff until Slurm answers. Passes of one queue never
-overlap (a PostgreSQL advisory lock).
+overlap (a PostgreSQL advisory lock): a regular pass takes it once it has read Slurm, a
+completion hook's pass (``hook_pass``) before, as the hooks of one wave wait on it.
 """
 
 from __future__ import annotations
