@@ -9,12 +9,14 @@ running work; no worker is needed for pictures of a state.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models import F
 from playwright.sync_api import expect
 
-from governance.models import Job, JobQueue, Share
+from governance.models import Job, JobQueue, Share, UsageLevel
 from scheduler import bridge
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -82,6 +84,12 @@ def layout_world(transactional_db: Any, settings: Any) -> Any:
     demo.load()
     for queue in JobQueue.objects.all():
         bridge.run_cycle(queue.pk)
+    # The usage history charts too: as if the last cycles ran half an hour ago, so the
+    # next ones credit that half hour to the rollups (otherwise the charts appear only
+    # when the cycles happen to straddle a minute, and their width went untested).
+    UsageLevel.objects.update(since=F("since") - timedelta(minutes=30))
+    for queue in JobQueue.objects.all():
+        bridge.run_cycle(queue.pk)
     share = Share.objects.get(name="vision-training")
     limits = {row.instance_type.name: row.count for row in share.limits.all()}
     type_name, limit = sorted(limits.items())[0]
@@ -112,6 +120,7 @@ def test_pages_fit_the_window_with_readable_bars(
     admin.set_viewport_size({"width": WIDTHS[width], "height": 900})
 
     admin.goto("/")
+    expect(admin.locator(".usage-history .history-type").first).to_be_visible()
     check(admin, f"overview {width}")
     # Key numbers: every share row shows its limit, visibly, beside a bar of real width.
     row = admin.locator(".usage-table tbody tr", has=admin.get_by_role("link", name=share.name))
