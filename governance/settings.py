@@ -506,9 +506,11 @@ SLURM_HOOK_TOKEN = env_str("SLURM_HOOK_TOKEN", "")
 # after it, when that one did not report its job's end).
 SLURM_HOOK_WAIT_SECONDS = env_float("SLURM_HOOK_WAIT_SECONDS", 2.0)
 # How long the hook's pass waits before it reads the completion log, so that jobs ending
-# together (one wave of equally long jobs) are reported and replaced by one pass rather
-# than one each; the other hooks of the wave return once it has reported them.
-SLURM_HOOK_GATHER_SECONDS = env_float("SLURM_HOOK_GATHER_SECONDS", 0.02)
+# together on several nodes are reported and replaced by one pass rather than one each.
+# None by default: the jobs of one node that end together are in the log by the time the
+# first epilog's call arrives (tens of milliseconds later), and a wait would hold every
+# node that much longer (docs/slurm.md, "The completion hook").
+SLURM_HOOK_GATHER_SECONDS = env_float("SLURM_HOOK_GATHER_SECONDS", 0.0)
 SLURM_OUTPUT_DIR = env_str("SLURM_OUTPUT_DIR", str(DATA_DIR / "slurm-output"))
 SLURM_CHECKPOINT_DIR = env_str("SLURM_CHECKPOINT_DIR", str(DATA_DIR / "slurm-checkpoints"))
 CELERY_BEAT_SCHEDULE["slurm-sync"] = {

@@ -361,7 +361,8 @@ def _pass(
     hook = seen is None
     try:
         if seen is None:  # hooks that call meanwhile find their job's end in what it reads
-            time.sleep(settings.SLURM_HOOK_GATHER_SECONDS)
+            if settings.SLURM_HOOK_GATHER_SECONDS > 0:
+                time.sleep(settings.SLURM_HOOK_GATHER_SECONDS)
             seen = _read(queue_id, cli, result, settle=False)
         if seen is None:
             return
