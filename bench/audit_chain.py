@@ -17,31 +17,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
 
-from throwaway import throwaway_database
-
-ROOT = Path(__file__).resolve().parent.parent
+from throwaway import django_on_throwaway
 
 
 def _setup() -> None:
-    _, url = throwaway_database("bench_audit")
-    os.environ.update(
-        DATABASE_URL=url,
-        REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15"),
-        DJANGO_SETTINGS_MODULE="governance.settings",
-        LOG_LEVEL="WARNING",
+    django_on_throwaway(
+        "bench_audit", REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
     )
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def _phase(*, threads: int, entries: int, seconds: float) -> tuple[int, list[float]]:

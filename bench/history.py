@@ -44,21 +44,11 @@ def _setup() -> None:
     """A throwaway database ``bench_history_<name>`` on the DATABASE_URL server, migrated."""
     import os
 
-    from throwaway import throwaway_database
+    from throwaway import django_on_throwaway
 
-    name, url = throwaway_database("bench_history")
-    os.environ.update(
-        DATABASE_URL=url,
-        REDIS_URL=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9"),
-        DJANGO_SETTINGS_MODULE="governance.settings",
-        LOG_LEVEL="WARNING",
+    name, _ = django_on_throwaway(
+        "bench_history", REDIS_URL=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
     )
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
     print(f"database {name}")
 
 

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from throwaway import throwaway_database
+from throwaway import django_on_throwaway
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB = "bench_live"  # suffixed with DATABASE_URL's database name at start
@@ -49,25 +49,13 @@ G5, P4 = "ml.g5.xlarge", "ml.p4d.24xlarge"
 def _setup_environment() -> tuple[str, str]:
     """Point this process at the throwaway database and private Redis before Django loads."""
     global BENCH_DB
-    BENCH_DB, bench_url = throwaway_database("bench_live")
     redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
     import redis
 
     redis.Redis.from_url(redis_url).flushdb()
-    os.environ.update(
-        DATABASE_URL=bench_url,
-        REDIS_URL=redis_url,
-        CELERY_TASK_ALWAYS_EAGER="false",
-        DJANGO_SETTINGS_MODULE="governance.settings",
-        LOG_LEVEL="WARNING",
+    BENCH_DB, bench_url = django_on_throwaway(
+        "bench_live", REDIS_URL=redis_url, CELERY_TASK_ALWAYS_EAGER="false"
     )
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
     return bench_url, redis_url
 
 

@@ -52,7 +52,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from throwaway import throwaway_database
+from throwaway import django_on_throwaway
 
 ROOT = Path(__file__).resolve().parent.parent
 TYPE = "ml.g5.bench"
@@ -60,23 +60,13 @@ GPUS = 16
 
 
 def _setup() -> None:
-    _, url = throwaway_database("bench_slurm")
-    os.environ.update(
-        DATABASE_URL=url,
+    django_on_throwaway(
+        "bench_slurm",
         REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15"),
-        DJANGO_SETTINGS_MODULE="governance.settings",
-        LOG_LEVEL="WARNING",
         SLURM_CONF=os.environ.get("SLURM_CONF") or str(ROOT / "var/slurm/slurm.conf"),
         SLURM_OUTPUT_DIR="/tmp/bench-slurm/out",
         SLURM_CHECKPOINT_DIR="/tmp/bench-slurm/ckpt",
     )
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 class Hook:

@@ -22,37 +22,25 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from throwaway import throwaway_database
+from throwaway import django_on_throwaway
 
-ROOT = Path(__file__).resolve().parent.parent
 TYPE = "ml.g5.bench"
 GPUS = 16
 
 
 def _setup() -> None:
-    _, url = throwaway_database("bench_slurm_pass")
-    os.environ.update(
-        DATABASE_URL=url,
+    django_on_throwaway(
+        "bench_slurm_pass",
         REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15"),
-        DJANGO_SETTINGS_MODULE="governance.settings",
-        LOG_LEVEL="WARNING",
         SLURM_OUTPUT_DIR="/tmp/bench-slurm-pass/out",
         SLURM_CHECKPOINT_DIR="/tmp/bench-slurm-pass/ckpt",
-        SLURM_HOOK_GATHER_SECONDS="0",  # a wait, not a cost: left out
+        SLURM_HOOK_GATHER_SECONDS="0",  # a wait, not a cost: left out whatever the setting
     )
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def _stand_in() -> Any:

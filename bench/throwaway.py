@@ -30,3 +30,26 @@ def throwaway_database(prefix: str) -> tuple[str, str]:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
     return name, urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def django_on_throwaway(prefix: str, **env: str) -> tuple[str, str]:
+    """Point this process at the bench's throwaway database (``throwaway_database``), with
+    Django's settings, warnings-only logs and ``env`` on top, set Django up and migrate;
+    returns the database's name and URL. Before anything imports Django's settings."""
+    name, url = throwaway_database(prefix)
+    os.environ.update(
+        DATABASE_URL=url,
+        DJANGO_SETTINGS_MODULE="governance.settings",
+        LOG_LEVEL="WARNING",
+        **env,
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return name, url

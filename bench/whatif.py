@@ -30,7 +30,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from throwaway import throwaway_database
+from throwaway import django_on_throwaway
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,19 +39,7 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def _setup_environment() -> None:
-    _, url = throwaway_database("bench_whatif")
-    os.environ.update(
-        DATABASE_URL=url,
-        DJANGO_SETTINGS_MODULE="governance.settings",
-        DEMO_TIME_FACTOR="1",
-        LOG_LEVEL="WARNING",
-    )
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    django_on_throwaway("bench_whatif", DEMO_TIME_FACTOR="1")
 
 
 def figure(label: str, seconds: float, target: float | None = None) -> None:
