@@ -20,12 +20,14 @@ from django.utils import timezone
 from governance.models import Job, JobQueue, Membership, Share
 from governance.selectors import scheduling
 from governance.services.demo_history import demo_history_record
+from governance.services.insight import usage_rebuild
 from governance.services.shares import limits_map
 
 QUEUE = "gpu-fleet"
 MS = 1000  # played in milliseconds, as the live scheduler counts: the export replays it
 DAYS = 3
 JOBS_PER_DAY = 240
+REBUILD_WINDOW = timedelta(days=DAYS + 1)
 
 
 def already_loaded() -> bool:
@@ -110,3 +112,15 @@ def load_history(*, now: datetime | None = None, days: int = DAYS) -> int:
         events=events,
         submitters=submitters,
     )
+
+
+def load_history_and_rollups(*, now: datetime | None = None) -> int:
+    """``load_history``, then the usage rollups of every queue rebuilt over the played days
+    from their recorded events: the usage history charts read rollups the live cycle
+    writes, so without this they would start empty. Returns how many jobs were written."""
+    written = load_history(now=now)
+    if written:
+        now = now or timezone.now()
+        for queue_id in JobQueue.objects.values_list("pk", flat=True):
+            usage_rebuild(queue_id=queue_id, since=now - REBUILD_WINDOW, until=now)
+    return written

@@ -9,14 +9,12 @@ running work; no worker is needed for pictures of a state.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db.models import F
 from playwright.sync_api import expect
 
-from governance.models import Job, JobQueue, Share, UsageLevel
+from governance.models import Job, JobQueue, Share
 from scheduler import bridge
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -77,17 +75,15 @@ LAYOUT_PROBLEMS = """
 def layout_world(transactional_db: Any, settings: Any) -> Any:
     from django.contrib.auth import get_user_model
 
-    from governance import demo
+    from governance import demo, demo_history
     from governance.services import jobs
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     demo.load()
-    for queue in JobQueue.objects.all():
-        bridge.run_cycle(queue.pk)
-    # The usage history charts too: as if the last cycles ran half an hour ago, so the
-    # next ones credit that half hour to the rollups (otherwise the charts appear only
-    # when the cycles happen to straddle a minute, and their width went untested).
-    UsageLevel.objects.update(since=F("since") - timedelta(minutes=30))
+    # The usage history charts too, as ./scripts/run's demo draws them (load_demo).
+    # Without them the charts appeared only when the cycles happened to straddle a
+    # minute, and their width went untested.
+    demo_history.load_history_and_rollups()
     for queue in JobQueue.objects.all():
         bridge.run_cycle(queue.pk)
     share = Share.objects.get(name="vision-training")

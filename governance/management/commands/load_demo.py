@@ -1,17 +1,11 @@
 """``manage.py load_demo``: load the demo data once (a second run does nothing)."""
 
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
-from django.utils import timezone
 
 from governance import demo, demo_history
-from governance.models import JobQueue
-from governance.services.insight import usage_rebuild
-
-REBUILD_WINDOW = timedelta(days=demo_history.DAYS + 1)
 
 
 class Command(BaseCommand):
@@ -28,13 +22,8 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS("Demo data loaded."))
         if settings.DEMO_SLURM and demo.load_slurm():
             self.stdout.write(self.style.SUCCESS("Demo queue on the local Slurm loaded."))
-        written = demo_history.load_history()
+        written = demo_history.load_history_and_rollups()
         if written:
             self.stdout.write(
                 self.style.SUCCESS(f"Demo history: {written} jobs of the last days played.")
             )
-            # The usage history charts read rollups the live cycle writes; the played days
-            # get theirs from their recorded events, so the charts show them from the start.
-            now = timezone.now()
-            for queue_id in JobQueue.objects.values_list("pk", flat=True):
-                usage_rebuild(queue_id=queue_id, since=now - REBUILD_WINDOW, until=now)
