@@ -361,20 +361,11 @@ def queue_signals(
     queue: JobQueue, start: datetime, stop: datetime, *, group_by: str = "share"
 ) -> dict[str, Any]:
     """Every signal of DESIGN 8 for the queue over ``[start, stop)``, per share or team:
-    computed from the history export plus the audit entries that count as policy
-    changes, with the end of the recording at ``min(stop, now)``."""
-    now = timezone.now()
-    exported = history.export(queue, start, stop, now=now)
-    length = int((stop - start).total_seconds() * 1000)
-    end = max(0, min(length, int((now - start).total_seconds() * 1000)))
-    recording = signals.Recording(
-        scenario=exported["scenario"],
-        events=exported["recorded"],
-        teams=exported["teams"],
-        audit=history.policy_entries(queue, start, stop),
-        end=end,
-    )
-    answer = signals.compute(recording, 0, length, group_by=group_by)
+    computed from the queue's recording with the state at ``start`` as it was (runs
+    going, earlier admissions and preemptions) plus the audit entries that count as
+    policy changes, with the end of the recording at ``min(stop, now)``."""
+    window = history.signals_window(queue, start, stop, now=timezone.now())
+    answer = signals.compute(window.recording, window.start, window.stop, group_by=group_by)
     answer["window"] = {"from": start.isoformat(), "to": stop.isoformat()}
     answer["queue"] = {"id": queue.pk, "name": queue.name, **answer["queue"]}
     return answer

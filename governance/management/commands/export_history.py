@@ -54,7 +54,7 @@ class Command(BaseCommand):
                 json.dump(data, handle, indent=1)
             self.stdout.write(
                 f"wrote {options['output']}: {len(data['scenario']['jobs'])} jobs, "
-                f"{len(data['recorded'])} events"
+                f"{len(data['recorded']['events'])} events"
             )
         else:
             json.dump(data, sys.stdout if self.stdout is None else self.stdout, indent=1)
