@@ -5,8 +5,6 @@ dots; chargeback one row per team, queue, type and month)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -46,15 +44,7 @@ class CSVRenderer(renderers.BaseRenderer):
 
 
 def csv_response(rows: list[dict[str, Any]], filename: str) -> HttpResponse:
-    out = io.StringIO()
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(k for k in row if k not in columns)
-    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
-    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    response = HttpResponse(scheduling.csv_text(rows), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 

@@ -36,6 +36,7 @@ __all__ = [
     "account_type",
     "accounting",
     "chargeback",
+    "csv_text",
     "engine_usage",
     "explain_generation",
     "explain_job",
@@ -374,6 +375,11 @@ def queue_signals(
 def signals_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
     """The signals answer as a flat table (``?format=csv``)."""
     return signals.flat_rows(answer)
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """A flat table (``signals_rows``, chargeback rows) as CSV text."""
+    return signals.csv_text(rows)
 
 
 def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ blue, limits G:1 P:1); until 199, so E = 200.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from typing import Any
 
@@ -346,3 +347,32 @@ def test_consecutive_windows_add_up_to_the_whole(
     for lo, hi in itertools.pairwise(bounds):
         summed = _add(summed, _by_group(compute(rec, lo, hi, group_by=group_by)))
     assert summed == whole
+
+
+def test_the_command_line_reads_a_history_file(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m scheduler.signals FILE --from S --to S``: the window's figures, as JSON
+    or CSV; a window that ends before it starts is refused."""
+    from scheduler import signals
+
+    path = tmp_path / "history.json"
+    path.write_text(
+        json.dumps(
+            {
+                "scenario": SCENARIO,
+                "recorded": {"events": EVENTS, "jobs": {}},
+                "teams": {"A": "red", "B": "blue"},
+            }
+        )
+    )
+    assert signals.main([str(path), "--from", "60", "--to", "120", "--group-by", "team"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(
+        json.dumps(compute(REC, 60, 120, group_by="team"))
+    )
+    assert signals.main([str(path), "--from", "60", "--to", "120", "--csv"]) == 0
+    assert capsys.readouterr().out == signals.csv_text(signals.flat_rows(compute(REC, 60, 120)))
+    assert signals.main([str(path), "--from", "60", "--to", "60"]) == 2
+    assert "--to" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert signals.main([str(tmp_path / "bad.json")]) == 2
