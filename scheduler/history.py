@@ -589,3 +589,12 @@ def signals_window(
         end=max(lo, min(hi, _ms(now) - t0)),
     )
     return SignalsWindow(recording, lo, hi)
+
+
+def window_signals(
+    queue: JobQueue, start: datetime, stop: datetime, *, now: datetime, group_by: str = "share"
+) -> dict[str, Any]:
+    """The signals of ``[start, stop)`` as recorded (:func:`signals_window`), the end of
+    the recording at ``min(stop, now)``."""
+    window = signals_window(queue, start, stop, now=now)
+    return signals.compute(window.recording, window.start, window.stop, group_by=group_by)

@@ -365,8 +365,7 @@ def queue_signals(
     computed from the queue's recording with the state at ``start`` as it was (runs
     going, earlier admissions and preemptions) plus the audit entries that count as
     policy changes, with the end of the recording at ``min(stop, now)``."""
-    window = history.signals_window(queue, start, stop, now=timezone.now())
-    answer = signals.compute(window.recording, window.start, window.stop, group_by=group_by)
+    answer = history.window_signals(queue, start, stop, now=timezone.now(), group_by=group_by)
     answer["window"] = {"from": start.isoformat(), "to": stop.isoformat()}
     answer["queue"] = {"id": queue.pk, "name": queue.name, **answer["queue"]}
     return answer

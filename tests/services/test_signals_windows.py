@@ -228,3 +228,41 @@ def test_a_later_window_of_the_export_is_a_valid_scenario_with_whole_work(
         rows = out["recorded"]["jobs"]
         assert set(rows) == {j["id"] for j in out["scenario"]["jobs"]}
         assert all(row["started_at"] is None or row["started_at"] >= 0 for row in rows.values())
+
+
+def test_a_whatif_shows_what_was_recorded_beside_its_replay(
+    world: Any,  # noqa: F811
+    clock: Clock,  # noqa: F811
+) -> None:
+    """A what-if over a window that starts while jobs run: its result carries the
+    window's recorded signals (the replay "as it was" re-decides the jobs going at its
+    start), and the run's page shows them in a Recorded column."""
+    from django.test import Client
+    from rest_framework.test import APIClient
+
+    from scheduler import tasks
+
+    run_history(world, clock)
+    clock.now = at(400)
+    client = APIClient()
+    client.force_authenticate(world.admin)
+    window = {"from": at(45).isoformat(), "to": at(400).isoformat()}
+    response = client.post(
+        f"/api/queues/{world.queue.pk}/whatif/",
+        {**window, "shares": {"beta": {"borrow_limit": 0}}},
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    tasks.run_whatif(response.json()["id"])
+    result = client.get(f"/api/queues/{world.queue.pk}/whatif/{response.json()['id']}/").json()[
+        "result"
+    ]
+    recorded = scheduling.queue_signals(world.queue, at(45), at(400))
+    assert _figures(result["recorded"]["queue"]) == _figures(recorded["queue"])
+    assert [_figures(g) for g in result["recorded"]["groups"]] == [
+        _figures(g) for g in recorded["groups"]
+    ]
+    page = Client()
+    page.force_login(world.admin)
+    html = page.get(f"/whatif/{response.json()['id']}/").content.decode()
+    assert ">Recorded</th>" in html and "As it was" in html
