@@ -149,7 +149,8 @@ class QueueHistoryView(APIView):
         parameters=WINDOW_PARAMETERS,
         responses={
             200: OpenApiResponse(
-                OpenApiTypes.OBJECT, description='{"scenario", "recorded", "teams"}'
+                OpenApiTypes.OBJECT,
+                description='{"scenario", "recorded": {"events", "jobs"}, "teams"}',
             ),
             **ERROR_RESPONSES,
         },
@@ -243,8 +244,8 @@ class WhatIfListView(APIView):
 
 
 class WhatIfDetailView(APIView):
-    """One what-if: its progress, and when done its result (both sides' signals and the
-    per-share differences)."""
+    """One what-if: its progress, and when done its result (the window's recorded
+    signals, both replayed sides' signals and the per-share differences)."""
 
     renderer_classes = [renderers.JSONRenderer]
 
