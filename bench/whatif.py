@@ -14,7 +14,11 @@ Then it times, and prints:
 2. ``replay``: both sides of a what-if (the history as it was, and with one share's
    borrow limit and one type's capacity changed), through ``scheduler.whatif.run``
    (replays and the signals of both); target export + replay <= 60 s;
-3. ``signals``: ``scheduler.signals.compute`` over the 30 days; target <= 2 s.
+3. ``signals``: ``scheduler.signals.compute`` over the 30 days; target <= 2 s;
+4. ``windows``: the signals the API answers (``selectors.scheduling.queue_signals``) for
+   the last hour, day, 7 days and 30 days of the history (median of 3), each computed
+   from the queue's recording with the state at the window's start, beside what the
+   window's export alone took (``export`` + ``compute``, how they were read before).
 
 Times are wall-clock on this machine, whatever else it is running: run it on a quiet one
 (the signals' CPU time and the load average are printed too). The two sides replay in two
@@ -199,7 +203,7 @@ def main() -> None:
     export_s = time.perf_counter() - t
     print(
         f"  exported: {len(exported['scenario']['jobs']):,} jobs, "
-        f"{len(exported['recorded']):,} events",
+        f"{len(exported['recorded']['events']):,} events",
         flush=True,
     )
     share = exported["scenario"]["shares"][0]["name"]
@@ -211,7 +215,7 @@ def main() -> None:
     t = time.perf_counter()
     result = whatif.run(exported, proposal)
     replay_s = time.perf_counter() - t
-    rec = signals.Recording(exported["scenario"], exported["recorded"], exported["teams"])
+    rec = signals.Recording(exported["scenario"], exported["recorded"]["events"], exported["teams"])
     t, cpu = time.perf_counter(), time.process_time()
     signals.compute(rec, 0, exported["scenario"]["until"] + 1)
     signals_s, signals_cpu = time.perf_counter() - t, time.process_time() - cpu
@@ -224,7 +228,41 @@ def main() -> None:
     figure("export + replay both sides", export_s + replay_s, 60)
     figure("signals for the 30 days", signals_s, 2)
     figure("  the same, CPU time of this process", signals_cpu)
+    windows(queue, stop)
     print(f"  (load average while it ran: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+
+
+def windows(queue: object, stop: datetime) -> None:
+    """The signals of the last hour, day, 7 and 30 days as the API computes them, and
+    from the window's export alone (the jobs going at its start as if submitted then)."""
+    import statistics
+
+    from governance.selectors import scheduling
+    from scheduler import history, signals
+
+    def by_export(start: datetime) -> None:
+        exported = history.export(queue, start, stop)  # type: ignore[arg-type]
+        length = int((stop - start).total_seconds() * 1000)
+        rec = signals.Recording(
+            exported["scenario"],
+            exported["recorded"]["events"],
+            exported["teams"],
+            audit=history.policy_entries(queue, start, stop),  # type: ignore[arg-type]
+        )
+        signals.compute(rec, 0, length)
+
+    for label, span in (("1 hour", 1 / 24), ("1 day", 1), ("7 days", 7), ("30 days", 30)):
+        start = stop - timedelta(days=span)
+        times: dict[str, list[float]] = {"window": [], "export": []}
+        for _ in range(3):
+            t = time.perf_counter()
+            scheduling.queue_signals(queue, start, stop)  # type: ignore[arg-type]
+            times["window"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            by_export(start)
+            times["export"].append(time.perf_counter() - t)
+        figure(f"signals, last {label} (the API's)", statistics.median(times["window"]))
+        figure("  from the window's export alone", statistics.median(times["export"]))
 
 
 if __name__ == "__main__":

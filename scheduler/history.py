@@ -3,9 +3,9 @@
 ``export(queue, start, stop)`` reads the database (jobs, their timeline events, and the
 audit entries of share and capacity changes) and returns ``{"scenario", "recorded",
 "teams"}``: a section-3 scenario in milliseconds relative to ``start`` that the scenario
-runner can replay, the events that really happened in the window in section-3 output
-form, and each share's team. :func:`recording` adds the audit entries that the
-``policy_changes`` signal counts, for :mod:`scheduler.signals`.
+runner can replay, what really happened in the window in section-3 output form
+(``{"events", "jobs"}``), and each share's team. :func:`policy_entries` gives the audit
+entries that the ``policy_changes`` signal counts, for :mod:`scheduler.signals`.
 
 What the export says and where it only approximates (docs/signals.md):
 
@@ -17,11 +17,19 @@ What the export says and where it only approximates (docs/signals.md):
   (listed as submitted at 0 with their remaining work, estimated as the declared work less
   what the run going on at ``start`` had done); priority changes and cancellations are
   actions, failures other than preemption ``cancel`` actions at their time;
-- work: ``duration`` is the declared work; without one, the work the last run did (to
-  its completion, or to the window's end plus one second). The simulated fleet runs
-  ``DEMO_TIME_FACTOR`` times faster than the clock, so for its queues work (duration,
-  checkpoint interval, restart overhead, lost work) is given in the clock's milliseconds:
-  declared work / factor. That keeps the replay on the recorded clock.
+- work: ``duration`` is the declared work in work-milliseconds; without one, the work
+  the last run did (to its completion, or to the window's end plus one second). Work
+  (duration, checkpoint interval, lost work) is whole units, rounded up. The simulated
+  fleet runs ``DEMO_TIME_FACTOR`` times faster than the clock, so for its queues each
+  type's ``speed`` is its speed x the factor (and restart overhead, a time, is on the
+  clock): work stays the declared work and the replay stays on the recorded clock;
+- ``recorded``: ``{"events", "jobs"}`` as the runner's output gives them, for the
+  listed jobs as seen from the window (a job that started before it counts as started
+  at 0, like its submission).
+
+:func:`signals_window` is what the signals of a window are computed from: not the
+window's export, but the jobs active at its start and those submitted in it, from their
+real submission, with every event they had.
 
 For a queue run by the simulated fleet whose cycles ran at every moment something
 happened, replaying the export of a window that starts before its first submission
@@ -30,11 +38,13 @@ reproduces ``recorded`` exactly (``tests/services/test_history.py``).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Min, Q
 
 from governance.models import (
     AuditEntry,
@@ -48,6 +58,7 @@ from governance.models import (
     Share,
     ShareLimit,
 )
+from scheduler import signals
 from scheduler.executors import simulated
 
 MS = 1000
@@ -67,10 +78,10 @@ def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * MS)
 
 
-def _num(value: float) -> int | float:
-    """An integer when the value is one (within rounding), so replays compare exactly."""
-    near = round(value)
-    return near if abs(value - near) < 1e-6 else value
+def _whole(value: float) -> int:
+    """Work as whole units, rounded up (a value within rounding of an integer is that
+    integer), so every reader of the scenario format takes it."""
+    return math.ceil(value - 1e-6)
 
 
 def _share_fields(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -107,6 +118,21 @@ def export(
     queue: JobQueue, start: datetime, stop: datetime, *, now: datetime | None = None
 ) -> dict[str, Any]:
     """The history of ``queue`` over ``[start, stop)`` (see the module's docstring)."""
+    return _export(queue, start, stop, now=now)
+
+
+def _export(
+    queue: JobQueue,
+    start: datetime,
+    stop: datetime,
+    *,
+    now: datetime | None = None,
+    active_from: datetime | None = None,
+) -> dict[str, Any]:
+    """:func:`export`; with ``active_from``, only the jobs submitted in the window that
+    were still active at ``active_from`` or submitted after it (what the signals of a
+    window starting at ``active_from`` can see, when ``start`` is no later than the
+    submission of every job active then)."""
     t0 = _ms(start)
     length = _ms(stop) - t0
 
@@ -116,8 +142,9 @@ def export(
     def in_window(moment: datetime) -> bool:
         return start <= moment < stop
 
+    # The simulated fleet does its work ``factor`` times faster than the clock: its types
+    # are given that much speed, so work stays declared work and replays on the clock.
     factor = simulated.time_factor(queue)
-    work_unit = MS / factor  # clock milliseconds per work-second (see the docstring)
 
     # ---- shares: as at ``start``, then edits
     shares = _current_shares(queue)
@@ -177,12 +204,9 @@ def export(
         running_capacity = new
 
     # ---- jobs: submitted in the window, or active at its start
-    active_at_start = Q(submitted_at__lt=start) & (
-        Q(finished_at__isnull=True) | Q(finished_at__gte=start)
-    )
     rows = list(
         Job.objects.filter(queue=queue)
-        .filter(Q(submitted_at__gte=start, submitted_at__lt=stop) | active_at_start)
+        .filter(_exported_jobs("", start, stop, active_from))
         .order_by("id")
         .values(
             "id",
@@ -203,12 +227,9 @@ def export(
     # One query joined on the same job condition (a list of 100,000 ids would cost more
     # to send and parse than the events themselves).
     timeline: dict[int, list[tuple[datetime, int, str, dict[str, Any]]]] = defaultdict(list)
-    job_active_at_start = Q(job__submitted_at__lt=start) & (
-        Q(job__finished_at__isnull=True) | Q(job__finished_at__gte=start)
-    )
     for event_id, job_id, at, type_, data in (
         JobEvent.objects.filter(job__queue=queue, at__lt=stop)
-        .filter(Q(job__submitted_at__gte=start, job__submitted_at__lt=stop) | job_active_at_start)
+        .filter(_exported_jobs("job__", start, stop, active_from))
         .exclude(type__in=("submitted", "checkpoint", "claimed", "started", "stopped"))
         .order_by("at", "id")
         .values_list("id", "job_id", "at", "type", "data")
@@ -220,6 +241,7 @@ def export(
     job_actions: list[dict[str, Any]] = []
     named_plans: set[str] = set()
     recorded: list[tuple[datetime, int, dict[str, Any]]] = []
+    job_rows: dict[str, dict[str, Any]] = {}
     end_at = min(stop, now) if now is not None else stop
     for row in rows:
         key = str(row["id"])
@@ -252,18 +274,20 @@ def export(
                     done_at = at
                 if at < start:
                     running_at_start = None
+        # work in work-milliseconds of declared work; a run does speed x factor of it
+        # per millisecond of the clock
         if row["duration"] is not None:
-            work = row["duration"] * work_unit
+            work: float = row["duration"] * MS
         elif last_admit is not None:
-            speed = float(speeds.get(last_admit[1], 1.0))
+            rate = float(speeds.get(last_admit[1], 1.0)) * factor
             until = done_at if done_at is not None else end_at
-            work = (_ms(until) - _ms(last_admit[0])) * speed * factor * work_unit / MS
-            work += 0 if done_at is not None else MS
+            work = (_ms(until) - _ms(last_admit[0])) * rate
+            work += 0 if done_at is not None else MS * rate  # to one second past the end
         else:
-            work = MS  # never ran: one second of work, by the window's end plus one second
+            work = MS * factor  # never ran: what a second of the clock does, past the end
         if before_start and running_at_start is not None:
-            speed = float(speeds.get(running_at_start[1], 1.0))
-            work -= (t0 - _ms(running_at_start[0])) * speed
+            rate = float(speeds.get(running_at_start[1], 1.0)) * factor
+            work -= (t0 - _ms(running_at_start[0])) * rate
         job: dict[str, Any] = {
             "id": key,
             "share": share_name,
@@ -271,17 +295,28 @@ def export(
             "priority": priority,
             "kind": row["kind"],
             "preferences": prefs,
-            "duration": _num(max(1.0, work)),
+            "duration": max(1, _whole(work)),
         }
         if row["max_pending"] is not None:
             job["max_pending"] = row["max_pending"] * MS
         if row["checkpoint_interval"]:
-            job["checkpoint_interval"] = _num(row["checkpoint_interval"] * work_unit)
+            job["checkpoint_interval"] = max(1, _whole(row["checkpoint_interval"] * MS))
         if row["restart_overhead"]:
-            job["restart_overhead"] = round(row["restart_overhead"] * work_unit)
+            # seconds of preparation on the fleet's clock
+            job["restart_overhead"] = round(row["restart_overhead"] * MS / factor)
         jobs.append(job)
 
         run: tuple[str, int, str | None] | None = None
+        # the job's row of the runner's output, as seen from the window (a job that
+        # started before it counts as started at 0, like its submission)
+        outcome: dict[str, Any] = {
+            "state": "PENDING",
+            "started_at": None,
+            "finished_at": None,
+            "preemptions": 0,
+            "recomputed": 0,
+            "preference": None,
+        }
         for at, event_id, type_, data in events:
             if type_ == "admitted":
                 run = (
@@ -289,6 +324,9 @@ def export(
                     int(data.get("count", 0)),
                     data.get("plan") or None,
                 )
+                outcome["preference"] = data.get("preference", 0)
+                if outcome["started_at"] is None:
+                    outcome["started_at"] = max(0, rel(at))
             if not in_window(at):
                 if type_ in ("preempted", "completed", "failed", "cancelled", "lost"):
                     run = None
@@ -313,8 +351,10 @@ def export(
                     "count": run[1] if run else None,
                     "reason": data.get("reason") if type_ == "preempted" else "capacity_lost",
                     "by": str(data["by"]) if data.get("by") is not None else None,
-                    "lost_work": _num(float(data.get("lost_work") or 0) * work_unit),
+                    "lost_work": _whole(float(data.get("lost_work") or 0) * MS),
                 }
+                outcome["preemptions"] += 1
+                outcome["recomputed"] += event["lost_work"]
                 run = None
             elif type_ == "failed":
                 event = {"type": "failed", "job": key, "reason": data.get("reason")}
@@ -334,6 +374,21 @@ def export(
                 )
             if event is not None:
                 recorded.append((at, event_id, {"at": rel(at), **event}))
+                if event["type"] in RUN_STATES:
+                    outcome["state"] = RUN_STATES[event["type"]]
+                    outcome["finished_at"] = rel(at)
+        if outcome["state"] == "PENDING" and run is not None:
+            outcome["state"] = "RUNNING"
+        started = outcome["started_at"]
+        job_rows[key] = {
+            "state": outcome["state"],
+            "started_at": started,
+            "finished_at": outcome["finished_at"],
+            "wait": None if started is None else started - job["submit_at"],
+            "preemptions": outcome["preemptions"],
+            "recomputed": outcome["recomputed"],
+            "preference": outcome["preference"],
+        }
 
     recorded.sort(key=lambda item: (item[0], item[1]))
     plans, plan_actions = _plans(queue, start, stop, named_plans, rel)
@@ -346,7 +401,7 @@ def export(
             "name": name,
             "capacity": int(capacity.get(name, 0)),
             "accelerated": type_rows[name].accelerated,
-            "speed": float(type_rows[name].speed),
+            "speed": float(type_rows[name].speed) * factor,
             "hourly_price": float(type_rows[name].hourly_price),
         }
         for name in sorted(type_rows)
@@ -368,9 +423,38 @@ def export(
     }
     return {
         "scenario": scenario,
-        "recorded": [event for _, _, event in recorded],
+        "recorded": {"events": [event for _, _, event in recorded], "jobs": job_rows},
         "teams": {name: team for name, team, _ in shares.values()},
     }
+
+
+RUN_STATES = {
+    "completed": "SUCCEEDED",
+    "failed": "FAILED",
+    "timed_out": "TIMED_OUT",
+    "cancelled": "CANCELLED",
+}
+
+
+def _exported_jobs(prefix: str, start: datetime, stop: datetime, active_from: datetime | None) -> Q:
+    """The jobs an export lists (``prefix`` reaches a job from the model queried): those
+    submitted in the window and those pending or running at its start; with
+    ``active_from``, those submitted in the window and active at ``active_from`` or later."""
+
+    def q(**terms: Any) -> Q:
+        return Q(**{prefix + name: value for name, value in terms.items()})
+
+    submitted = q(submitted_at__gte=start, submitted_at__lt=stop)
+    if active_from is None:
+        active = q(submitted_at__lt=start) & (
+            q(finished_at__isnull=True) | q(finished_at__gte=start)
+        )
+        return submitted | active
+    return submitted & (
+        q(submitted_at__gte=active_from)
+        | q(finished_at__isnull=True)
+        | q(finished_at__gte=active_from)
+    )
 
 
 def _plans(
@@ -440,9 +524,12 @@ def _limit_types(shares: dict[int, dict[str, Any]]) -> set[str]:
     return {name for fields in shares.values() for name in fields["limits"]}
 
 
-def policy_entries(queue: JobQueue, start: datetime, stop: datetime) -> list[dict[str, Any]]:
-    """Audit entries counted by ``policy_changes``, ``at`` in ms relative to ``start``."""
-    t0 = _ms(start)
+def policy_entries(
+    queue: JobQueue, start: datetime, stop: datetime, *, origin: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Audit entries of ``[start, stop)`` counted by ``policy_changes``, ``at`` in ms
+    relative to ``origin`` (default ``start``)."""
+    t0 = _ms(start if origin is None else origin)
     rows = (
         AuditEntry.objects.filter(
             Q(queue=queue) | Q(share__queue=queue) | Q(job__queue=queue),
@@ -462,3 +549,52 @@ def policy_entries(queue: JobQueue, start: datetime, stop: datetime) -> list[dic
         }
         for event_type, at, share, team, job_share in rows
     ]
+
+
+@dataclass(frozen=True)
+class SignalsWindow:
+    """What the signals of a window are computed from: a recording that begins no later
+    than the submission of every job active at the window's start, and the window
+    ``[start, stop)`` in its milliseconds."""
+
+    recording: signals.Recording
+    start: int
+    stop: int
+
+
+def signals_window(
+    queue: JobQueue, start: datetime, stop: datetime, *, now: datetime
+) -> SignalsWindow:
+    """The queue's recording for the signals of ``[start, stop)`` (docs/signals.md, "Rules
+    of counting"): the jobs submitted in the window and those active at its start, from
+    their real submission with every event they had, so runs going at ``start`` are
+    integrated from ``start`` on, a job first admitted before it has no first admission in
+    the window, turnarounds run from the real submission and a job's earlier preemptions
+    count where its whole life does. Jobs that had ended by ``start`` can change no figure
+    of the window, so they are left out: the cost follows the window, not the history."""
+    first = (
+        Job.objects.filter(queue=queue, submitted_at__lt=start)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=start))
+        .aggregate(first=Min("submitted_at"))["first"]
+    )
+    origin = min(start, first) if first is not None else start
+    exported = _export(queue, origin, stop, now=now, active_from=start)
+    t0 = _ms(origin)
+    lo, hi = _ms(start) - t0, _ms(stop) - t0
+    recording = signals.Recording(
+        scenario=exported["scenario"],
+        events=exported["recorded"]["events"],
+        teams=exported["teams"],
+        audit=policy_entries(queue, start, stop, origin=origin),
+        end=max(lo, min(hi, _ms(now) - t0)),
+    )
+    return SignalsWindow(recording, lo, hi)
+
+
+def window_signals(
+    queue: JobQueue, start: datetime, stop: datetime, *, now: datetime, group_by: str = "share"
+) -> dict[str, Any]:
+    """The signals of ``[start, stop)`` as recorded (:func:`signals_window`), the end of
+    the recording at ``min(stop, now)``."""
+    window = signals_window(queue, start, stop, now=now)
+    return signals.compute(window.recording, window.start, window.stop, group_by=group_by)

@@ -21,8 +21,13 @@ Percentiles use the nearest rank; an empty set or a zero denominator gives ``Non
 
 from __future__ import annotations
 
+import argparse
+import csv
 import gc
+import io
+import json
 import math
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -843,3 +848,64 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = " ".join(str(v) for v in value)
     else:
         out[prefix] = value
+
+
+def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows (:func:`flat_rows`) as CSV: the columns in the order they first appear, an
+    empty cell for null."""
+    out = io.StringIO()
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    return out.getvalue()
+
+
+def file_recording(data: Mapping[str, Any]) -> Recording:
+    """The recording of a history file (``{"scenario", "recorded", "teams"}``; an older
+    file's ``recorded`` may be the bare list of events)."""
+    recorded = data["recorded"]
+    events = recorded["events"] if isinstance(recorded, Mapping) else recorded
+    return Recording(data["scenario"], events, data.get("teams") or {})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m scheduler.signals FILE [--from S] [--to S] [--group-by share|team]
+    [--csv]``: the signals of a history file over a window in seconds from the file's
+    start (default: the whole file), as JSON or a CSV table."""
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduler.signals",
+        description="The signals of a history file (manage.py export_history) over a window.",
+    )
+    parser.add_argument("file", help="a history file: {scenario, recorded, teams}")
+    parser.add_argument("--from", dest="start", type=float, default=0.0, help="seconds")
+    parser.add_argument("--to", dest="stop", type=float, default=None, help="seconds")
+    parser.add_argument("--group-by", choices=GROUP_BY, default="share")
+    parser.add_argument("--csv", action="store_true", help="a flat table instead of JSON")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.file, encoding="utf-8") as handle:
+            recording = file_recording(json.load(handle))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"{args.file}: not a history file ({exc})", file=sys.stderr)
+        return 2
+    unit = time_unit(recording.scenario)
+    start = round(args.start * unit)
+    stop = recording_end(recording) if args.stop is None else round(args.stop * unit)
+    if stop <= start:
+        print("--to: must be after --from", file=sys.stderr)
+        return 2
+    answer = compute(recording, start, stop, group_by=args.group_by)
+    if args.csv:
+        sys.stdout.write(csv_text(flat_rows(answer)))
+    else:
+        json.dump(answer, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

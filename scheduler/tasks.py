@@ -96,13 +96,19 @@ def run_whatif(whatif_id: int) -> None:
         return
     whatif_services.whatif_progress(whatif_id=run.pk, progress=1, step="exporting the history")
     try:
-        exported = history.export(run.queue, run.window_start, run.window_stop, now=timezone.now())
+        now = timezone.now()
+        exported = history.export(run.queue, run.window_start, run.window_stop, now=now)
         result = whatif.run(
             exported,
             run.proposal,
             progress=lambda percent, words: whatif_services.whatif_progress(
                 whatif_id=run.pk, progress=percent, step=words
             ),
+        )
+        # what really happened in the window, beside the replay "as it was" (which
+        # re-decides the jobs that were going at its start)
+        result["recorded"] = history.window_signals(
+            run.queue, run.window_start, run.window_stop, now=now
         )
     except whatif.ProposalError as exc:
         whatif_services.whatif_fail(whatif_id=run.pk, error=str(exc))

@@ -5,8 +5,6 @@ dots; chargeback one row per team, queue, type and month)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -46,15 +44,7 @@ class CSVRenderer(renderers.BaseRenderer):
 
 
 def csv_response(rows: list[dict[str, Any]], filename: str) -> HttpResponse:
-    out = io.StringIO()
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(k for k in row if k not in columns)
-    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
-    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    response = HttpResponse(scheduling.csv_text(rows), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
@@ -159,7 +149,8 @@ class QueueHistoryView(APIView):
         parameters=WINDOW_PARAMETERS,
         responses={
             200: OpenApiResponse(
-                OpenApiTypes.OBJECT, description='{"scenario", "recorded", "teams"}'
+                OpenApiTypes.OBJECT,
+                description='{"scenario", "recorded": {"events", "jobs"}, "teams"}',
             ),
             **ERROR_RESPONSES,
         },
@@ -253,8 +244,8 @@ class WhatIfListView(APIView):
 
 
 class WhatIfDetailView(APIView):
-    """One what-if: its progress, and when done its result (both sides' signals and the
-    per-share differences)."""
+    """One what-if: its progress, and when done its result (the window's recorded
+    signals, both replayed sides' signals and the per-share differences)."""
 
     renderer_classes = [renderers.JSONRenderer]
 

@@ -36,6 +36,7 @@ __all__ = [
     "account_type",
     "accounting",
     "chargeback",
+    "csv_text",
     "engine_usage",
     "explain_generation",
     "explain_job",
@@ -361,20 +362,10 @@ def queue_signals(
     queue: JobQueue, start: datetime, stop: datetime, *, group_by: str = "share"
 ) -> dict[str, Any]:
     """Every signal of DESIGN 8 for the queue over ``[start, stop)``, per share or team:
-    computed from the history export plus the audit entries that count as policy
-    changes, with the end of the recording at ``min(stop, now)``."""
-    now = timezone.now()
-    exported = history.export(queue, start, stop, now=now)
-    length = int((stop - start).total_seconds() * 1000)
-    end = max(0, min(length, int((now - start).total_seconds() * 1000)))
-    recording = signals.Recording(
-        scenario=exported["scenario"],
-        events=exported["recorded"],
-        teams=exported["teams"],
-        audit=history.policy_entries(queue, start, stop),
-        end=end,
-    )
-    answer = signals.compute(recording, 0, length, group_by=group_by)
+    computed from the queue's recording with the state at ``start`` as it was (runs
+    going, earlier admissions and preemptions) plus the audit entries that count as
+    policy changes, with the end of the recording at ``min(stop, now)``."""
+    answer = history.window_signals(queue, start, stop, now=timezone.now(), group_by=group_by)
     answer["window"] = {"from": start.isoformat(), "to": stop.isoformat()}
     answer["queue"] = {"id": queue.pk, "name": queue.name, **answer["queue"]}
     return answer
@@ -383,6 +374,11 @@ def queue_signals(
 def signals_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
     """The signals answer as a flat table (``?format=csv``)."""
     return signals.flat_rows(answer)
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """A flat table (``signals_rows``, chargeback rows) as CSV text."""
+    return signals.csv_text(rows)
 
 
 def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:

@@ -160,6 +160,10 @@ def _comparison(result: dict[str, Any]) -> list[dict[str, Any]]:
     base.update({g["share"]: g for g in result["baseline"]["groups"]})
     new = {"(whole queue)": result["proposed"]["queue"]}
     new.update({g["share"]: g for g in result["proposed"]["groups"]})
+    recorded: dict[str, Any] = {}
+    if result.get("recorded"):  # runs from before it was kept have none
+        recorded = {"(whole queue)": result["recorded"]["queue"]}
+        recorded.update({g["share"]: g for g in result["recorded"]["groups"]})
     out = []
     for name, before in base.items():
         after = new.get(name)
@@ -171,15 +175,17 @@ def _comparison(result: dict[str, Any]) -> list[dict[str, Any]]:
             change = None if a is None or b is None else b - a
             sign = "" if not change else ("+" if change > 0 else "-")
             shown = _show(abs(change), kind) if change else "no change"
+            real = recorded.get(name)
             rows.append(
                 {
                     "label": label,
+                    "recorded": None if real is None else _show(pick(real), kind),
                     "before": _show(a, kind),
                     "after": _show(b, kind),
                     "change": f"{sign}{shown}" if change is not None else "—",
                 }
             )
-        out.append({"name": name, "rows": rows})
+        out.append({"name": name, "rows": rows, "recorded": name in recorded})
     return out
 
 

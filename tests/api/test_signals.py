@@ -70,7 +70,7 @@ def test_signals_per_share_as_json(client: APIClient, world: Any) -> None:  # no
     assert group(body, "alpha")["policy_changes"]["share_edits"] == 1  # the edit at 45 s
     # the same figures as the signals module on the exported history
     history = client.get(f"/api/queues/{world.queue.pk}/history/", WINDOW).json()
-    rec = signals.Recording(history["scenario"], history["recorded"], history["teams"])
+    rec = signals.Recording(history["scenario"], history["recorded"]["events"], history["teams"])
     direct = signals.compute(rec, 0, 401_000)
     assert group(direct, "beta")["cost"]["total"] == pytest.approx(beta["cost"]["total"])
     assert group(direct, "beta")["idle_lendable_seconds"] == beta["idle_lendable_seconds"]
@@ -94,7 +94,7 @@ def test_history_endpoint_replays_exactly(client: APIClient, world: Any) -> None
     response = client.get(f"/api/queues/{world.queue.pk}/history/", WINDOW)
     assert response.status_code == 200
     body = response.json()
-    assert simulate.run(body["scenario"])["events"] == body["recorded"]
+    assert simulate.run(body["scenario"])["events"] == body["recorded"]["events"]
     assert client.get("/api/queues/999999/history/", WINDOW).status_code == 404
 
 

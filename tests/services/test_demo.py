@@ -86,7 +86,7 @@ def test_demo_history_is_played_written_once_and_replays(tmp_path: Path, setting
     assert history.filter(state="SUCCEEDED").count() > written * 0.9
     replayed = scheduling.replay(exported["scenario"])["events"]
     history_ids = {str(pk) for pk in history.values_list("pk", flat=True)}
-    recorded = [e for e in exported["recorded"] if e["job"] in history_ids]
+    recorded = [e for e in exported["recorded"]["events"] if e["job"] in history_ids]
     assert [e for e in replayed if e["job"] in history_ids] == recorded
 
 

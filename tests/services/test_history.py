@@ -159,7 +159,7 @@ def run_history(world: Any, clock: Clock) -> dict[str, Any]:
 def test_replaying_the_export_reproduces_the_recorded_events(world: Any, clock: Clock) -> None:
     run_history(world, clock)
     out = history.export(world.queue, at(-1), at(400))
-    scenario, recorded = out["scenario"], out["recorded"]
+    scenario, recorded = out["scenario"], out["recorded"]["events"]
     assert out["teams"] == {"alpha": "red", "beta": "blue"}
     assert scenario["time_unit"] == "ms" and scenario["until"] == 400_999
     assert {t["name"]: t["capacity"] for t in scenario["instance_types"]} == {G5: 2, P4: 1}
@@ -173,6 +173,7 @@ def test_replaying_the_export_reproduces_the_recorded_events(world: Any, clock: 
 
     replay = simulate.run(scenario)
     assert replay["events"] == recorded
+    assert replay["jobs"] == out["recorded"]["jobs"]
 
 
 def test_a_later_window_lists_running_jobs_at_zero_and_only_its_events(
@@ -181,7 +182,7 @@ def test_a_later_window_lists_running_jobs_at_zero_and_only_its_events(
     run_history(world, clock)
     out = history.export(world.queue, at(45), at(60))
     scenario = out["scenario"]
-    assert all(e["at"] >= 0 and e["at"] < 15_000 for e in out["recorded"])
+    assert all(e["at"] >= 0 and e["at"] < 15_000 for e in out["recorded"]["events"])
     running_before = [j for j in scenario["jobs"] if j["submit_at"] == 0]
     assert running_before  # the jobs pending or running at 45 s
     # the share edit at 45 s is the shares' state at the start: alpha as edited before it
@@ -193,7 +194,7 @@ def test_a_later_window_lists_running_jobs_at_zero_and_only_its_events(
 def test_signals_of_the_export_count_what_happened(world: Any, clock: Clock) -> None:
     jobs = run_history(world, clock)
     out = history.export(world.queue, at(-1), at(400))
-    rec = signals.Recording(out["scenario"], out["recorded"], out["teams"])
+    rec = signals.Recording(out["scenario"], out["recorded"]["events"], out["teams"])
     answer = signals.compute(rec, 0, 401_000)
     finished = answer["queue"]["jobs_finished"]
     done = [j for j in jobs.values() if (j.refresh_from_db() or j.state) != "PENDING"]
@@ -217,7 +218,8 @@ def test_export_history_command_writes_a_replayable_file(
         str(target),
     )
     data = json.loads(target.read_text())
-    assert simulate.run(data["scenario"])["events"] == data["recorded"]
+    replay = simulate.run(data["scenario"])
+    assert {"events": replay["events"], "jobs": replay["jobs"]} == data["recorded"]
 
 
 def test_whatif_command_on_a_queue_and_on_a_file(
@@ -301,7 +303,7 @@ def test_a_queue_with_a_capacity_plan_exports_and_replays_exactly(world: Any, cl
     included), and the signals read the plan's figures from it."""
     run_plan_history(world, clock)
     out = history.export(world.queue, at(-1), at(300))
-    scenario, recorded = out["scenario"], out["recorded"]
+    scenario, recorded = out["scenario"], out["recorded"]["events"]
     assert scenario["plans"] == [
         {
             "name": "alpha-reserved",

@@ -73,6 +73,8 @@ class Command(BaseCommand):
             else:
                 raise CommandError("give a QUEUE or --file")
             result = scheduling.whatif_replay(data, proposal)
+            if not options["file"]:  # what really happened, beside the replay as it was
+                result["recorded"] = scheduling.queue_signals(queue, window.start, window.stop)
         except (OSError, json.JSONDecodeError) as exc:
             raise CommandError(f"{options['file']}: {exc}") from exc
         except ValidationFailed as exc:
