@@ -35,6 +35,7 @@ __all__ = [
     "TypeAccount",
     "account_type",
     "accounting",
+    "change_request_preview",
     "chargeback",
     "engine_usage",
     "explain_generation",
@@ -344,6 +345,18 @@ def preview_share_change(
     if not roles.may_change_shares(actor):
         raise PermissionDenied({"detail": ["Only admins edit shares, so only they preview."]})
     return readings.preview_share_change(share, validate_share_fields(share, proposed))
+
+
+def change_request_preview(share: Share, proposed: dict[str, Any]) -> dict[str, Any]:
+    """The share editor's preview of ``proposed`` (``preview_share_change``'s three lists)
+    with its warnings (``share_change_warnings``) under ``warnings``: what a change
+    request stores when it is filed and again when it is decided. The change request
+    service checks who may file and decide; invalid values raise ``ValidationFailed``."""
+    preview: dict[str, Any] = dict(
+        readings.preview_share_change(share, validate_share_fields(share, proposed))
+    )
+    preview["warnings"] = share_change_warnings(share, proposed)
+    return preview
 
 
 def engine_usage(queue_id: int) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import JobState, Share
 from governance.models.shares import Policy
+from governance.selectors import change_requests as cr_selectors
 from governance.selectors import insight, scheduling, web_overview, web_state
 from governance.selectors import jobs as job_selectors
 from governance.selectors import shares as share_selectors
@@ -166,6 +167,8 @@ def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
         "history": history,
         "agreements": list(share.agreements.order_by("title")),
         "can_edit": roles.is_admin(request.user),
+        "may_request": roles.is_lead_of(request.user, share.team_id),
+        "change_requests": list(cr_selectors.change_requests().filter(share=share)[:20]),
         # Its capacity plans beside its limits: not ended, or ended in the last 30 days.
         "plans": [bar for bar in block.plans if bar.share_id == share.pk],
         **charts.history_context(
