@@ -47,6 +47,7 @@ urlpatterns: list = [
     path("shares/<int:share_id>/", shares.share_detail, name="share"),
     path("shares/<int:share_id>/edit/", shares.share_edit, name="share-edit"),
     path("shares/<int:share_id>/preview/", shares.share_preview, name="share-preview"),
+    path("shares/<int:share_id>/ledger/", shares.share_ledger, name="share-ledger"),
     # Capacity plans.
     path("plans/", plans.plan_list, name="plans"),
     path("plans/new/", plans.plan_new, name="plan-new"),
