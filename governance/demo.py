@@ -24,6 +24,7 @@ from governance.roles import ADMIN_GROUP, AGENT_GROUP, REVIEWER_GROUP
 from governance.services import (
     agreements,
     capacity,
+    change_requests,
     exceptions,
     jobs,
     plans,
@@ -37,6 +38,7 @@ from governance.services import users as user_services
 MARKER_QUEUE = "aws-worked-example"
 DEMO_PLAN = "vision-p5-reserved"
 SLURM_QUEUE = "slurm-local"
+LENDING_QUEUE = "inference-pool"
 
 INSTANCE_TYPES: list[dict[str, Any]] = [
     {"name": "ml.g5.xlarge", "accelerators": 1, "speed": 1.0, "hourly_price": "1.4080"},
@@ -181,7 +183,8 @@ def load(data_dir: Path | None = None) -> list[str]:
     _user("admin", ADMIN_GROUP, superuser=True)
     _user("reviewer", REVIEWER_GROUP)
     # Everything below is done by the demo's own actor, not by the people it signs in as
-    # (only filing an exception stays with a team's lead: no one else may file one).
+    # (only filing an exception or a change request stays with a team's lead: no one
+    # else may file one).
     admin = reviewer = demo_actor()
     _user("agent", AGENT_GROUP)
     leads = {team: _user(f"lead-{team}") for team in TEAMS}
@@ -275,6 +278,7 @@ def load(data_dir: Path | None = None) -> list[str]:
         {"background": background, "medium": medium, "protected": protected, **fleet_shares},
     )
     _jobs_and_exceptions(admin, reviewer, leads, members, background, fleet_shares)
+    _lending_pool(admin, leads, team_objs)
 
     roles = [
         ("admin", "admin: edits queues, shares and priority bands"),
@@ -476,6 +480,62 @@ def _jobs_and_exceptions(
     exceptions.exception_approve(actor=admin, exception=expiring, note="Incident INC-2041.")
     time.sleep(max(0.0, (expires_at - timezone.now()).total_seconds()))
     exceptions.exception_expire_due()
+
+
+def _lending_pool(admin: Any, leads: dict[str, Any], team_objs: dict[str, Team]) -> None:
+    """A lender whose capacity two teams borrow (the lending ledger, docs/ledger.md), and
+    a lead's change request waiting for an admin.
+
+    ``inference-pool`` has 6 x ml.g6.48xlarge, all of it under limits: speech lends 4,
+    vision and language may hold 1 each and borrow beyond it. Vision's backfill (2) and
+    language's eval sweep (3) borrow 1 and 2 of speech's idle instances, for days of work,
+    so speech's ledger names both; when speech's own work arrives it takes them back.
+    """
+    g6 = "ml.g6.48xlarge"
+    pool = capacity.queue_create(
+        actor=admin,
+        name=LENDING_QUEUE,
+        capacity={g6: 6},
+        description="Inference and evaluation capacity: speech lends what it does not use.",
+    )
+    specs = [
+        ("speech", "speech-serving", "LEND", None, 4),
+        ("vision", "vision-batch", "LEND_AND_BORROW", 200, 1),
+        ("language", "language-eval", "LEND_AND_BORROW", -1, 1),
+    ]
+    pool_shares = {
+        team: shares.share_create(
+            actor=admin,
+            queue=pool,
+            team=team_objs[team],
+            name=name,
+            policy=policy,
+            borrow_limit=borrow,
+            limits={g6: limit},
+            reason="Inference pool: speech's serving capacity, lent while idle.",
+        )
+        for team, name, policy, borrow, limit in specs
+    }
+    for team, name, count in (
+        ("vision", "vision-embed-backfill", 2),
+        ("language", "language-eval-sweep", 3),
+    ):
+        jobs.job_submit(
+            actor=admin,
+            share=pool_shares[team],
+            name=name,
+            priority=10,
+            preferences=[{"instance_type": g6, "count": count}],
+            duration=14 * 86400,
+            checkpoint_interval=1800,
+        )
+    change_requests.change_request_file(  # stays pending: an admin's review list has it
+        actor=leads["language"],
+        share=pool_shares["language"],
+        changes={"limits": {g6: 3}},
+        justification="Our eval sweeps need 3 instances every night; borrowing them means "
+        "speech takes them back whenever its serving load returns.",
+    )
 
 
 # A job of the Slurm demo: it works in steps of one second, checkpoints every 10 steps to

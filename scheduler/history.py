@@ -71,6 +71,10 @@ POLICY_EVENTS = {
     AuditEvent.EXCEPTION_EXPIRED: "exceptions_expired",
     AuditEvent.EXCEPTION_WITHDRAWN: "exceptions_withdrawn",
     AuditEvent.JOB_REPRIORITISED: "priority_changes",
+    AuditEvent.CHANGE_REQUEST_FILED: "change_requests.filed",
+    AuditEvent.CHANGE_REQUEST_APPROVED: "change_requests.approved",
+    AuditEvent.CHANGE_REQUEST_REJECTED: "change_requests.rejected",
+    AuditEvent.CHANGE_REQUEST_WITHDRAWN: "change_requests.withdrawn",
 }
 
 

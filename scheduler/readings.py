@@ -9,6 +9,7 @@ adds caching and permission checks.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from django.utils import timezone
@@ -25,6 +26,7 @@ from scheduler.engine.forecast import (
     FORECAST_RELATIVE,
     play_forward,
 )
+from scheduler.engine.preemption import victim_order
 from scheduler.executors import simulated
 
 DISABLED_REASON = "share_disabled"
@@ -271,3 +273,135 @@ def _reclaimable(loaded: Loaded, key: str, fields: dict[str, Any]) -> list[dict[
                     row["borrowed_after"] = after
                     reclaimable.append(row)
     return reclaimable
+
+
+def _ms_time(ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms is not None else None
+
+
+def lending_now(share: Share) -> dict[str, Any]:
+    """The lending ledger's reading of now for ``share`` (docs/ledger.md).
+
+    On the live state as the engine loads it: per type, who holds the share's idle
+    entitlement (``lent``: borrower, its running jobs, instances, since when) and whose
+    capacity the share holds itself (``borrowed``: lender or the source), attributed by
+    ``accounting.lending`` with the shares in name order (as the pages count ``lent``);
+    each borrowing run's ``exposure``: its place in the engine's victim order among the
+    runs open to reclaim on its type, and the work it would lose now. ``would_reclaim``:
+    the reclaims the share's pending jobs make when the cycle due now runs, from the
+    engine's own cycle played on a copy (as the share preview plays it).
+    """
+    loaded = load(share.queue, timezone.now(), lock=False)
+    engine = loaded.engine
+    ms = to_ms(loaded.now)
+    key = share.name
+    configs = engine.shares
+    names = sorted(configs)
+    running: dict[str, list[eng.Job]] = {}
+    for ej in engine.jobs():
+        if ej.state is eng.JobState.RUNNING and ej.instance_type and ej.plan is None:
+            running.setdefault(ej.instance_type, []).append(ej)
+
+    def run_row(ej: eng.Job, rank: dict[str, int], total: int) -> dict[str, Any]:
+        row = _job_row(loaded, ej.id, DecisionRule.BORROW, ej.instance_type)
+        row.update(
+            count=ej.count,
+            since=_ms_time(ej.run_started_at),
+            exposure={
+                "reclaim_rank": rank.get(ej.id),
+                "open_to_reclaim": total,
+                "lost_work_now": float(engine.lost_work_at(ej, ms)),
+            },
+        )
+        return row
+
+    lent: list[dict[str, Any]] = []
+    borrowed: list[dict[str, Any]] = []
+    own_runs: list[dict[str, Any]] = []
+    for type_name in sorted(loaded.type_ids):
+        jobs_on = running.get(type_name, [])
+        usage: dict[str, int] = {}
+        for ej in jobs_on:
+            usage[ej.share] = usage.get(ej.share, 0) + ej.count
+        shares = [
+            accounting.ShareOnType(
+                key=name,
+                policy=configs[name].policy.value,
+                limit=configs[name].limits.get(type_name),
+                usage=usage.get(name, 0),
+            )
+            for name in names
+        ]
+        rows = accounting.lending(engine.instance_types[type_name].capacity, shares)
+        if not rows:
+            continue
+        rank, exposed = _exposure(engine, jobs_on, names, ms)
+        own_runs += [run_row(ej, rank, len(exposed)) for ej in exposed if ej.share == key]
+        for row in rows:
+            if row.lender == key:
+                lent.append(
+                    {
+                        "instance_type": type_name,
+                        "borrower": loaded.shares[row.borrower].pk,
+                        "borrower_name": row.borrower,
+                        "instances": row.count,
+                        "runs": [
+                            run_row(ej, rank, len(exposed))
+                            for ej in jobs_on
+                            if ej.share == row.borrower
+                        ],
+                    }
+                )
+            if row.borrower == key:
+                lender = loaded.shares[row.lender] if row.lender is not None else None
+                borrowed.append(
+                    {
+                        "instance_type": type_name,
+                        "source": row.source,
+                        "lender": lender.pk if lender is not None else None,
+                        "lender_name": row.lender,
+                        "instances": row.count,
+                    }
+                )
+    decisions = play_instant(loaded, engine.copy())
+    mine = {ej.id for ej in engine.jobs() if ej.share == key}
+    would_reclaim = []
+    for d in decisions:
+        if d.kind == "preempted" and d.rule == DecisionRule.RECLAIM and d.by in mine:
+            victim = _job_row(loaded, d.job, DecisionRule.RECLAIM, d.instance_type)
+            victim.update(
+                count=d.count,
+                by=loaded.jobs[d.by].pk,
+                by_name=loaded.jobs[d.by].name,
+                lost_work=float(d.lost_work or 0),
+            )
+            would_reclaim.append(victim)
+    return {
+        "at": loaded.now,
+        "lent": lent,
+        "borrowed": borrowed,
+        "borrowing_runs": own_runs,
+        "would_reclaim": would_reclaim,
+    }
+
+
+def _exposure(
+    engine: eng.Engine, jobs_on: list[eng.Job], names: list[str], ms: int
+) -> tuple[dict[str, int], list[eng.Job]]:
+    """The runs of ``jobs_on`` whose share borrows on the type, in the engine's victim
+    order, and each one's place in it (1 = the first a reclaim would take)."""
+    usage: dict[str, int] = {}
+    for ej in jobs_on:
+        usage[ej.share] = usage.get(ej.share, 0) + ej.count
+    configs = engine.shares
+    type_name = jobs_on[0].instance_type if jobs_on else None
+    borrowers = {
+        name
+        for name in names
+        if type_name is not None
+        and accounting.borrowed(configs[name].limits.get(type_name, 0), usage.get(name, 0))
+    }
+    exposed = victim_order(
+        [ej for ej in jobs_on if ej.share in borrowers], lambda ej: engine.lost_work_at(ej, ms)
+    )
+    return {ej.id: index + 1 for index, ej in enumerate(exposed)}, exposed

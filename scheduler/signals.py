@@ -51,6 +51,8 @@ POLICY_KEYS = (
     "exceptions_withdrawn",
     "priority_changes",
 )
+CHANGE_REQUEST_KEYS = ("filed", "approved", "rejected", "withdrawn")
+"""``policy_changes.change_requests``: audit entries of type ``change_requests.<key>``."""
 GROUP_BY = ("share", "team")
 
 
@@ -59,7 +61,8 @@ class Recording:
     """What signals are computed from.
 
     ``audit``: policy-change entries ``{"at", "type", "share", "team"}`` with ``type`` one
-    of :data:`POLICY_KEYS` and ``at`` in the recording's time unit; ``None`` when the
+    of :data:`POLICY_KEYS` or ``change_requests.<key>`` (:data:`CHANGE_REQUEST_KEYS`) and
+    ``at`` in the recording's time unit; ``None`` when the
     recording carries none (a history file), which makes ``policy_changes`` null.
     ``end``: the end of the recording E in its time unit (default ``until`` + 1, or one
     unit past the last time the recording mentions).
@@ -621,14 +624,20 @@ def _compute(
             if entry.get("team") is not None:
                 audit_teams[(entry["team"], entry["type"])] += 1
 
-    def policy(members: list[str], team: str | None, whole: bool) -> dict[str, int] | None:
+    def policy(members: list[str], team: str | None, whole: bool) -> dict[str, Any] | None:
         if recording.audit is None:
             return None
-        if whole:
-            return {k: audit_all[k] for k in POLICY_KEYS}
-        if team is not None:
-            return {k: audit_teams[(team, k)] for k in POLICY_KEYS}
-        return {k: sum(per_share[s].policy[k] for s in members) for k in POLICY_KEYS}
+
+        def count(key: str) -> int:
+            if whole:
+                return audit_all[key]
+            if team is not None:
+                return audit_teams[(team, key)]
+            return sum(per_share[s].policy[key] for s in members)
+
+        out: dict[str, Any] = {k: count(k) for k in POLICY_KEYS}
+        out["change_requests"] = {k: count(f"change_requests.{k}") for k in CHANGE_REQUEST_KEYS}
+        return out
 
     def figures(members: list[str], team: str | None = None, whole: bool = False) -> dict[str, Any]:
         out = _figures(

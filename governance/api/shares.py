@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -26,6 +32,7 @@ from governance.api.common import (
 from governance.models import JobQueue, Policy, Share, Team
 from governance.selectors import scheduling
 from governance.selectors import shares as share_selectors
+from governance.selectors.windows import parse_window
 from governance.services import shares as share_services
 
 
@@ -91,6 +98,19 @@ class PreviewSerializer(serializers.Serializer):
     preempted = PreviewJobSerializer(many=True)
     reclaimable = PreviewJobSerializer(many=True)
     started = PreviewJobSerializer(many=True)
+
+
+LEDGER_RESPONSE = OpenApiResponse(
+    OpenApiTypes.OBJECT,
+    description=(
+        "The share's lending ledger (docs/ledger.md): `now` (`lent`: who holds its idle "
+        "entitlement per type, with their runs, instances, since when and each run's "
+        "exposure; `borrowed`: whose capacity it holds; `borrowing_runs`; `would_reclaim`: "
+        "the victims its pending jobs take when the cycle due now runs), and over the "
+        "window `lent` and `borrowed` instance-seconds and hours per share and type, "
+        "`reclaims_triggered`, `reclaims_suffered` and the work lost to them."
+    ),
+)
 
 
 class ShareViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewSet):
@@ -175,3 +195,20 @@ class ShareViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
         return Response(
             scheduling.preview_share_change(actor=request.user, share=share, proposed=changes)
         )
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "from", str, description="Window start, ISO 8601 (default: a day ago)."
+            ),
+            OpenApiParameter("to", str, description="Window end, ISO 8601 (default: now)."),
+        ],
+        responses={200: LEDGER_RESPONSE, **ERROR_RESPONSES},
+    )
+    @action(detail=True, methods=["get"])
+    def ledger(self, request: Request, pk: str | None = None) -> Response:
+        """Who uses this share's idle entitlement and whose it uses, now and over a window;
+        what its pending jobs would reclaim now. Everyone signed in reads it."""
+        share = self.get_object()
+        window = parse_window(request.query_params)
+        return Response(scheduling.share_ledger(share, window.start, window.stop))

@@ -10,6 +10,7 @@ from governance.api.agreements import AgreementViewSet
 from governance.api.audit import AuditEntryViewSet
 from governance.api.auth import ObtainTokenView
 from governance.api.capacity import InstanceTypeViewSet, QueueViewSet
+from governance.api.change_requests import ChangeRequestViewSet
 from governance.api.exceptions import PriorityExceptionViewSet
 from governance.api.jobs import JobViewSet
 from governance.api.notifications import NotificationViewSet
@@ -37,6 +38,7 @@ router.register("shares", ShareViewSet, basename="share")
 router.register("priority-definitions", PriorityDefinitionViewSet, basename="priority-definition")
 router.register("jobs", JobViewSet, basename="job")
 router.register("exceptions", PriorityExceptionViewSet, basename="exception")
+router.register("change-requests", ChangeRequestViewSet, basename="change-request")
 router.register("agreements", AgreementViewSet, basename="agreement")
 router.register("audit", AuditEntryViewSet, basename="audit")
 router.register("notifications", NotificationViewSet, basename="notification")

@@ -3,6 +3,7 @@
 from governance.models.agreements import Agreement, AgreementVersion
 from governance.models.audit import AuditChainHead, AuditEntry, AuditEvent, DecisionRule
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
+from governance.models.change_requests import ChangeRequestState, ShareChangeRequest
 from governance.models.exceptions import ExceptionState, PriorityException
 from governance.models.idempotency import IdempotencyKey
 from governance.models.insight import JobForecast, UsageLevel, UsageRollup
@@ -26,6 +27,7 @@ __all__ = [
     "AuditEntry",
     "AuditEvent",
     "CapacityPlan",
+    "ChangeRequestState",
     "DecisionRule",
     "ExceptionState",
     "IdempotencyKey",
@@ -47,6 +49,7 @@ __all__ = [
     "PriorityException",
     "QueueCapacity",
     "Share",
+    "ShareChangeRequest",
     "ShareLimit",
     "SlurmQueueConfig",
     "SlurmRun",

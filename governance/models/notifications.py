@@ -12,6 +12,8 @@ class NotificationKind(models.TextChoices):
     JOB_PREEMPTED = "job_preempted", "A job was preempted"
     JOB_FAILED = "job_failed", "A job failed"
     SHARE_CHANGED = "share_changed", "A share of your team changed"
+    CHANGE_REQUEST_NEEDS_REVIEW = "change_request_review", "A share change request needs review"
+    CHANGE_REQUEST_DECIDED = "change_request_decided", "A share change request was decided"
     AGREEMENT_REVIEW_DUE = "agreement_review_due", "An agreement reached its review date"
 
 
@@ -21,6 +23,8 @@ EMAIL_BY_DEFAULT = (
     NotificationKind.EXCEPTION_DECIDED,
     NotificationKind.SHARE_CHANGED,
     NotificationKind.AGREEMENT_REVIEW_DUE,
+    NotificationKind.CHANGE_REQUEST_NEEDS_REVIEW,
+    NotificationKind.CHANGE_REQUEST_DECIDED,
 )
 
 

@@ -19,12 +19,14 @@ from governance.models import (
     AuditEntry,
     AuditEvent,
     CapacityPlan,
+    ChangeRequestState,
     ExceptionState,
     Job,
     JobKind,
     JobState,
     PlanState,
     PriorityException,
+    ShareChangeRequest,
 )
 from governance.models.jobs import ACTIVE_STATES
 
@@ -127,6 +129,23 @@ class ExceptionFilter(django_filters.FilterSet):
     def filter_requester(
         self, queryset: QuerySet[PriorityException], name: str, value: str
     ) -> QuerySet[PriorityException]:
+        return user_filter(queryset, "requester", value)
+
+
+class ChangeRequestFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=ChangeRequestState.choices)
+    team = django_filters.NumberFilter(field_name="team_id")
+    share = django_filters.NumberFilter(field_name="share_id")
+    queue = django_filters.NumberFilter(field_name="share__queue_id")
+    requester = django_filters.CharFilter(method="filter_requester", label="username or id")
+
+    class Meta:
+        model = ShareChangeRequest
+        fields = ["state", "team", "share", "queue", "requester"]
+
+    def filter_requester(
+        self, queryset: QuerySet[ShareChangeRequest], name: str, value: str
+    ) -> QuerySet[ShareChangeRequest]:
         return user_filter(queryset, "requester", value)
 
 

@@ -16,17 +16,27 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Min
 from django.utils import timezone
 
 from governance import roles
 from governance.celery import app as celery_app
-from governance.models import Job, JobQueue, JobState, QueueCapacity, Share, ShareLimit
+from governance.models import (
+    DecisionRule,
+    Job,
+    JobEvent,
+    JobQueue,
+    JobState,
+    QueueCapacity,
+    Share,
+    ShareLimit,
+)
 from governance.roles import AnyUser
 from governance.selectors import web_state
 from governance.services import insight
 from governance.services.errors import PermissionDenied, ValidationFailed
 from governance.services.shares import validate_share_fields
-from scheduler import history, readings, signals, simulate, whatif
+from scheduler import history, ledger, readings, signals, simulate, whatif
 from scheduler.engine import accounting
 from scheduler.engine.accounting import ShareOnType, TypeAccount, account_type
 
@@ -35,6 +45,7 @@ __all__ = [
     "TypeAccount",
     "account_type",
     "accounting",
+    "change_request_preview",
     "chargeback",
     "csv_text",
     "engine_usage",
@@ -48,6 +59,7 @@ __all__ = [
     "queue_signals",
     "replay",
     "share_change_warnings",
+    "share_ledger",
     "signals_rows",
     "start_blockers",
     "whatif_replay",
@@ -347,6 +359,18 @@ def preview_share_change(
     return readings.preview_share_change(share, validate_share_fields(share, proposed))
 
 
+def change_request_preview(share: Share, proposed: dict[str, Any]) -> dict[str, Any]:
+    """The share editor's preview of ``proposed`` (``preview_share_change``'s three lists)
+    with its warnings (``share_change_warnings``) under ``warnings``: what a change
+    request stores when it is filed and again when it is decided. The change request
+    service checks who may file and decide; invalid values raise ``ValidationFailed``."""
+    preview: dict[str, Any] = dict(
+        readings.preview_share_change(share, validate_share_fields(share, proposed))
+    )
+    preview["warnings"] = share_change_warnings(share, proposed)
+    return preview
+
+
 def engine_usage(queue_id: int) -> list[dict[str, Any]]:
     """Per share and type accounting as the engine itself holds it."""
     return readings.usage(queue_id)
@@ -356,6 +380,118 @@ def queue_history(queue: JobQueue, start: datetime, stop: datetime) -> dict[str,
     """The queue's recorded history over ``[start, stop)`` as a replayable scenario
     (DESIGN 8, "History export")."""
     return history.export(queue, start, stop, now=timezone.now())
+
+
+# The lending ledger (docs/ledger.md): the engine's reading of now, and a window of
+# the queue's whole recording (the export from its first submission, so a run going at
+# the window's start is counted from the start, as the signals count runs).
+MAX_LEDGER_RECLAIMS = 5000
+
+
+def share_ledger(share: Share, start: datetime, stop: datetime) -> dict[str, Any]:
+    """The lending ledger of ``share``: ``now`` (``readings.lending_now``) and the window
+    ``[start, stop)``: instance-seconds lent per borrowing share and type, borrowed per
+    lender (or source) and type, the reclaims the share's jobs made and those its jobs
+    suffered, with the work lost."""
+    now = timezone.now()
+    first = Job.objects.filter(queue_id=share.queue_id).aggregate(first=Min("submitted_at"))
+    t0 = min(start, first["first"]) if first["first"] is not None else start
+    exported = history.export(share.queue, t0, stop, now=now)
+
+    def ms(moment: datetime) -> int:
+        return int((moment - t0).total_seconds() * 1000)
+
+    led = ledger.compute(
+        exported["scenario"],
+        exported["recorded"],
+        ms(start),
+        ms(stop),
+        max(0, min(ms(stop), ms(now))),
+    )
+    key = share.name
+    share_ids = dict(Share.objects.filter(queue_id=share.queue_id).values_list("name", "pk"))
+    lent: list[dict[str, Any]] = []
+    borrowed: list[dict[str, Any]] = []
+    for (borrower, lender, source, type_name), amount in sorted(
+        led.held.items(), key=lambda item: (item[0][0], str(item[0][1]), item[0][2], item[0][3])
+    ):
+        if not amount:
+            continue
+        seconds = led.seconds((borrower, lender, source, type_name))
+        figures = {
+            "instance_type": type_name,
+            "instance_seconds": float(seconds),
+            "instance_hours": float(seconds / 3600),
+        }
+        if lender == key:
+            lent.append({"borrower": share_ids.get(borrower), "borrower_name": borrower, **figures})
+        if borrower == key:
+            borrowed.append(
+                {"source": source, "lender": share_ids.get(lender or ""), "lender_name": lender}
+                | figures
+            )
+    reclaims = _reclaims(share.queue_id, start, stop)
+    triggered = [r for r in reclaims if r["by_share"] == share.pk]
+    suffered = [r for r in reclaims if r["share"] == share.pk]
+    return {
+        "share": {"id": share.pk, "name": share.name, "queue": share.queue_id},
+        "window": {"from": start.isoformat(), "to": stop.isoformat()},
+        "now": readings.lending_now(share),
+        "lent": lent,
+        "borrowed": borrowed,
+        "reclaims_triggered": triggered,
+        "reclaims_suffered": suffered,
+        "lost_work_caused": sum(r["lost_work"] for r in triggered),
+        "lost_work_suffered": sum(r["lost_work"] for r in suffered),
+    }
+
+
+def _reclaims(queue_id: int, start: datetime, stop: datetime) -> list[dict[str, Any]]:
+    """The queue's reclaims in ``[start, stop)`` from the jobs' timelines: each victim
+    with its run (the type and count of its admission before), the job that took the
+    capacity back and the work the victim lost (work-seconds, as recorded)."""
+    events = list(
+        JobEvent.objects.filter(
+            job__queue_id=queue_id,
+            type="preempted",
+            at__gte=start,
+            at__lt=stop,
+            data__reason=DecisionRule.RECLAIM,
+        )
+        .select_related("job", "job__share")
+        .order_by("at", "id")[:MAX_LEDGER_RECLAIMS]
+    )
+    by_ids = {e.data.get("by") for e in events if isinstance(e.data.get("by"), int)}
+    by_jobs = {j.pk: j for j in Job.objects.filter(pk__in=by_ids).select_related("share")}
+    runs: dict[int, list[tuple[datetime, dict[str, Any]]]] = {}
+    for job_id, at, data in JobEvent.objects.filter(
+        job_id__in={e.job_id for e in events}, type="admitted", at__lt=stop
+    ).values_list("job_id", "at", "data"):
+        runs.setdefault(job_id, []).append((at, data))
+    out = []
+    for event in events:
+        admitted = [
+            d for at, d in sorted(runs.get(event.job_id, []), key=lambda r: r[0]) if at <= event.at
+        ]
+        run = admitted[-1] if admitted else {}
+        by = by_jobs.get(event.data.get("by"))
+        out.append(
+            {
+                "at": event.at.isoformat(),
+                "job": event.job_id,
+                "job_name": event.job.name,
+                "share": event.job.share_id,
+                "share_name": event.job.share.name,
+                "by": by.pk if by else None,
+                "by_name": by.name if by else "",
+                "by_share": by.share_id if by else None,
+                "by_share_name": by.share.name if by else "",
+                "instance_type": run.get("instance_type"),
+                "count": run.get("count"),
+                "lost_work": float(event.data.get("lost_work") or 0),
+            }
+        )
+    return out
 
 
 def queue_signals(

@@ -12,8 +12,17 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from governance.models import ExceptionState, Job, JobQueue, JobState, Share, Team
+from governance.models import (
+    ChangeRequestState,
+    ExceptionState,
+    Job,
+    JobQueue,
+    JobState,
+    Share,
+    Team,
+)
 from governance.selectors import capacity as capacity_selectors
+from governance.selectors import change_requests as cr_selectors
 from governance.selectors import exceptions as exception_selectors
 from governance.selectors import scheduling, web_jobs, web_state
 
@@ -122,6 +131,12 @@ def team_exceptions(team: Team) -> list[Any]:
     open_states = (ExceptionState.PENDING, ExceptionState.APPROVED)
     items = list(exception_selectors.exceptions().filter(team=team)[:EXCEPTIONS_SHOWN])
     return sorted(items, key=lambda e: e.state not in open_states)
+
+
+def team_change_requests(team: Team) -> list[Any]:
+    """The team's pending share change requests first, then the latest others."""
+    items = list(cr_selectors.change_requests().filter(team=team)[:EXCEPTIONS_SHOWN])
+    return sorted(items, key=lambda cr: cr.state != ChangeRequestState.PENDING)
 
 
 def team_share_ids(team: Team) -> list[int]:

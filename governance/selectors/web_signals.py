@@ -292,7 +292,12 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
         changes = fig["policy_changes"]
         if changes is None:
             return "—"
-        return ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in changes.items() if v) or "none"
+        requests = changes.get("change_requests") or {}
+        words = [
+            f"{v} {k.replace('_', ' ')}" for k, v in changes.items() if isinstance(v, int) and v
+        ]
+        words += [f"{v} change requests {k}" for k, v in requests.items() if v]
+        return ", ".join(words) or "none"
 
     def runtime(fig: dict[str, Any]) -> str:
         return (
@@ -423,7 +428,7 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
         ),
         row(
             "policy_changes",
-            "Share edits, exceptions and priority changes",
+            "Share edits, exceptions, change requests and priority changes",
             policy,
             lambda s: links.audit(s, "share.updated"),
         ),

@@ -384,3 +384,43 @@ def agreements_due(*, today: Any = None) -> int:
                 )
             )
     return told
+
+
+def admins() -> set[int]:
+    """Everyone who may decide share change requests: admins."""
+    users = get_user_model().objects.filter(
+        Q(groups__name=roles.ADMIN_GROUP) | Q(is_superuser=True), is_active=True
+    )
+    return set(users.values_list("pk", flat=True))
+
+
+def change_request_filed(cr: Any, actor: AnyUser) -> None:
+    """A lead asked to change a share: the admins hear (they decide), and so do the
+    team's other leads."""
+    tell(
+        kind=NotificationKind.CHANGE_REQUEST_NEEDS_REVIEW,
+        key=f"change_request.filed:{cr.pk}",
+        recipients=admins() | team_people(cr.team_id, leads_only=True),
+        title=f"Change request to review: team {cr.team.name} asks to change share {cr.share.name}",
+        body=cr.justification,
+        url=_path("web:change-request", cr.pk),
+        exclude=actor,
+    )
+
+
+def change_request_decided(cr: Any, actor: AnyUser) -> None:
+    """A change request was approved, rejected or withdrawn: its requester and the
+    team's leads hear, and when it is withdrawn the admins too (nothing left to review)."""
+    recipients = {cr.requester_id} | team_people(cr.team_id, leads_only=True)
+    if cr.state == "withdrawn":
+        recipients |= admins()
+    tell(
+        kind=NotificationKind.CHANGE_REQUEST_DECIDED,
+        key=f"change_request.{cr.state}:{cr.pk}",
+        recipients=recipients,
+        title=f"Change request {cr.pk} (share {cr.share.name}) was {cr.state} by "
+        f"{actor.get_username()}",
+        body=cr.decision_note,
+        url=_path("web:change-request", cr.pk),
+        exclude=actor,
+    )

@@ -155,3 +155,26 @@ class ShareEditForm(forms.Form):
         if data["policy"] == Policy.LEND_AND_BORROW:
             changes["borrow_limit"] = _optional_int(data.get("borrow_limit"))
         return changes
+
+
+class ChangeRequestForm(ShareEditForm):
+    """A lead's proposal: the share editor's fields a change request may carry (not the
+    on/off switch), and a justification instead of a reason."""
+
+    justification = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=4000,
+        help_text="Why the share should change: the admins read it when they decide.",
+    )
+
+    def __init__(self, *args: Any, type_names: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, type_names=type_names, require_reason=False, **kwargs)
+        for name in ("enabled", "version", "reason"):
+            del self.fields[name]
+
+    def proposed(self, current: dict[str, Any]) -> dict[str, Any]:
+        """Only the fields that differ from ``current`` (the share's snapshot), so an
+        approval never writes back a field the lead did not touch."""
+        changes = self.changes()
+        changes.pop("enabled", None)
+        return {k: v for k, v in changes.items() if current.get(k) != v}

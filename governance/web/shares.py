@@ -8,6 +8,7 @@ admin edits, the form is posted to the preview endpoint, which asks the engine (
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -15,16 +16,19 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
 from governance import roles
 from governance.models import JobState, Share
 from governance.models.shares import Policy
+from governance.selectors import change_requests as cr_selectors
 from governance.selectors import insight, scheduling, web_overview, web_state
 from governance.selectors import jobs as job_selectors
 from governance.selectors import shares as share_selectors
 from governance.selectors.web_overview import RULE_WORDS
+from governance.selectors.windows import parse_window
 from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
 from governance.web import charts, regions
@@ -166,6 +170,8 @@ def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
         "history": history,
         "agreements": list(share.agreements.order_by("title")),
         "can_edit": roles.is_admin(request.user),
+        "may_request": roles.is_lead_of(request.user, share.team_id),
+        "change_requests": list(cr_selectors.change_requests().filter(share=share)[:20]),
         # Its capacity plans beside its limits: not ended, or ended in the last 30 days.
         "plans": [bar for bar in block.plans if bar.share_id == share.pk],
         **charts.history_context(
@@ -276,3 +282,40 @@ def _preview_context(request: HttpRequest, share: Share, form: ShareEditForm) ->
         except ServiceError as exc:
             apply_service_errors(form, exc)
     return context
+
+
+LEDGER_WINDOWS = (("1h", "last hour", 1), ("1d", "last day", 24), ("7d", "last week", 168))
+
+
+@login_required
+def share_ledger(request: HttpRequest, share_id: int) -> HttpResponse:
+    """The share's lending ledger (docs/ledger.md): who holds its idle entitlement and
+    whose it holds, now and over a window, and what its pending jobs would reclaim now.
+    ``?window=1h|1d|7d`` or ``?from=&to=`` (ISO 8601); a bad window is shown beside the
+    fields and the last day is shown instead."""
+    share = _share_or_404(share_id)
+    now = timezone.now()
+    chosen = request.GET.get("window", "1d")
+    hours = {key: h for key, _, h in LEDGER_WINDOWS}.get(chosen, 24)
+    errors: dict[str, list[str]] = {}
+    start, stop = now - timedelta(hours=hours), now
+    if request.GET.get("from") or request.GET.get("to"):
+        chosen = ""
+        try:
+            window = parse_window(request.GET, now=now)
+            start, stop = window.start, window.stop
+        except ServiceError as exc:
+            errors = exc.errors
+    answer = scheduling.share_ledger(share, start, stop)
+    context = {
+        "share": share,
+        "ledger": answer,
+        "start": start,
+        "stop": stop,
+        "windows": LEDGER_WINDOWS,
+        "chosen": chosen,
+        "errors": errors,
+        "raw_from": request.GET.get("from", "")[:64],
+        "raw_to": request.GET.get("to", "")[:64],
+    }
+    return render(request, "shares/ledger.html", context, status=400 if errors else 200)

@@ -28,6 +28,7 @@ def _team_block(team: Team, usage: list[Any], window: str | None) -> dict[str, A
         "pending": pending,
         "pending_total": pending_total,
         "exceptions": team_view.team_exceptions(team),
+        "change_requests": team_view.team_change_requests(team),
         **charts.history_context(history, f"Team {team.name}"),
     }
 

@@ -21,6 +21,7 @@ from governance.web import (
 )
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
+from governance.web import change_requests as change_request_pages
 from governance.web import exceptions as exception_pages
 from governance.web import notifications as notification_pages
 from governance.web import priorities as priority_pages
@@ -46,6 +47,7 @@ urlpatterns: list = [
     path("shares/<int:share_id>/", shares.share_detail, name="share"),
     path("shares/<int:share_id>/edit/", shares.share_edit, name="share-edit"),
     path("shares/<int:share_id>/preview/", shares.share_preview, name="share-preview"),
+    path("shares/<int:share_id>/ledger/", shares.share_ledger, name="share-ledger"),
     # Capacity plans.
     path("plans/", plans.plan_list, name="plans"),
     path("plans/new/", plans.plan_new, name="plan-new"),
@@ -76,6 +78,22 @@ urlpatterns += [
         "exceptions/<int:pk>/<str:action>/",
         exception_pages.exception_decide,
         name="exception_decide",
+    ),
+    path("change-requests/", change_request_pages.change_request_list, name="change-requests"),
+    path(
+        "change-requests/<int:pk>/",
+        change_request_pages.change_request_detail,
+        name="change-request",
+    ),
+    path(
+        "change-requests/<int:pk>/<str:action>/",
+        change_request_pages.change_request_decide,
+        name="change-request-decide",
+    ),
+    path(
+        "shares/<int:share_id>/request/",
+        change_request_pages.change_request_new,
+        name="change-request-new",
     ),
     path("priorities/", priority_pages.priority_list, name="priorities"),
     path("priorities/new/", priority_pages.priority_new, name="priority_new"),

@@ -10,7 +10,7 @@ limit 0. ``free(S,T)`` is what S may physically take: capacity minus total usage
 idle entitlement of RESERVE shares other than S. ``lent(S,T)`` is display only: the total
 borrowed on T is set first against capacity no share owns, then laid on the idle
 entitlement of lending shares (LEND, LEND_AND_BORROW) in the order given, each up to its
-idle.
+idle; :func:`lending` says which borrower holds which of it.
 """
 
 from __future__ import annotations
@@ -83,21 +83,79 @@ class TypeAccount(Generic[K]):
     shares: tuple[ShareAccount[K], ...]
 
 
+UNOWNED = "unowned"
+"""A source of borrowed instances: capacity no share's limit covers."""
+LENDER = "lender"
+"""A source of borrowed instances: a lending share's idle entitlement."""
+BEYOND = "beyond"
+"""Borrowed instances beyond every lendable source: they sit on a RESERVE share's idle
+entitlement or on capacity that limits oversubscribe (after a policy, limit or capacity
+change; the next cycles reclaim what the rules allow)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lending(Generic[K]):
+    """``count`` borrowed instances of ``borrower`` attributed to one source: ``lender``
+    (source LENDER), or capacity no share owns (UNOWNED), or none (BEYOND)."""
+
+    borrower: K
+    source: str
+    lender: K | None
+    count: int
+
+
+def lending(capacity: int, shares: Sequence[ShareOnType[K]]) -> list[Lending[K]]:
+    """Whose idle entitlement each borrower uses on one type (docs/ledger.md).
+
+    Borrowed instances (``usage - limit`` beyond each share's limit) are laid, borrower
+    after borrower in the order of ``shares``, first on capacity no share owns, then on
+    the idle entitlement of the lending shares (LEND, LEND_AND_BORROW) in the order of
+    ``shares``, each up to its idle, and what is left beyond them (BEYOND). Integer and
+    deterministic; every borrowed instance is attributed exactly once, so the rows of a
+    borrower add up to its borrowed count and a lender's rows to its ``lent``.
+    """
+    total_limits = sum(s.limit or 0 for s in shares if s.limit is not None)
+    sources: list[tuple[str, K | None, int]] = [(UNOWNED, None, max(0, capacity - total_limits))]
+    sources += [
+        (LENDER, s.key, idle(s.limit or 0, s.usage))
+        for s in shares
+        if s.policy in LENDING_POLICIES and s.limit is not None and s.limit > s.usage
+    ]
+    out: list[Lending[K]] = []
+    at = 0  # the source being filled, and what is left of it
+    left = sources[0][2]
+    for s in shares:
+        need = borrowed(s.limit or 0, s.usage)
+        while need > 0:
+            while at < len(sources) and left == 0:
+                at += 1
+                left = sources[at][2] if at < len(sources) else 0
+            if at == len(sources):
+                out.append(Lending(s.key, BEYOND, None, need))
+                break
+            take = min(need, left)
+            source, lender, _ = sources[at]
+            out.append(Lending(s.key, source, lender, take))
+            need -= take
+            left -= take
+    return out
+
+
 def account_type(capacity: int, shares: Sequence[ShareOnType[K]]) -> TypeAccount[K]:
     """Accounting of one type; ``shares`` in the order lent capacity is attributed."""
     total_usage = sum(s.usage for s in shares)
     total_limits = sum(s.limit or 0 for s in shares if s.limit is not None)
     reserve_idle = sum(reserved_idle(s.policy, s.limit or 0, s.usage) for s in shares)
     total_borrowed = sum(borrowed(s.limit or 0, s.usage) for s in shares)
-    # Borrowing first occupies capacity no share owns, then lenders' idle entitlement.
-    unattributed = max(0, total_borrowed - max(0, capacity - total_limits))
+    lent_by: dict[K, int] = {}
+    if total_borrowed:
+        for row in lending(capacity, shares):
+            if row.lender is not None:
+                lent_by[row.lender] = lent_by.get(row.lender, 0) + row.count
     rows: list[ShareAccount[K]] = []
     for s in shares:
         limit = s.limit or 0
-        lent = 0
-        if s.policy in LENDING_POLICIES and s.limit is not None:
-            lent = min(idle(limit, s.usage), unattributed)
-            unattributed -= lent
+        lent = lent_by.get(s.key, 0)
         own_reserved = reserved_idle(s.policy, limit, s.usage)
         rows.append(
             ShareAccount(

@@ -18,6 +18,7 @@ LISTS = [
     "/api/priority-definitions/",
     "/api/jobs/",
     "/api/exceptions/",
+    "/api/change-requests/",
     "/api/agreements/",
     "/api/audit/",
 ]
@@ -27,7 +28,12 @@ def test_schema_generates_without_warnings(tmp_path):
     out = tmp_path / "schema.yaml"
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(out))
     text = out.read_text()
-    for path in ("/api/teams/", "/api/queues/{id}/usage/", "/api/instance-types/{name}/"):
+    for path in (
+        "/api/teams/",
+        "/api/queues/{id}/usage/",
+        "/api/instance-types/{name}/",
+        "/api/change-requests/{id}/approve/",
+    ):
         assert path in text
 
 

@@ -66,6 +66,7 @@ def test_signals_per_share_as_json(client: APIClient, world: Any) -> None:  # no
         "exceptions_expired": 0,
         "exceptions_withdrawn": 0,
         "priority_changes": 0,
+        "change_requests": {"filed": 0, "approved": 0, "rejected": 0, "withdrawn": 0},
     }
     assert group(body, "alpha")["policy_changes"]["share_edits"] == 1  # the edit at 45 s
     # the same figures as the signals module on the exported history

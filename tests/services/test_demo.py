@@ -93,7 +93,8 @@ def test_demo_history_is_played_written_once_and_replays(tmp_path: Path, setting
 @pytest.mark.django_db
 def test_the_demo_acts_under_its_own_actor_who_cannot_sign_in(tmp_path: Path) -> None:
     """Issue 13: the seed is recorded under "demo", not the people it signs in as; only
-    filing an exception stays with a team's lead (no one else may file one)."""
+    filing an exception or a share change request stays with a team's lead (no one
+    else may file one)."""
     demo.load(tmp_path)
     actor = get_user_model().objects.get(username=demo.DEMO_ACTOR)
     assert not actor.is_active and not actor.has_usable_password()
@@ -101,8 +102,31 @@ def test_the_demo_acts_under_its_own_actor_who_cannot_sign_in(tmp_path: Path) ->
     answer = client.post("/login/", {"username": demo.DEMO_ACTOR, "password": demo.DEMO_ACTOR})
     assert answer.status_code != 302 and "_auth_user_id" not in client.session
     by_people = AuditEntry.objects.exclude(actor=None).exclude(actor=actor)
-    assert set(by_people.values_list("event_type", flat=True)) == {"exception.filed"}
+    assert set(by_people.values_list("event_type", flat=True)) == {
+        "exception.filed",
+        "change_request.filed",
+    }
     assert set(by_people.values_list("actor__username", flat=True)) <= {
         f"lead-{team}" for team in demo.TEAMS
     }
     assert AuditEntry.objects.filter(actor=actor, event_type="share.created").exists()
+
+
+@pytest.mark.django_db
+def test_demo_has_a_lender_two_teams_borrow_from_and_a_pending_change_request(
+    tmp_path: Path,
+) -> None:
+    from governance.models import ChangeRequestState, ShareChangeRequest
+    from scheduler import bridge, readings
+
+    demo.load(tmp_path)
+    pool = JobQueue.objects.get(name=demo.LENDING_QUEUE)
+    bridge.run_cycle(pool.pk)
+    lender = Share.objects.get(queue=pool, name="speech-serving")
+    lent = readings.lending_now(lender)["lent"]
+    borrowers = {(row["borrower_name"], row["instances"]) for row in lent}
+    assert borrowers == {("vision-batch", 1), ("language-eval", 2)}
+    assert {row["runs"][0]["team"] for row in lent} == {"vision", "language"}  # two teams
+    (pending,) = ShareChangeRequest.objects.filter(state=ChangeRequestState.PENDING)
+    assert pending.requester.username == "lead-language"
+    assert set(pending.preview) == {"preempted", "reclaimable", "started", "warnings"}
