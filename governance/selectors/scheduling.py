@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Min
 from django.utils import timezone
 
 from governance import roles
@@ -394,19 +393,16 @@ def share_ledger(share: Share, start: datetime, stop: datetime) -> dict[str, Any
     lender (or source) and type, the reclaims the share's jobs made and those its jobs
     suffered, with the work lost."""
     now = timezone.now()
-    first = Job.objects.filter(queue_id=share.queue_id).aggregate(first=Min("submitted_at"))
-    t0 = min(start, first["first"]) if first["first"] is not None else start
-    exported = history.export(share.queue, t0, stop, now=now)
-
-    def ms(moment: datetime) -> int:
-        return int((moment - t0).total_seconds() * 1000)
-
+    # The recording with the state at ``start`` as it was (docs/signals.md, "Rules of
+    # counting"): runs going at ``start`` are counted from ``start`` on.
+    window = history.signals_window(share.queue, start, stop, now=now)
+    recording = window.recording
     led = ledger.compute(
-        exported["scenario"],
-        exported["recorded"],
-        ms(start),
-        ms(stop),
-        max(0, min(ms(stop), ms(now))),
+        recording.scenario,
+        recording.events,
+        window.start,
+        window.stop,
+        window.stop if recording.end is None else recording.end,
     )
     key = share.name
     share_ids = dict(Share.objects.filter(queue_id=share.queue_id).values_list("name", "pk"))
