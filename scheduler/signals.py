@@ -1,10 +1,14 @@
 """Signals of DESIGN section 8: whether sharing turns idle capacity into finished work
 without costing owners their predictable access, computed from a recording.
 
-Plain Python, no Django: the same function serves a live queue (its history export), a
-history file and both sides of a what-if. A **recording** is a scenario in section-3 form
-(``time_unit`` "ms" or seconds), the events recorded for it in section-3 output form, the
-share -> team map, and optionally the audit entries that count as policy changes.
+Plain Python, no Django: the same function serves a live queue (its recording from
+``history.signals_window``: the jobs active at the window's start and those submitted in
+it, from their real submission), a history file and both sides of a what-if. A window's
+figures come from a recording that begins before it: state at ``start`` (runs going,
+first admissions, preemptions) is built from the events before it, never counted. A
+**recording** is a scenario in section-3 form (``time_unit`` "ms" or seconds), the
+events recorded for it in section-3 output form, the share -> team map, and optionally
+the audit entries that count as policy changes.
 
 The figures come from one pass over the events in time order. Time-integrated figures
 (instance-seconds, cost, utilization, idle lendable capacity) keep one accumulator per

@@ -747,21 +747,46 @@ def check(data: Mapping[str, Any], result: Mapping[str, Any]) -> list[str]:
 # ---------------------------------------------------------------------------- command line
 
 
+def check_recorded(recorded: Mapping[str, Any], result: Mapping[str, Any]) -> list[str]:
+    """Mismatches between a history file's ``recorded`` (``{"events", "jobs"}``) and the
+    replay of its scenario (empty: the replay reproduces it): the first event that
+    differs, and each job whose row differs."""
+    problems: list[str] = []
+    events, replayed = list(recorded.get("events") or []), result["events"]
+    for i, (was, now) in enumerate(zip(events, replayed, strict=False)):
+        if was != now:
+            problems.append(f"events[{i}]: recorded {json.dumps(was)}, replayed {json.dumps(now)}")
+            break
+    else:
+        if len(events) != len(replayed):
+            problems.append(f"events: {len(events)} recorded, {len(replayed)} replayed")
+    jobs = recorded.get("jobs") or {}
+    for job_id, row in jobs.items():
+        if result["jobs"].get(str(job_id)) != row:
+            got = json.dumps(result["jobs"].get(str(job_id)))
+            problems.append(f"jobs.{job_id}: recorded {json.dumps(row)}, replayed {got}")
+    return problems
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m scheduler.simulate",
         description="Run the scheduling engine over a scenario file and print the result.",
     )
-    parser.add_argument("file", help="scenario JSON file (format: docs/scenarios.md)")
+    parser.add_argument(
+        "file",
+        help="scenario JSON file (format: docs/scenarios.md), or a history file "
+        "(manage.py export_history): its scenario is run",
+    )
     parser.add_argument(
         "--explain", action="store_true", help="give each pending job's reasons with messages"
     )
     parser.add_argument(
         "--check",
         action="store_true",
-        help="compare the result with the file's expect, expect_jobs and expect_pending; "
-        "exit 1 listing mismatches",
+        help="compare the result with the file's expect, expect_jobs and expect_pending "
+        "(a history file's recorded events and jobs); exit 1 listing mismatches",
     )
     args = parser.parse_args(argv)
     try:
@@ -773,8 +798,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except json.JSONDecodeError as exc:
         print(f"{args.file}: invalid JSON: {exc}", file=sys.stderr)
         return 2
+    history = isinstance(data, dict) and "scenario" in data and "recorded" in data
     try:
-        result = run(data, explain=args.explain)
+        result = run(data["scenario"] if history else data, explain=args.explain)
     except ScenarioError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
@@ -782,7 +808,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
     if args.check:
-        problems = check(data, result)
+        if history and isinstance(data["recorded"], dict):
+            problems = check_recorded(data["recorded"], result)
+        else:
+            problems = check(data["scenario"] if history else data, result)
         for problem in problems:
             print(problem, file=sys.stderr)
         if problems:
