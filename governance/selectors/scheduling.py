@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Min
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from governance import roles
@@ -382,8 +382,8 @@ def queue_history(queue: JobQueue, start: datetime, stop: datetime) -> dict[str,
 
 
 # The lending ledger (docs/ledger.md): the engine's reading of now, and a window of
-# the queue's whole recording (the export from its first submission, so a run going at
-# the window's start is counted from the start, as the signals count runs).
+# the queue's recording (the export from the submission of the earliest job still
+# active at the window's start, so a run going at the start is counted from the start).
 MAX_LEDGER_RECLAIMS = 5000
 
 
@@ -393,7 +393,13 @@ def share_ledger(share: Share, start: datetime, stop: datetime) -> dict[str, Any
     lender (or source) and type, the reclaims the share's jobs made and those its jobs
     suffered, with the work lost."""
     now = timezone.now()
-    first = Job.objects.filter(queue_id=share.queue_id).aggregate(first=Min("submitted_at"))
+    # From the submission of the earliest job still active at ``start``: every run that
+    # overlaps the window is then in the export with its admission.
+    first = (
+        Job.objects.filter(queue_id=share.queue_id, submitted_at__lt=start)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=start))
+        .aggregate(first=Min("submitted_at"))
+    )
     t0 = min(start, first["first"]) if first["first"] is not None else start
     exported = history.export(share.queue, t0, stop, now=now)
 

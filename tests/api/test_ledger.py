@@ -107,3 +107,16 @@ def test_the_page_and_the_overview_link_to_the_ledger(w: Any) -> None:
     assert "x-run" in page and "y-run" in page and "in reclaim order" in page
     bad = client.get(f"/shares/{w.lender.pk}/ledger/", {"from": "nope"})
     assert bad.status_code == 400 and "not an ISO 8601" in bad.content.decode()
+
+
+def test_a_run_going_at_the_window_start_is_counted_from_the_start(w: Any) -> None:
+    client = APIClient()
+    client.force_authenticate(w.lead)
+    stop = timezone.now() - timedelta(seconds=10)
+    start = stop - timedelta(seconds=90)  # both runs began 600 s ago and still run
+    body = client.get(
+        f"/api/shares/{w.lender.pk}/ledger/", {"from": start.isoformat(), "to": stop.isoformat()}
+    ).json()
+    lent = {r["borrower_name"]: r["instance_seconds"] for r in body["lent"]}
+    assert lent == {"x": pytest.approx(180, abs=0.01), "y": pytest.approx(90, abs=0.01)}
+    assert body["reclaims_triggered"] == [] and body["lost_work_caused"] == 0
