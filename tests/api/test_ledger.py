@@ -103,6 +103,9 @@ def test_the_page_and_the_overview_link_to_the_ledger(w: Any) -> None:
     overview = client.get("/").content.decode()
     assert f"/shares/{w.lender.pk}/ledger/#lent-{G5}" in overview
     assert f"/shares/{w.x.pk}/ledger/#borrowed-{G5}" in overview
+    team_view = client.get("/teams/").content.decode()  # the lead's team holds all three
+    assert f"/shares/{w.lender.pk}/ledger/#lent-{G5}" in team_view
+    assert f"/shares/{w.y.pk}/ledger/#borrowed-{G5}" in team_view
     page = client.get(f"/shares/{w.lender.pk}/ledger/").content.decode()
     assert "x-run" in page and "y-run" in page and "in reclaim order" in page
     bad = client.get(f"/shares/{w.lender.pk}/ledger/", {"from": "nope"})
