@@ -13,7 +13,14 @@ from django.utils import timezone
 
 from governance.models import Job, JobEvent, JobState
 from scheduler import bridge, readings
-from tests.factories import TeamFactory, make_job, make_lead, make_queue, make_share
+from tests.factories import (
+    TeamFactory,
+    make_job,
+    make_lead,
+    make_lending_world,
+    make_queue,
+    make_share,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -116,24 +123,8 @@ def test_the_random_states_do_reclaim() -> None:
 
 
 def test_lent_and_borrowed_now_name_the_other_side_and_add_up() -> None:
-    queue = make_queue("q", {G5: 8})
-    team = TeamFactory(name="t")
-    lead = make_lead(team, "lead")
-    lender_a = make_share(queue, team, "a-lender", {G5: 3}, policy="LEND")
-    lender_b = make_share(queue, team, "b-lender", {G5: 3}, policy="LEND")
-    x = make_share(queue, team, "x", {G5: 1}, policy="LEND_AND_BORROW", borrow_limit=-1)
-    y = make_share(queue, team, "y", {G5: 1}, policy="LEND_AND_BORROW", borrow_limit=-1)
-    start = timezone.now() - timedelta(seconds=60)
-    for share, count in ((x, 4), (y, 3)):
-        make_job(
-            share,
-            lead,
-            name=f"{share.name}-run",
-            preferences=[{"instance_type": G5, "count": count}],
-            duration=10**6,
-            submitted_at=start,
-        )
-    bridge.run_cycle(queue.pk, now=start)
+    w = make_lending_world(8, {"a-lender": 3, "b-lender": 3}, {"x": 4, "y": 3})
+    lender_a, lender_b, y = w.a_lender, w.b_lender, w.y
     assert Job.objects.filter(state=JobState.RUNNING).count() == 2
     # Capacity 8, limits 8: nothing unowned. x borrows 3, y borrows 2; in name order x
     # fills a-lender's 3 idle, then y takes 2 of b-lender's.
