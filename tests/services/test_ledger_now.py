@@ -96,10 +96,22 @@ def random_state(rng: random.Random) -> Any:
 def test_would_reclaim_now_is_what_the_engine_preempts(seed: int) -> None:
     rng = random.Random(seed)
     queue, lenders, borrowers = random_state(rng)
+    readings_now = {share.pk: readings.lending_now(share) for share in lenders + borrowers}
     predicted = {
-        share.pk: {(r["job"], r["by"]) for r in readings.lending_now(share)["would_reclaim"]}
-        for share in lenders + borrowers
+        pk: {(r["job"], r["by"]) for r in now["would_reclaim"]} for pk, now in readings_now.items()
     }
+    # The borrower's side says the same of each of its runs (runs going now: a job the
+    # cycle would start and then reclaim at the same instant has no run to mark yet).
+    going = set(
+        Job.objects.filter(queue=queue, state=JobState.RUNNING).values_list("pk", flat=True)
+    )
+    exposed = {
+        (run["job"], run["exposure"]["reclaimed_now_by"])
+        for now in readings_now.values()
+        for run in now["borrowing_runs"]
+        if run["exposure"]["reclaimed_now_by"] is not None
+    }
+    assert exposed == {(job, by) for job, by in set().union(*predicted.values()) if job in going}
     before = set(JobEvent.objects.filter(type="preempted").values_list("pk", flat=True))
     bridge.run_cycle(queue.pk, now=timezone.now())
     done: dict[int, set[tuple[int, int]]] = {share.pk: set() for share in lenders + borrowers}
