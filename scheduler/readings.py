@@ -287,7 +287,9 @@ def lending_now(share: Share) -> dict[str, Any]:
     capacity the share holds itself (``borrowed``: lender or the source), attributed by
     ``accounting.lending`` with the shares in name order (as the pages count ``lent``);
     each borrowing run's ``exposure``: its place in the engine's victim order among the
-    runs open to reclaim on its type, and the work it would lose now. ``would_reclaim``:
+    runs open to reclaim on its type, the work it would lose now, and the job that
+    reclaims it in the cycle due now (``reclaimed_now_by``, None when none does).
+    ``would_reclaim``:
     the reclaims the share's pending jobs make when the cycle due now runs, from the
     engine's own cycle played on a copy (as the share preview plays it).
     """
@@ -301,6 +303,15 @@ def lending_now(share: Share) -> dict[str, Any]:
     for ej in engine.jobs():
         if ej.state is eng.JobState.RUNNING and ej.instance_type and ej.plan is None:
             running.setdefault(ej.instance_type, []).append(ej)
+    # The cycle due now, played on a copy: its reclaims (victim -> decision).
+    reclaim_list = [
+        d
+        for d in play_instant(loaded, engine.copy())
+        if d.kind == "preempted" and d.rule == DecisionRule.RECLAIM and d.by is not None
+    ]
+    reclaims: dict[str, eng.Decision] = {}
+    for d in reclaim_list:
+        reclaims.setdefault(d.job, d)
 
     def run_row(ej: eng.Job, rank: dict[str, int], total: int) -> dict[str, Any]:
         row = _job_row(loaded, ej.id, DecisionRule.BORROW, ej.instance_type)
@@ -311,6 +322,9 @@ def lending_now(share: Share) -> dict[str, Any]:
                 "reclaim_rank": rank.get(ej.id),
                 "open_to_reclaim": total,
                 "lost_work_now": float(engine.lost_work_at(ej, ms)),
+                "reclaimed_now_by": (
+                    loaded.jobs[reclaims[ej.id].by or ""].pk if ej.id in reclaims else None
+                ),
             },
         )
         return row
@@ -363,11 +377,10 @@ def lending_now(share: Share) -> dict[str, Any]:
                         "instances": row.count,
                     }
                 )
-    decisions = play_instant(loaded, engine.copy())
     mine = {ej.id for ej in engine.jobs() if ej.share == key}
     would_reclaim = []
-    for d in decisions:
-        if d.kind == "preempted" and d.rule == DecisionRule.RECLAIM and d.by in mine:
+    for d in reclaim_list:
+        if d.by in mine:
             victim = _job_row(loaded, d.job, DecisionRule.RECLAIM, d.instance_type)
             victim.update(
                 count=d.count,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import factory
@@ -174,3 +175,36 @@ def make_role_user(role: str, team: m.Team) -> Any:
     if role == "admin":
         return make_admin("matrix_admin")
     raise ValueError(role)
+
+
+def make_lending_world(capacity: int, lenders: dict[str, int], runs: dict[str, int]) -> Any:
+    """One queue of ``capacity`` x ml.g5.xlarge, one team and its lead; LEND shares named
+    by ``lenders`` (name -> limit); LEND_AND_BORROW shares (limit 1, unlimited borrowing)
+    named by ``runs``, each with one job of that many instances (``<name>-run``, ten days
+    of work) submitted ten minutes ago and started by a cycle then. The shares are
+    attributes by name (dashes as underscores); ``t0`` is when the runs started."""
+    from types import SimpleNamespace
+
+    from scheduler import bridge
+
+    g5 = "ml.g5.xlarge"
+    queue = make_queue("q", {g5: capacity})
+    team = TeamFactory(name="t")
+    lead = make_lead(team, "lead")
+    world: dict[str, Any] = {"queue": queue, "team": team, "lead": lead}
+    for name, limit in lenders.items():
+        world[name.replace("-", "_")] = make_share(queue, team, name, {g5: limit}, policy="LEND")
+    t0 = timezone.now() - timedelta(seconds=600)
+    for name, count in runs.items():
+        share = make_share(queue, team, name, {g5: 1}, policy="LEND_AND_BORROW", borrow_limit=-1)
+        world[name.replace("-", "_")] = share
+        make_job(
+            share,
+            lead,
+            name=f"{name}-run",
+            preferences=[{"instance_type": g5, "count": count}],
+            duration=10 * 24 * 3600,
+            submitted_at=t0,
+        )
+    bridge.run_cycle(queue.pk, now=t0)
+    return SimpleNamespace(t0=t0, **world)

@@ -1,7 +1,7 @@
 """``/api/shares/``: quota shares. Admins write; PATCH names the ``version`` it read.
 
 A stale PATCH gets 409 with ``{"version": [...], "current": {...}}`` and changes nothing.
-DELETE is refused (400 naming ``share``) for a share that has jobs or exceptions:
+DELETE is refused (400 naming ``share``) for a share that has jobs, exceptions or change requests:
 disable it instead. ``POST /api/shares/{id}/preview/`` takes proposed fields and answers
 what the next cycle would do with them, computed by the engine on the live state.
 """

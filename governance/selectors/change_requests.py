@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Q, QuerySet
 
-from governance.models import AuditEntry, AuditEvent, ShareChangeRequest
+from governance.models import AuditEntry, AuditEvent, ChangeRequestState, ShareChangeRequest
 
 
 def change_requests() -> QuerySet[ShareChangeRequest]:
@@ -26,3 +26,8 @@ def change_request_history(cr: ShareChangeRequest) -> list[AuditEntry]:
     return list(
         AuditEntry.objects.filter(wanted).select_related("actor").order_by("created_at", "id")
     )
+
+
+def pending_count() -> int:
+    """How many change requests wait for an admin's decision."""
+    return ShareChangeRequest.objects.filter(state=ChangeRequestState.PENDING).count()

@@ -22,6 +22,7 @@ from governance.models import (
     PriorityException,
     QueueCapacity,
     Share,
+    ShareChangeRequest,
     ShareLimit,
     Team,
 )
@@ -360,7 +361,7 @@ def share_update(
 
 
 def share_delete(*, actor: AnyUser, share: Share | int, reason: str = "") -> None:
-    """Delete a share that never had jobs, exceptions or capacity plans.
+    """Delete a share that never had jobs, exceptions, change requests or capacity plans.
 
     Finished jobs keep pointing at their share (their history and accounting need it),
     and exceptions are part of the review trail, so a share that has any is refused:
@@ -400,6 +401,15 @@ def share_delete(*, actor: AnyUser, share: Share | int, reason: str = "") -> Non
                         f"Share {locked.name!r} has capacity plans on record (their history "
                         "and cost refer to it). Disable the share (enabled: false) instead "
                         "of deleting it."
+                    ]
+                }
+            )
+        if ShareChangeRequest.objects.filter(share=locked).exists():
+            raise ValidationFailed(
+                {
+                    "share": [
+                        f"Share {locked.name!r} has change requests on record. "
+                        "Disable the share (enabled: false) instead of deleting it."
                     ]
                 }
             )

@@ -22,6 +22,7 @@ from django.shortcuts import redirect, render
 from governance import roles
 from governance.selectors import administration as sel
 from governance.selectors import capacity as capacity_selectors
+from governance.selectors import change_requests as change_request_selectors
 from governance.selectors import teams as team_selectors
 from governance.services import capacity as capacity_services
 from governance.services import shares as share_services
@@ -100,6 +101,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "teams": sel.teams_with_people(),
         "shares": list(sel.shares()),
         "users": sel.users_with_roles(),
+        "pending_change_requests": change_request_selectors.pending_count(),
     }
     return render(request, "administration/index.html", context)
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduler import bridge
-from tests.factories import TeamFactory, make_job, make_lead, make_queue, make_share
+from tests.factories import make_job, make_lending_world
 
 pytestmark = pytest.mark.django_db
 
@@ -23,27 +23,8 @@ G5 = "ml.g5.xlarge"
 def w(settings: Any) -> Any:
     """Capacity 6; lender L (LEND, 4); x and y (1 each, borrow unlimited) run 3 and 2:
     x borrows 2, y borrows 1, both from L (no capacity is unowned)."""
-    from types import SimpleNamespace
-
     settings.DEMO_TIME_FACTOR = 1
-    queue = make_queue("q", {G5: 6})
-    team = TeamFactory(name="t")
-    lead = make_lead(team, "lead")
-    lender = make_share(queue, team, "lender", {G5: 4}, policy="LEND")
-    x = make_share(queue, team, "x", {G5: 1}, policy="LEND_AND_BORROW", borrow_limit=-1)
-    y = make_share(queue, team, "y", {G5: 1}, policy="LEND_AND_BORROW", borrow_limit=-1)
-    t0 = timezone.now() - timedelta(seconds=600)
-    for share, count in ((x, 3), (y, 2)):
-        make_job(
-            share,
-            lead,
-            name=f"{share.name}-run",
-            preferences=[{"instance_type": G5, "count": count}],
-            duration=10**6,
-            submitted_at=t0,
-        )
-    bridge.run_cycle(queue.pk, now=t0)
-    return SimpleNamespace(queue=queue, lead=lead, lender=lender, x=x, y=y, t0=t0)
+    return make_lending_world(6, {"lender": 4}, {"x": 3, "y": 2})
 
 
 def test_the_ledger_names_both_borrowers_then_the_reclaim(w: Any) -> None:
@@ -103,7 +84,23 @@ def test_the_page_and_the_overview_link_to_the_ledger(w: Any) -> None:
     overview = client.get("/").content.decode()
     assert f"/shares/{w.lender.pk}/ledger/#lent-{G5}" in overview
     assert f"/shares/{w.x.pk}/ledger/#borrowed-{G5}" in overview
+    team_view = client.get("/teams/").content.decode()  # the lead's team holds all three
+    assert f"/shares/{w.lender.pk}/ledger/#lent-{G5}" in team_view
+    assert f"/shares/{w.y.pk}/ledger/#borrowed-{G5}" in team_view
     page = client.get(f"/shares/{w.lender.pk}/ledger/").content.decode()
     assert "x-run" in page and "y-run" in page and "in reclaim order" in page
     bad = client.get(f"/shares/{w.lender.pk}/ledger/", {"from": "nope"})
     assert bad.status_code == 400 and "not an ISO 8601" in bad.content.decode()
+
+
+def test_a_run_going_at_the_window_start_is_counted_from_the_start(w: Any) -> None:
+    client = APIClient()
+    client.force_authenticate(w.lead)
+    stop = timezone.now() - timedelta(seconds=10)
+    start = stop - timedelta(seconds=90)  # both runs began 600 s ago and still run
+    body = client.get(
+        f"/api/shares/{w.lender.pk}/ledger/", {"from": start.isoformat(), "to": stop.isoformat()}
+    ).json()
+    lent = {r["borrower_name"]: r["instance_seconds"] for r in body["lent"]}
+    assert lent == {"x": pytest.approx(180, abs=0.01), "y": pytest.approx(90, abs=0.01)}
+    assert body["reclaims_triggered"] == [] and body["lost_work_caused"] == 0

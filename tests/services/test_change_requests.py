@@ -283,3 +283,17 @@ def test_policy_changes_count_change_requests_per_team(w: Any) -> None:
         "rejected": 0,
         "withdrawn": 0,
     }
+
+
+def test_a_share_with_change_requests_is_disabled_not_deleted() -> None:
+    world = make_world()
+    svc.change_request_file(
+        actor=world.blue_lead,
+        share=world.blue_share,
+        changes={"policy": "LEND"},
+        justification="Nobody in blue runs at night.",
+    )
+    with pytest.raises(ValidationFailed) as caught:
+        share_svc.share_delete(actor=world.admin, share=world.blue_share)
+    assert "change requests" in caught.value.errors["share"][0]
+    assert Share.objects.filter(pk=world.blue_share.pk).exists()

@@ -13,7 +13,14 @@ from django.utils import timezone
 
 from governance.models import Job, JobEvent, JobState
 from scheduler import bridge, readings
-from tests.factories import TeamFactory, make_job, make_lead, make_queue, make_share
+from tests.factories import (
+    TeamFactory,
+    make_job,
+    make_lead,
+    make_lending_world,
+    make_queue,
+    make_share,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -89,10 +96,22 @@ def random_state(rng: random.Random) -> Any:
 def test_would_reclaim_now_is_what_the_engine_preempts(seed: int) -> None:
     rng = random.Random(seed)
     queue, lenders, borrowers = random_state(rng)
+    readings_now = {share.pk: readings.lending_now(share) for share in lenders + borrowers}
     predicted = {
-        share.pk: {(r["job"], r["by"]) for r in readings.lending_now(share)["would_reclaim"]}
-        for share in lenders + borrowers
+        pk: {(r["job"], r["by"]) for r in now["would_reclaim"]} for pk, now in readings_now.items()
     }
+    # The borrower's side says the same of each of its runs (runs going now: a job the
+    # cycle would start and then reclaim at the same instant has no run to mark yet).
+    going = set(
+        Job.objects.filter(queue=queue, state=JobState.RUNNING).values_list("pk", flat=True)
+    )
+    exposed = {
+        (run["job"], run["exposure"]["reclaimed_now_by"])
+        for now in readings_now.values()
+        for run in now["borrowing_runs"]
+        if run["exposure"]["reclaimed_now_by"] is not None
+    }
+    assert exposed == {(job, by) for job, by in set().union(*predicted.values()) if job in going}
     before = set(JobEvent.objects.filter(type="preempted").values_list("pk", flat=True))
     bridge.run_cycle(queue.pk, now=timezone.now())
     done: dict[int, set[tuple[int, int]]] = {share.pk: set() for share in lenders + borrowers}
@@ -116,24 +135,8 @@ def test_the_random_states_do_reclaim() -> None:
 
 
 def test_lent_and_borrowed_now_name_the_other_side_and_add_up() -> None:
-    queue = make_queue("q", {G5: 8})
-    team = TeamFactory(name="t")
-    lead = make_lead(team, "lead")
-    lender_a = make_share(queue, team, "a-lender", {G5: 3}, policy="LEND")
-    lender_b = make_share(queue, team, "b-lender", {G5: 3}, policy="LEND")
-    x = make_share(queue, team, "x", {G5: 1}, policy="LEND_AND_BORROW", borrow_limit=-1)
-    y = make_share(queue, team, "y", {G5: 1}, policy="LEND_AND_BORROW", borrow_limit=-1)
-    start = timezone.now() - timedelta(seconds=60)
-    for share, count in ((x, 4), (y, 3)):
-        make_job(
-            share,
-            lead,
-            name=f"{share.name}-run",
-            preferences=[{"instance_type": G5, "count": count}],
-            duration=10**6,
-            submitted_at=start,
-        )
-    bridge.run_cycle(queue.pk, now=start)
+    w = make_lending_world(8, {"a-lender": 3, "b-lender": 3}, {"x": 4, "y": 3})
+    lender_a, lender_b, y = w.a_lender, w.b_lender, w.y
     assert Job.objects.filter(state=JobState.RUNNING).count() == 2
     # Capacity 8, limits 8: nothing unowned. x borrows 3, y borrows 2; in name order x
     # fills a-lender's 3 idle, then y takes 2 of b-lender's.

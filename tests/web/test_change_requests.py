@@ -69,6 +69,7 @@ def test_a_lead_files_and_an_admin_approves_after_confirming_a_change() -> None:
         reason="lend meanwhile",
     )
     admin = signed_in(w.admin)
+    assert "1 share change request to review" in admin.get("/admin/").content.decode()
     listing = admin.get("/change-requests/").content.decode()
     assert "To review" in listing and f"/change-requests/{cr.pk}/" in listing
     detail = admin.get(f"/change-requests/{cr.pk}/").content.decode()
