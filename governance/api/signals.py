@@ -5,7 +5,6 @@ dots; chargeback one row per team, queue, type and month)."""
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from governance.api.common import ERROR_RESPONSES
+from governance.api.tables import SafeWriter
 from governance.models import JobQueue, WhatIf
 from governance.selectors import scheduling
 from governance.selectors.windows import parse_group_by, parse_month, parse_window
@@ -50,10 +50,10 @@ def csv_response(rows: list[dict[str, Any]], filename: str) -> HttpResponse:
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
-    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
+    writer = SafeWriter(out)
+    writer.writerow(columns)
     for row in rows:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        writer.writerow(row.get(column) for column in columns)
     response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
