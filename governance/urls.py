@@ -6,6 +6,7 @@ from django.http import HttpRequest, HttpResponseRedirect
 from django.templatetags.static import static
 from django.urls import include, path
 
+from governance.web import account
 from governance.web.metrics import metrics
 
 handler400 = "governance.guards.bad_request"
@@ -36,7 +37,7 @@ urlpatterns = [
     ),
     path(
         "password-reset/<uidb64>/<token>/",
-        auth_views.PasswordResetConfirmView.as_view(),
+        account.PasswordResetConfirm.as_view(),
         name="password_reset_confirm",
     ),
     path(

@@ -167,6 +167,31 @@ def test_password_reset_by_email(alice: Any) -> None:
     assert token_sign_in(APIClient(), "correct-horse").status_code == 400
 
 
+def test_a_password_reset_revokes_tokens_and_sessions_and_is_audited(alice: Any) -> None:
+    """Someone holding alice's token or signed-in browser keeps nothing once she resets."""
+    _, stolen_token = AuthToken.objects.create(user=alice)
+    thief_api = APIClient()
+    thief_api.credentials(HTTP_AUTHORIZATION=f"Token {stolen_token}")
+    thief_page = Client()
+    assert web_sign_in(thief_page, "correct-horse").status_code == 302
+    assert thief_api.get("/api/queues/").status_code == 200
+    assert thief_page.get("/").status_code == 200
+    client = Client()
+    client.post("/password-reset/", {"email": "alice@example.org"})
+    link = re.search(r"http://testserver(/password-reset/\S+/)", mail.outbox[0].body)
+    assert link is not None
+    form = client.get(link.group(1), follow=True)
+    passwords = {"new_password1": "a-new-long-passphrase", "new_password2": "a-new-long-passphrase"}
+    assert client.post(form.redirect_chain[-1][0], passwords).status_code == 302
+    assert thief_api.get("/api/queues/").status_code == 401
+    assert thief_page.get("/").status_code == 302  # back to the sign-in page
+    assert not AuthToken.objects.filter(user=alice).exists()
+    [entry] = AuditEntry.objects.filter(event_type=AuditEvent.USER_UPDATED, subject_id=alice.pk)
+    assert entry.actor_id == alice.pk
+    assert entry.after == {"password": "reset", "tokens_revoked": 1, "sessions": "signed out"}
+    assert "a-new-long-passphrase" not in str(entry.after)
+
+
 def test_security_headers(alice: Any) -> None:
     client = Client()
     client.force_login(alice)
