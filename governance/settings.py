@@ -408,6 +408,7 @@ REST_FRAMEWORK = {
         "anon": env_str("THROTTLE_ANON_RATE", "120/min"),
         "user": env_str("THROTTLE_USER_RATE", "50000/hour"),
         "sign_in": env_str("THROTTLE_SIGN_IN_RATE", "10/min"),
+        "password_reset": env_str("THROTTLE_PASSWORD_RESET_RATE", "10/hour"),
     },
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],

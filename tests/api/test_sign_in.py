@@ -82,6 +82,38 @@ def test_the_token_endpoint_is_throttled_per_address(alice: Any, monkeypatch: An
     assert "detail" in response.json()
 
 
+def test_web_sign_in_is_limited_per_address_whatever_the_username(
+    alice: Any, monkeypatch: Any
+) -> None:
+    """Password spraying: one address tries many usernames (each below django-axes's
+    per-username lockout); the address is refused, another address is not."""
+    monkeypatch.setitem(SignInThrottle.THROTTLE_RATES, "sign_in", "3/min")
+    client = Client()
+    for name in ("bob", "carol", "dave"):
+        assert client.post("/login/", {"username": name, "password": "x"}).status_code == 200
+    response = web_sign_in(client, "correct-horse")
+    assert response.status_code == 429
+    assert "Too many attempts from your address" in response.content.decode()
+    assert int(response["Retry-After"]) > 0
+    assert "_auth_user_id" not in client.session
+    assert client.get("/login/").status_code == 200  # the form itself still shows
+    elsewhere = Client(REMOTE_ADDR="192.0.2.7")
+    assert web_sign_in(elsewhere, "correct-horse").status_code == 302
+    # The token endpoint counts in the same place: this address is refused there too.
+    assert token_sign_in(APIClient(), "correct-horse").status_code == 429
+
+
+def test_password_reset_is_limited_per_address(alice: Any, monkeypatch: Any) -> None:
+    """Mail bombing: one address asks for reset mails again and again."""
+    monkeypatch.setitem(SignInThrottle.THROTTLE_RATES, "password_reset", "2/hour")
+    client = Client()
+    for _ in range(2):
+        assert client.post("/password-reset/", {"email": "alice@example.org"}).status_code == 302
+    response = client.post("/password-reset/", {"email": "alice@example.org"})
+    assert response.status_code == 429
+    assert len(mail.outbox) == 2
+
+
 def test_signed_in_users_are_throttled(alice: Any, monkeypatch: Any) -> None:
     monkeypatch.setitem(UserThrottle.THROTTLE_RATES, "user", "5/min")
     client = APIClient()
