@@ -13,6 +13,10 @@ class NotificationKind(models.TextChoices):
     JOB_FAILED = "job_failed", "A job failed"
     SHARE_CHANGED = "share_changed", "A share of your team changed"
     AGREEMENT_REVIEW_DUE = "agreement_review_due", "An agreement reached its review date"
+    AGREEMENT_EVIDENCE_MOVED = (
+        "agreement_evidence_moved",
+        "Evidence attached to your agreement was moved to another",
+    )
 
 
 # By email unless the person says otherwise; job events are frequent, so in the app only.
@@ -21,6 +25,7 @@ EMAIL_BY_DEFAULT = (
     NotificationKind.EXCEPTION_DECIDED,
     NotificationKind.SHARE_CHANGED,
     NotificationKind.AGREEMENT_REVIEW_DUE,
+    NotificationKind.AGREEMENT_EVIDENCE_MOVED,
 )
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from governance import roles
 from governance.models import Agreement, AuditEvent, JobQueue, Share, WhatIf, WhatIfState
 from governance.roles import AnyUser
-from governance.services import audit
+from governance.services import audit, notifications
 from governance.services.agreements import may_change
 from governance.services.errors import NotFound, PermissionDenied, ValidationFailed
 from governance.services.limits import MAX_INSTANCES, is_int
@@ -149,7 +149,9 @@ def whatif_fail(*, whatif_id: int, error: str) -> None:
 @transaction.atomic
 def whatif_attach(*, actor: AnyUser, whatif: WhatIf | int, agreement: Agreement | int) -> WhatIf:
     """Attach a finished what-if to an allocation agreement as evidence (who may change
-    the agreement may attach)."""
+    the agreement may attach). Evidence already attached to another agreement moves only
+    for someone who may change that one too (its owner, editors, admins), and that
+    agreement's owner and editors are told it left."""
     run = (
         WhatIf.objects.select_for_update()
         .filter(pk=whatif if isinstance(whatif, int) else whatif.pk)
@@ -164,6 +166,20 @@ def whatif_attach(*, actor: AnyUser, whatif: WhatIf | int, agreement: Agreement 
     if not may_change(actor, target):
         raise PermissionDenied(
             {"agreement": ["Only the agreement's owner, its editors and admins attach evidence."]}
+        )
+    source = (
+        Agreement.objects.filter(pk=run.agreement_id).prefetch_related("editors").first()
+        if run.agreement_id is not None and run.agreement_id != target.pk
+        else None
+    )
+    if source is not None and not may_change(actor, source):
+        raise PermissionDenied(
+            {
+                "agreement": [
+                    f"This what-if is evidence for agreement '{source.title}': only its "
+                    "owner, its editors and admins may move it to another agreement."
+                ]
+            }
         )
     if run.state != WhatIfState.DONE:
         raise ValidationFailed({"whatif": ["Only a finished what-if can be evidence."]})
@@ -180,4 +196,6 @@ def whatif_attach(*, actor: AnyUser, whatif: WhatIf | int, agreement: Agreement 
         queue_id=run.queue_id,
         at=run.attached_at,
     )
+    if source is not None:
+        notifications.evidence_moved(run, source=source, target=target, actor=actor)
     return run
