@@ -187,7 +187,11 @@ if not SECRET_KEY:
             "SECRET_KEY: must be set in production (50+ random characters, e.g. from "
             "python -c 'import secrets; print(secrets.token_urlsafe(50))')"
         )
-    SECRET_KEY = "insecure-development-key-set-SECRET_KEY-in-production"
+    # Made once per data folder (mode 0600) and kept: every process of this installation
+    # signs with it, and no two installations share one.
+    from governance.keyfile import data_folder_key
+
+    SECRET_KEY = data_folder_key(DATA_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 

@@ -6,7 +6,8 @@
    with ``DEMO=0``, an empty installation) and
    ``manage.py collectstatic`` (into ``staticfiles/``, served by whitenoise);
 3. supervisor (``supervisord``, configuration written to ``DATA_DIR/supervisord.conf``)
-   runs the web server (gunicorn on ``$PORT``, default 8000), ``$WORKERS`` Celery workers
+   runs the web server (gunicorn on ``$HOST``:``$PORT``, default 127.0.0.1:8000: this
+   machine only), ``$WORKERS`` Celery workers
    (default 2) and Celery beat, and restarts any of them that exits: at once after a
    crash, then after 1, 2, 3 ... seconds while it keeps failing within 3 s of its start.
    Each restart is logged;
@@ -285,25 +286,57 @@ def stop_supervisord(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def wait_for_port(port: int, supervisord: subprocess.Popen[bytes]) -> None:
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def listen_host(env: dict[str, str]) -> str:
+    """``HOST``: the address the web server listens on, this machine only by default (the
+    demo's logins are public knowledge). ``HOST=0.0.0.0`` opens it to the network."""
+    return env.get("HOST") or "127.0.0.1"
+
+
+def run_env(environ: dict[str, str], var: Path, port: int) -> dict[str, str]:
+    """The environment of every program ``./scripts/run`` starts: the web server binds
+    ``WEB_BIND`` (scripts/gunicorn_conf.py), set here from ``HOST``."""
+    return dict(
+        environ,
+        PYTHONUNBUFFERED="1",
+        DATA_DIR=str(var),
+        PORT=str(port),
+        WEB_BIND=listen_host(environ),
+    )
+
+
+def _reach(host: str) -> str:
+    """Where this script reaches a server listening on ``host``."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def wait_for_port(host: str, port: int, supervisord: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + WEB_START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if supervisord.poll() is not None:
             raise RuntimeError(f"supervisor exited with status {supervisord.returncode}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            with socket.create_connection((_reach(host), port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.2)
     raise RuntimeError(f"the web server did not listen on port {port} in time")
 
 
-def banner(port: int, var: Path) -> None:
-    lines = [f"GPU share governance is running at http://localhost:{port}/"]
+def banner(host: str, port: int, var: Path) -> None:
+    shown = "localhost" if host in LOOPBACK else f"[{host}]" if ":" in host else host
+    lines = [f"GPU share governance is running at http://{shown}:{port}/"]
     logins_file = var / "demo_logins.txt"
     if logins_file.exists():
-        lines.append("Demo logins:")
+        lines.append("Demo logins, for a local demo only (their passwords are their names):")
         lines += [f"  {line}" for line in logins_file.read_text().splitlines() if line.strip()]
+        if host not in LOOPBACK:
+            lines.append(
+                f"WARNING: HOST={host} lets other machines reach these logins; use them "
+                "only on a network you trust, or start with DEMO=0 and create real users."
+            )
     lines.append(f"Processes: .venv/bin/supervisorctl -c {var / 'supervisord.conf'} status")
     lines.append("Press Ctrl-C to stop everything.")
     width = max(len(line) for line in lines)
@@ -341,7 +374,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    env = dict(os.environ, PYTHONUNBUFFERED="1", DATA_DIR=str(var), PORT=str(port))
+    env = run_env(dict(os.environ), var, port)
+    host = env["WEB_BIND"]
     # DEMO=0: an empty installation (docs/admin-guide.md), no demo data and no activity.
     with_demo = env.get("DEMO", "1") != "0"
     # The demo keeps working: teams submit, capacity comes and goes (docs/operations.md).
@@ -386,8 +420,8 @@ def main() -> int:
                 supervisord = start_supervisord(var, env)
                 for follower in followers:
                     follower.start()
-                wait_for_port(port, supervisord)
-                banner(port, var)
+                wait_for_port(host, port, supervisord)
+                banner(host, port, var)
                 while supervisord.poll() is None:
                     time.sleep(0.5)
                 raise RuntimeError(f"supervisor exited with status {supervisord.returncode}")
