@@ -482,6 +482,16 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_PUBLISH_RETRY = False
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 5}
+# What-if replays go to their own queue, consumed by their own worker (./scripts/run,
+# docs/operations.md), so a long replay never delays a scheduling cycle; cycles and the
+# other tasks stay on Celery's default queue.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+WHATIF_QUEUE = env_str("WHATIF_QUEUE", "whatif")
+CELERY_TASK_ROUTES = {"scheduler.tasks.run_whatif": {"queue": WHATIF_QUEUE}}
+# What-if runs one user may have queued or running at once (more: 429).
+WHATIF_MAX_PER_USER = env_int("WHATIF_MAX_PER_USER", 2)
+if WHATIF_MAX_PER_USER < 1:
+    raise ImproperlyConfigured("WHATIF_MAX_PER_USER: must be 1 or more")
 SCHEDULER_SAFETY_NET_SECONDS = env_float("SCHEDULER_SAFETY_NET_SECONDS", 5.0)
 # External agents heartbeat this often; a run silent for 1.5 intervals is declared lost.
 AGENT_HEARTBEAT_SECONDS = env_float("AGENT_HEARTBEAT_SECONDS", 10.0)

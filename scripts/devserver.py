@@ -7,8 +7,8 @@
    ``manage.py collectstatic`` (into ``staticfiles/``, served by whitenoise);
 3. supervisor (``supervisord``, configuration written to ``DATA_DIR/supervisord.conf``)
    runs the web server (gunicorn on ``$HOST``:``$PORT``, default 127.0.0.1:8000: this
-   machine only), ``$WORKERS`` Celery workers
-   (default 2) and Celery beat, and restarts any of them that exits: at once after a
+   machine only), ``$WORKERS`` Celery workers (default 2), a worker of the what-if queue
+   and Celery beat, and restarts any of them that exits: at once after a
    crash, then after 1, 2, 3 ... seconds while it keeps failing within 3 s of its start.
    Each restart is logged;
 4. its log and each program's log (``DATA_DIR/logs/``) are printed with a name prefix;
@@ -83,21 +83,26 @@ def worker_count(env: dict[str, str]) -> int:
 
 def process_names(env: dict[str, str]) -> list[str]:
     """The supervised processes, as supervisor names them (and their log files)."""
-    return ["web", *(f"worker-{n}" for n in range(worker_count(env))), "beat"]
+    return ["web", *(f"worker-{n}" for n in range(worker_count(env))), "whatif", "beat"]
 
 
 def program_commands(var: Path, env: dict[str, str]) -> dict[str, list[str]]:
     """The command line of each supervised program."""
     python = sys.executable
     concurrency = env.get("WORKER_CONCURRENCY", "1")
+    worker = [python, "-m", "celery", "-A", "governance", "worker", "--loglevel", "WARNING"]
+    # Gossip, mingle and heartbeat serve clusters of workers that watch one another;
+    # without them a broker outage cannot end the worker (governance/celery.py).
+    alone = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
     return {
         "web": [python, "-m", "gunicorn", "-c", str(ROOT / "scripts" / "gunicorn_conf.py"),
                 "governance.wsgi"],
-        # Gossip, mingle and heartbeat serve clusters of workers that watch one another;
-        # without them a broker outage cannot end the worker (governance/celery.py).
-        "worker": [python, "-m", "celery", "-A", "governance", "worker", "--loglevel",
-                   "WARNING", "--concurrency", concurrency, "--without-gossip",
-                   "--without-mingle", "--without-heartbeat"],
+        # Scheduling cycles and the other tasks: Celery's default queue only.
+        "worker": [*worker, "--queues", "celery", "--concurrency", concurrency, *alone],
+        # What-if replays (minutes of CPU each) on their own queue and worker, so that
+        # they never hold up a cycle (settings.WHATIF_QUEUE).
+        "whatif": [*worker, "--queues", env.get("WHATIF_QUEUE", "whatif"), "--concurrency",
+                   "1", "--hostname", "whatif@%h", *alone],
         "beat": [python, "-m", "celery", "-A", "governance", "beat", "--loglevel", "WARNING",
                  "--schedule", str(var / "celerybeat-schedule")],
     }  # fmt: skip

@@ -56,6 +56,8 @@ def celery_worker_process(
     )
     command = [sys.executable, "-m", "celery", "-A", "governance", "worker"]
     command += ["--pool", "solo", "--loglevel", "INFO", "--hostname", f"test-{os.getpid()}@%h"]
+    # The scheduling queue and the what-if queue (./scripts/run gives each its own worker).
+    command += ["--queues", f"celery,{settings.WHATIF_QUEUE}"]
     worker = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 60

@@ -233,6 +233,11 @@ class WhatIfListView(APIView):
                 "the result.",
             ),
             **ERROR_RESPONSES,
+            429: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description="You already have WHATIF_MAX_PER_USER runs queued or running: "
+                '{"detail": ["..."]}.',
+            ),
         },
         description='Body: {"from": ISO, "to": ISO, "shares": {NAME: {policy, borrow_limit, '
         'limits, in_share_preemption, preemption_retries}}, "capacity": {TYPE: count}}.',

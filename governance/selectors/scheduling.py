@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -417,8 +418,11 @@ def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:
 def whatif_start(whatif_id: int) -> None:
     """Queue the replay of a requested what-if once the request's transaction commits."""
     # By name: the task module imports governance, so importing it here would make a loop.
+    # On the what-if queue (settings.WHATIF_QUEUE), which only the what-if worker reads.
     transaction.on_commit(
-        lambda: celery_app.send_task("scheduler.tasks.run_whatif", args=(whatif_id,))
+        lambda: celery_app.send_task(
+            "scheduler.tasks.run_whatif", args=(whatif_id,), queue=settings.WHATIF_QUEUE
+        )
     )
 
 

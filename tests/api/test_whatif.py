@@ -169,3 +169,47 @@ def test_a_lead_cannot_move_another_teams_evidence_and_the_owner_hears_of_a_move
         f'href="/whatif/{red_run}/"'
         in page.get(f"/agreements/{blue_agreement.pk}/").content.decode()
     )
+
+
+def test_what_ifs_are_capped_per_person_with_a_clear_429(ran: Any, settings: Any) -> None:
+    """A lead floods the workers with replays: past the cap each request is refused."""
+    settings.WHATIF_MAX_PER_USER = 2
+    lead = api(ran.red_lead)
+    first, second = (
+        request_whatif(lead, ran.queue.pk, capacity={G5: n}).json()["id"] for n in (3, 4)
+    )
+    refused = request_whatif(lead, ran.queue.pk, capacity={G5: 5})
+    assert refused.status_code == 429
+    assert "at most 2 at once" in refused.json()["detail"][0]
+    assert WhatIf.objects.filter(requested_by=ran.red_lead).count() == 2
+    # someone else is not held up by red's lead
+    assert request_whatif(api(ran.blue_lead), ran.queue.pk, capacity={G5: 5}).status_code == 202
+    tasks.run_whatif(first)  # one finishes: room for one more
+    assert request_whatif(lead, ran.queue.pk, capacity={G5: 5}).status_code == 202
+    assert WhatIf.objects.get(pk=second).state == "QUEUED"
+
+
+def test_what_ifs_go_to_their_own_queue_never_the_scheduling_one(
+    ran: Any, settings: Any, django_capture_on_commit_callbacks: Any, tmp_path: Any
+) -> None:
+    """The message of a requested replay waits in the what-if queue, which only the
+    what-if worker reads; the scheduling workers read the default queue alone."""
+    from governance.celery import app
+    from scripts.devserver import program_commands
+
+    with app.connection_for_write() as conn:
+        redis = conn.default_channel.client
+        before = {q: redis.llen(q) for q in ("celery", settings.WHATIF_QUEUE)}
+        with django_capture_on_commit_callbacks(execute=True):
+            run_id = request_whatif(api(ran.admin), ran.queue.pk, capacity={G5: 3}).json()["id"]
+        after = {q: redis.llen(q) for q in ("celery", settings.WHATIF_QUEUE)}
+        assert after[settings.WHATIF_QUEUE] == before[settings.WHATIF_QUEUE] + 1
+        assert after["celery"] == before["celery"]
+        redis.delete(settings.WHATIF_QUEUE)
+    assert WhatIf.objects.get(pk=run_id).state == "QUEUED"
+    routed = app.amqp.router.route({}, "scheduler.tasks.schedule_queue")
+    assert routed["queue"].name == "celery"
+    commands = program_commands(tmp_path, {})
+    worker, replayer = commands["worker"], commands["whatif"]
+    assert worker[worker.index("--queues") + 1] == "celery"
+    assert replayer[replayer.index("--queues") + 1] == settings.WHATIF_QUEUE
