@@ -37,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from governance import embedded
 from scripts.common import ROOT, data_dir, say, services
 
 STOP_GRACE_SECONDS = 40.0  # supervisor's own grace per program (15 s) and margin
@@ -312,6 +313,15 @@ def run_env(environ: dict[str, str], var: Path, port: int) -> dict[str, str]:
     )
 
 
+def as_product_role(env: dict[str, str], var: Path) -> None:
+    """On the embedded database: migrations connect as its owner (``postgres``), every
+    program as the product's own role, which may only read and append to the audit trail
+    (docs/operations.md, "Database roles")."""
+    env["DATABASE_OWNER_URL"] = env["DATABASE_URL"]
+    role = env.get("DATABASE_APP_ROLE") or "governance_app"
+    env["DATABASE_URL"] = embedded.app_database_url(var, role)
+
+
 def _reach(host: str) -> str:
     """Where this script reaches a server listening on ``host``."""
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
@@ -402,8 +412,11 @@ def main() -> int:
         subprocess.run([str(slurm_hook), hook_url, env["SLURM_HOOK_TOKEN"]], cwd=ROOT, check=True)
     supervisord: subprocess.Popen[bytes] | None = None
     followers: list[Follower] = []
+    embedded_database = not env.get("DATABASE_URL")
     try:
         with services(env, var):
+            if embedded_database:
+                as_product_role(env, var)
             try:
                 say("migrating the database")
                 subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True)

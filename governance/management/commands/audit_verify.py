@@ -10,7 +10,9 @@ from governance.selectors.audit import verify_chain
 class Command(BaseCommand):
     help = (
         "Walk the audit trail's hash chain and name the first broken link (an entry changed, "
-        "removed or inserted behind the application's back). Exits 1 when one is found."
+        "removed or inserted behind the application's back, the chain re-sealed so that it no "
+        "longer leads to a head signed with the audit key, or the head missing or moved). "
+        "Exits 1 when one is found."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -24,3 +26,15 @@ class Command(BaseCommand):
                 f"audit chain intact: {report.checked} entries, head {report.last_hash}"
             )
         )
+        unsigned = report.last_seq - report.signed_seq
+        self.stdout.write(
+            f"signed with the audit key up to link {report.signed_seq}"
+            + (f" ({unsigned} newer entries not signed yet)" if unsigned else "")
+        )
+        if report.unchecked_checkpoints:
+            self.stdout.write(
+                self.style.WARNING(
+                    f"{report.unchecked_checkpoints} checkpoints were signed with a lost key "
+                    "(AUDIT_LOST_KEY_IDS) and were not checked"
+                )
+            )
