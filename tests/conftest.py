@@ -92,9 +92,9 @@ def _fresh_throttles(settings: Any) -> None:
 
 def _flush_past_the_audit_guards() -> None:
     """Transactional tests end with Django's flush, a TRUNCATE of every table, which the
-    audit tables refuse (migration 0021). The test database's flush runs with its triggers
-    off (``session_replication_role = replica``: the tests connect as a superuser) and
-    puts back the chain head the migrations made, as a fresh database has it."""
+    audit tables refuse (migration 0021). In the test database the flush turns their
+    triggers off for its own transaction (the tests connect as the tables' owner, who may)
+    and puts back the chain head the migrations made, as a fresh database has it."""
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     from governance.models.audit import GENESIS_HASH
@@ -107,12 +107,13 @@ def _flush_past_the_audit_guards() -> None:
         statements = plain(self, style, tables, **kwargs)
         if not statements or "governance_auditchainhead" not in tables:
             return statements
+        audit_tables = [t for t in tables if t.startswith("governance_audit")]
         return [
-            "SET session_replication_role = replica",
+            *(f"ALTER TABLE {table} DISABLE TRIGGER USER" for table in audit_tables),
             *statements,
             "INSERT INTO governance_auditchainhead (id, last_seq, last_hash) "
             f"VALUES (1, 0, '{GENESIS_HASH}')",
-            "SET session_replication_role = DEFAULT",
+            *(f"ALTER TABLE {table} ENABLE TRIGGER USER" for table in audit_tables),
         ]
 
     sql_flush.past_audit_guards = True  # type: ignore[attr-defined]
