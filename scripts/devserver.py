@@ -417,6 +417,12 @@ def main() -> int:
         with services(env, var):
             if embedded_database:
                 as_product_role(env, var)
+            elif not env.get("DATABASE_OWNER_URL"):
+                say(
+                    "WARNING: no DATABASE_OWNER_URL: the product connects as the owner of its "
+                    "tables and could change the audit trail; run it as its own role "
+                    "(docs/operations.md, 'Database roles')"
+                )
             try:
                 say("migrating the database")
                 subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True)

@@ -111,7 +111,7 @@ def _trusted_checkpoints() -> tuple[list[tuple[int, str]], int, str | None]:
     return trusted, unchecked, None
 
 
-def verify_chain(*, batch: int = 5000) -> ChainReport:
+def verify_chain(*, batch: int = 5000, expect: tuple[int, str] | None = None) -> ChainReport:
     """Walk the audit chain in order and report the first broken link.
 
     A link is broken when an entry's content no longer matches its hash (changed), when
@@ -120,6 +120,8 @@ def verify_chain(*, batch: int = 5000) -> ChainReport:
     the trigger), when the chain no longer leads to a head signed with the audit key
     (entries changed and the chain re-sealed inside the database, or the newest entries
     removed), or when the chain head is missing or does not name the last entry found.
+    ``expect`` is a link and hash recorded outside the database (an earlier head): the
+    trail must still hold it, which no one can arrange from inside the database.
     """
     checked = 0
     seq = 0
@@ -163,6 +165,12 @@ def verify_chain(*, batch: int = 5000) -> ChainReport:
                         "written: its content does not match its hash",
                         entry_id,
                     )
+                if expect is not None and expect[0] == chain_seq and expect[1] != entry_hash:
+                    return broken(
+                        f"entry {entry_id} (link {chain_seq}) is not the link recorded "
+                        "outside the database: the trail up to it was rewritten",
+                        entry_id,
+                    )
                 while signed is not None and signed[0] == chain_seq:
                     if entry_hash != signed[1]:
                         return broken(
@@ -177,6 +185,12 @@ def verify_chain(*, batch: int = 5000) -> ChainReport:
                 seq = chain_seq
                 previous = entry_hash
                 previous_id = entry_id
+        if expect is not None and expect[0] > seq:
+            return broken(
+                f"link {expect[0]} was recorded outside the database but the trail ends at "
+                f"link {seq}: the newest entries were removed",
+                None,
+            )
         if signed is not None:
             return broken(
                 f"the audit key signed link {signed[0]} but the trail ends at link {seq}: "

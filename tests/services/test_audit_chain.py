@@ -369,3 +369,29 @@ def test_audit_verify_says_how_far_the_key_vouches() -> None:
     call_command("audit_verify", stdout=out)
     assert "audit chain intact" in out.getvalue()
     assert "(3 newer entries not signed yet)" in out.getvalue()
+
+
+@pytest.mark.django_db
+def test_a_head_kept_outside_the_database_catches_what_the_database_cannot() -> None:
+    """Removing the newest entries together with their signatures, and moving the head
+    back, leaves a trail that verifies on its own; the head printed earlier and kept
+    elsewhere (``audit_verify --expect``) does not match it."""
+    entries = signed_entries(3)
+    out = StringIO()
+    call_command("audit_verify", stdout=out)
+    recorded = out.getvalue().split(" head ")[1].split()[0]
+    write_entries(1)  # the trail goes on: the recorded link is still in it
+    call_command("audit_verify", "--expect", recorded, stdout=StringIO())
+    kept = AuditEntry.objects.get(pk=entries[0].pk)
+    tamper("DELETE FROM governance_auditentry WHERE chain_seq > %s", kept.chain_seq)
+    tamper("DELETE FROM governance_auditcheckpoint")
+    tamper(
+        "UPDATE governance_auditchainhead SET last_seq = %s, last_hash = %s WHERE id = 1",
+        kept.chain_seq,
+        kept.hash,
+    )
+    assert verify_chain().broken is None  # nothing inside the database tells
+    with pytest.raises(CommandError, match="recorded outside the database"):
+        call_command("audit_verify", "--expect", recorded, stdout=StringIO())
+    with pytest.raises(CommandError, match="LINK:HASH"):
+        call_command("audit_verify", "--expect", "nonsense", stdout=StringIO())

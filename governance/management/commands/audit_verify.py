@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from governance.selectors.audit import verify_chain
 
@@ -15,15 +15,30 @@ class Command(BaseCommand):
         "Exits 1 when one is found."
     )
 
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--expect",
+            metavar="LINK:HASH",
+            help="a head printed by an earlier run and kept outside the database: the trail "
+            "must still hold that link with that hash",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
-        report = verify_chain()
+        expect = None
+        if options.get("expect"):
+            link, _, digest = str(options["expect"]).partition(":")
+            if not link.isdigit() or len(link) > 18 or len(digest) != 64:
+                raise CommandError("--expect: give LINK:HASH as printed after 'head'")
+            expect = (int(link), digest.lower())
+        report = verify_chain(expect=expect)
         if report.broken is not None:
             raise CommandError(
                 f"audit chain broken after {report.checked} good entries: {report.broken}"
             )
         self.stdout.write(
             self.style.SUCCESS(
-                f"audit chain intact: {report.checked} entries, head {report.last_hash}"
+                f"audit chain intact: {report.checked} entries, "
+                f"head {report.last_seq}:{report.last_hash}"
             )
         )
         unsigned = report.last_seq - report.signed_seq
