@@ -53,6 +53,8 @@ WIDTHS: dict[str, Any] = {
 }
 WORKER = [sys.executable, "-m", "celery", "-A", "governance", "worker"]
 WORKER += ["--pool", "solo", "--loglevel", "WARNING"]
+# Scheduling and what-if replays (the what-if picture waits for one): both queues.
+WORKER += ["--queues", f"celery,{os.environ.get('WHATIF_QUEUE') or 'whatif'}"]
 
 
 def say(message: str) -> None:
