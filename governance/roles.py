@@ -74,6 +74,17 @@ def is_lead_of(user: AnyUser, team: Team | int) -> bool:
     return team_id in lead_team_ids(user)
 
 
+def may_see_program(user: AnyUser, job: Any) -> bool:
+    """A job's ``program`` (its command or script, working directory and ``env``, which
+    may hold credentials): its team's members and leads, admins, and the agent holding
+    its current run. Everyone else signed in sees the job without it."""
+    if not user.is_authenticated:
+        return False
+    if is_admin(user) or (job.claimed_by_id is not None and job.claimed_by_id == user.pk):
+        return True
+    return Membership.objects.filter(user_id=user.pk, team_id=job.share.team_id).exists()
+
+
 def band_roles(user: AnyUser, team: Team | int | None) -> set[str]:
     """The roles a user holds for using priority bands (``usable_by`` values)."""
     roles: set[str] = set()

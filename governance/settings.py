@@ -164,13 +164,20 @@ def celery_broker_url(url: str) -> str:
 
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "var"))).resolve()
 
+# Database roles (docs/operations.md, "Database roles"): the product connects with
+# DATABASE_URL as DATABASE_APP_ROLE, which may read and append to the audit trail but
+# never change it; ``manage.py migrate`` connects as the tables' owner, with the user and
+# password of DATABASE_OWNER_URL when set. The embedded default does both by itself.
+DATABASE_APP_ROLE = env_str("DATABASE_APP_ROLE", "governance_app")
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
+DATABASE_OWNER_URL = os.environ.get("DATABASE_OWNER_URL", "")
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if not DATABASE_URL or not REDIS_URL:
     from governance import embedded
 
     if not DATABASE_URL:
-        DATABASE_URL = embedded.database_url(DATA_DIR)
+        DATABASE_OWNER_URL = DATABASE_OWNER_URL or embedded.database_url(DATA_DIR)
+        DATABASE_URL = embedded.app_database_url(DATA_DIR, DATABASE_APP_ROLE)
     if not REDIS_URL:
         REDIS_URL = embedded.redis_url(DATA_DIR)
 
@@ -187,7 +194,27 @@ if not SECRET_KEY:
             "SECRET_KEY: must be set in production (50+ random characters, e.g. from "
             "python -c 'import secrets; print(secrets.token_urlsafe(50))')"
         )
-    SECRET_KEY = "insecure-development-key-set-SECRET_KEY-in-production"
+    # Made once per data folder (mode 0600) and kept: every process of this installation
+    # signs with it, and no two installations share one.
+    from governance.keyfile import data_folder_key
+
+    SECRET_KEY = data_folder_key(DATA_DIR / "secret_key")
+# The audit trail's key (docs/operations.md, "The audit key"): an HMAC key kept outside the
+# database, which signs the chain's head (governance.services.audit.checkpoint), so entries
+# changed and re-sealed inside the database no longer verify. AUDIT_KEY from the
+# environment, else made once in the data folder. Keys retired by a rotation stay in
+# AUDIT_OLD_KEYS (comma-separated) so what they signed still verifies.
+AUDIT_KEY = env_str("AUDIT_KEY", "")
+if not AUDIT_KEY:
+    from governance.keyfile import data_folder_key
+
+    AUDIT_KEY = data_folder_key(DATA_DIR / "audit_key")
+AUDIT_OLD_KEYS = env_list("AUDIT_OLD_KEYS", [])
+# Key ids (``audit_verify`` names them) of lost keys: their checkpoints are reported, not
+# checked; the chain and the other checkpoints still are.
+AUDIT_LOST_KEY_IDS = env_list("AUDIT_LOST_KEY_IDS", [])
+# How often beat signs the chain's head (only when it moved).
+AUDIT_CHECKPOINT_SECONDS = env_float("AUDIT_CHECKPOINT_SECONDS", 5.0)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -353,6 +380,9 @@ CACHES = {
 SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 SESSION_CACHE_ALIAS = "shared"
 DATABASES = {"default": parse_database_url(DATABASE_URL)}
+# Who ``manage.py migrate`` connects as (governance/management/commands/migrate.py): only
+# the user and password of DATABASE_OWNER_URL count; the database is DATABASE_URL's.
+DATABASE_OWNER = parse_database_url(DATABASE_OWNER_URL) if DATABASE_OWNER_URL else None
 # Seconds a web worker keeps its database connection between requests (0: one per
 # request). A deployment behind gunicorn sets e.g. 60 to save the connection setup.
 DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 0)
@@ -408,6 +438,7 @@ REST_FRAMEWORK = {
         "anon": env_str("THROTTLE_ANON_RATE", "120/min"),
         "user": env_str("THROTTLE_USER_RATE", "50000/hour"),
         "sign_in": env_str("THROTTLE_SIGN_IN_RATE", "10/min"),
+        "password_reset": env_str("THROTTLE_PASSWORD_RESET_RATE", "10/hour"),
     },
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
@@ -477,6 +508,16 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_PUBLISH_RETRY = False
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 5}
+# What-if replays go to their own queue, consumed by their own worker (./scripts/run,
+# docs/operations.md), so a long replay never delays a scheduling cycle; cycles and the
+# other tasks stay on Celery's default queue.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+WHATIF_QUEUE = env_str("WHATIF_QUEUE", "whatif")
+CELERY_TASK_ROUTES = {"scheduler.tasks.run_whatif": {"queue": WHATIF_QUEUE}}
+# What-if runs one user may have queued or running at once (more: 429).
+WHATIF_MAX_PER_USER = env_int("WHATIF_MAX_PER_USER", 2)
+if WHATIF_MAX_PER_USER < 1:
+    raise ImproperlyConfigured("WHATIF_MAX_PER_USER: must be 1 or more")
 SCHEDULER_SAFETY_NET_SECONDS = env_float("SCHEDULER_SAFETY_NET_SECONDS", 5.0)
 # External agents heartbeat this often; a run silent for 1.5 intervals is declared lost.
 AGENT_HEARTBEAT_SECONDS = env_float("AGENT_HEARTBEAT_SECONDS", 10.0)
@@ -490,6 +531,12 @@ CELERY_BEAT_SCHEDULE = {
     },
     # Notifications whose delivery task was lost, and agreements due for review.
     "notifications-sweep": {"task": "governance.tasks.notifications_sweep", "schedule": 60.0},
+    # The audit chain's head, signed with the audit key.
+    "audit-checkpoint": {
+        "task": "governance.tasks.audit_checkpoint",
+        "schedule": AUDIT_CHECKPOINT_SECONDS,
+        "options": {"expires": max(1.0, AUDIT_CHECKPOINT_SECONDS)},
+    },
 }
 # The slurm executor (docs/slurm.md): the cluster's config for the client commands (empty:
 # Slurm's own default, /etc/slurm/slurm.conf), a timeout for every command, how often a

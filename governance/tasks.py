@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from governance.services import idempotency, notifications
+from governance.services import audit, idempotency, notifications
 
 
 @shared_task(ignore_result=True)
@@ -24,3 +24,9 @@ def notifications_sweep() -> int:
 def purge_idempotency_keys() -> int:
     """Beat's hourly clean-up: idempotency keys older than 24 h are no longer honoured."""
     return idempotency.idempotency_purge()
+
+
+@shared_task(ignore_result=True)
+def audit_checkpoint() -> bool:
+    """Beat: sign the audit chain's head with the audit key (when it moved)."""
+    return audit.checkpoint() is not None

@@ -6,6 +6,8 @@ from django.http import HttpRequest, HttpResponseRedirect
 from django.templatetags.static import static
 from django.urls import include, path
 
+from governance.api.throttles import posts_per_address
+from governance.web import account
 from governance.web.metrics import metrics
 
 handler400 = "governance.guards.bad_request"
@@ -25,10 +27,16 @@ urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("api/", include("governance.api.urls")),
     path("metrics", metrics, name="metrics"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    # Sign-in and password-reset POSTs are limited per address (THROTTLE_SIGN_IN_RATE,
+    # shared with the token endpoint, and THROTTLE_PASSWORD_RESET_RATE).
+    path("login/", posts_per_address("sign_in")(auth_views.LoginView.as_view()), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Django's password reset by email (the console backend prints the mail in development).
-    path("password-reset/", auth_views.PasswordResetView.as_view(), name="password_reset"),
+    path(
+        "password-reset/",
+        posts_per_address("password_reset")(auth_views.PasswordResetView.as_view()),
+        name="password_reset",
+    ),
     path(
         "password-reset/sent/",
         auth_views.PasswordResetDoneView.as_view(),
@@ -36,7 +44,7 @@ urlpatterns = [
     ),
     path(
         "password-reset/<uidb64>/<token>/",
-        auth_views.PasswordResetConfirmView.as_view(),
+        account.PasswordResetConfirm.as_view(),
         name="password_reset_confirm",
     ),
     path(

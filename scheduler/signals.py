@@ -26,9 +26,7 @@ Percentiles use the nearest rank; an empty set or a zero denominator gives ``Non
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
-import io
 import json
 import math
 import sys
@@ -863,20 +861,6 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Rows (:func:`flat_rows`) as CSV: the columns in the order they first appear, an
-    empty cell for null."""
-    out = io.StringIO()
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(k for k in row if k not in columns)
-    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
-    return out.getvalue()
-
-
 def file_recording(data: Mapping[str, Any]) -> Recording:
     """The recording of a history file (``{"scenario", "recorded", "teams"}``; an older
     file's ``recorded`` may be the bare list of events)."""
@@ -913,6 +897,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     answer = compute(recording, start, stop, group_by=args.group_by)
     if args.csv:
+        from governance.api.tables import csv_text  # the one CSV writer (formulas neutralised)
+
         sys.stdout.write(csv_text(flat_rows(answer)))
     else:
         json.dump(answer, sys.stdout, indent=1)

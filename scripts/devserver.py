@@ -6,8 +6,9 @@
    with ``DEMO=0``, an empty installation) and
    ``manage.py collectstatic`` (into ``staticfiles/``, served by whitenoise);
 3. supervisor (``supervisord``, configuration written to ``DATA_DIR/supervisord.conf``)
-   runs the web server (gunicorn on ``$PORT``, default 8000), ``$WORKERS`` Celery workers
-   (default 2) and Celery beat, and restarts any of them that exits: at once after a
+   runs the web server (gunicorn on ``$HOST``:``$PORT``, default 127.0.0.1:8000: this
+   machine only), ``$WORKERS`` Celery workers (default 2), a worker of the what-if queue
+   and Celery beat, and restarts any of them that exits: at once after a
    crash, then after 1, 2, 3 ... seconds while it keeps failing within 3 s of its start.
    Each restart is logged;
 4. its log and each program's log (``DATA_DIR/logs/``) are printed with a name prefix;
@@ -36,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from governance import embedded
 from scripts.common import ROOT, data_dir, say, services
 
 STOP_GRACE_SECONDS = 40.0  # supervisor's own grace per program (15 s) and margin
@@ -82,21 +84,26 @@ def worker_count(env: dict[str, str]) -> int:
 
 def process_names(env: dict[str, str]) -> list[str]:
     """The supervised processes, as supervisor names them (and their log files)."""
-    return ["web", *(f"worker-{n}" for n in range(worker_count(env))), "beat"]
+    return ["web", *(f"worker-{n}" for n in range(worker_count(env))), "whatif", "beat"]
 
 
 def program_commands(var: Path, env: dict[str, str]) -> dict[str, list[str]]:
     """The command line of each supervised program."""
     python = sys.executable
     concurrency = env.get("WORKER_CONCURRENCY", "1")
+    worker = [python, "-m", "celery", "-A", "governance", "worker", "--loglevel", "WARNING"]
+    # Gossip, mingle and heartbeat serve clusters of workers that watch one another;
+    # without them a broker outage cannot end the worker (governance/celery.py).
+    alone = ["--without-gossip", "--without-mingle", "--without-heartbeat"]
     return {
         "web": [python, "-m", "gunicorn", "-c", str(ROOT / "scripts" / "gunicorn_conf.py"),
                 "governance.wsgi"],
-        # Gossip, mingle and heartbeat serve clusters of workers that watch one another;
-        # without them a broker outage cannot end the worker (governance/celery.py).
-        "worker": [python, "-m", "celery", "-A", "governance", "worker", "--loglevel",
-                   "WARNING", "--concurrency", concurrency, "--without-gossip",
-                   "--without-mingle", "--without-heartbeat"],
+        # Scheduling cycles and the other tasks: Celery's default queue only.
+        "worker": [*worker, "--queues", "celery", "--concurrency", concurrency, *alone],
+        # What-if replays (minutes of CPU each) on their own queue and worker, so that
+        # they never hold up a cycle (settings.WHATIF_QUEUE).
+        "whatif": [*worker, "--queues", env.get("WHATIF_QUEUE", "whatif"), "--concurrency",
+                   "1", "--hostname", "whatif@%h", *alone],
         "beat": [python, "-m", "celery", "-A", "governance", "beat", "--loglevel", "WARNING",
                  "--schedule", str(var / "celerybeat-schedule")],
     }  # fmt: skip
@@ -285,25 +292,66 @@ def stop_supervisord(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def wait_for_port(port: int, supervisord: subprocess.Popen[bytes]) -> None:
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def listen_host(env: dict[str, str]) -> str:
+    """``HOST``: the address the web server listens on, this machine only by default (the
+    demo's logins are public knowledge). ``HOST=0.0.0.0`` opens it to the network."""
+    return env.get("HOST") or "127.0.0.1"
+
+
+def run_env(environ: dict[str, str], var: Path, port: int) -> dict[str, str]:
+    """The environment of every program ``./scripts/run`` starts: the web server binds
+    ``WEB_BIND`` (scripts/gunicorn_conf.py), set here from ``HOST``."""
+    return dict(
+        environ,
+        PYTHONUNBUFFERED="1",
+        DATA_DIR=str(var),
+        PORT=str(port),
+        WEB_BIND=listen_host(environ),
+    )
+
+
+def as_product_role(env: dict[str, str], var: Path) -> None:
+    """On the embedded database: migrations connect as its owner (``postgres``), every
+    program as the product's own role, which may only read and append to the audit trail
+    (docs/operations.md, "Database roles")."""
+    env["DATABASE_OWNER_URL"] = env["DATABASE_URL"]
+    role = env.get("DATABASE_APP_ROLE") or "governance_app"
+    env["DATABASE_URL"] = embedded.app_database_url(var, role)
+
+
+def _reach(host: str) -> str:
+    """Where this script reaches a server listening on ``host``."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def wait_for_port(host: str, port: int, supervisord: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + WEB_START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if supervisord.poll() is not None:
             raise RuntimeError(f"supervisor exited with status {supervisord.returncode}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            with socket.create_connection((_reach(host), port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.2)
     raise RuntimeError(f"the web server did not listen on port {port} in time")
 
 
-def banner(port: int, var: Path) -> None:
-    lines = [f"GPU share governance is running at http://localhost:{port}/"]
+def banner(host: str, port: int, var: Path) -> None:
+    shown = "localhost" if host in LOOPBACK else f"[{host}]" if ":" in host else host
+    lines = [f"GPU share governance is running at http://{shown}:{port}/"]
     logins_file = var / "demo_logins.txt"
     if logins_file.exists():
-        lines.append("Demo logins:")
+        lines.append("Demo logins, for a local demo only (their passwords are their names):")
         lines += [f"  {line}" for line in logins_file.read_text().splitlines() if line.strip()]
+        if host not in LOOPBACK:
+            lines.append(
+                f"WARNING: HOST={host} lets other machines reach these logins; use them "
+                "only on a network you trust, or start with DEMO=0 and create real users."
+            )
     lines.append(f"Processes: .venv/bin/supervisorctl -c {var / 'supervisord.conf'} status")
     lines.append("Press Ctrl-C to stop everything.")
     width = max(len(line) for line in lines)
@@ -341,7 +389,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    env = dict(os.environ, PYTHONUNBUFFERED="1", DATA_DIR=str(var), PORT=str(port))
+    env = run_env(dict(os.environ), var, port)
+    host = env["WEB_BIND"]
     # DEMO=0: an empty installation (docs/admin-guide.md), no demo data and no activity.
     with_demo = env.get("DEMO", "1") != "0"
     # The demo keeps working: teams submit, capacity comes and goes (docs/operations.md).
@@ -363,8 +412,17 @@ def main() -> int:
         subprocess.run([str(slurm_hook), hook_url, env["SLURM_HOOK_TOKEN"]], cwd=ROOT, check=True)
     supervisord: subprocess.Popen[bytes] | None = None
     followers: list[Follower] = []
+    embedded_database = not env.get("DATABASE_URL")
     try:
         with services(env, var):
+            if embedded_database:
+                as_product_role(env, var)
+            elif not env.get("DATABASE_OWNER_URL"):
+                say(
+                    "WARNING: no DATABASE_OWNER_URL: the product connects as the owner of its "
+                    "tables and could change the audit trail; run it as its own role "
+                    "(docs/operations.md, 'Database roles')"
+                )
             try:
                 say("migrating the database")
                 subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
@@ -386,8 +444,8 @@ def main() -> int:
                 supervisord = start_supervisord(var, env)
                 for follower in followers:
                     follower.start()
-                wait_for_port(port, supervisord)
-                banner(port, var)
+                wait_for_port(host, port, supervisord)
+                banner(host, port, var)
                 while supervisord.poll() is None:
                     time.sleep(0.5)
                 raise RuntimeError(f"supervisor exited with status {supervisord.returncode}")

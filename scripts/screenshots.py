@@ -53,6 +53,8 @@ WIDTHS: dict[str, Any] = {
 }
 WORKER = [sys.executable, "-m", "celery", "-A", "governance", "worker"]
 WORKER += ["--pool", "solo", "--loglevel", "WARNING"]
+# Scheduling and what-if replays (the what-if picture waits for one): both queues.
+WORKER += ["--queues", f"celery,{os.environ.get('WHATIF_QUEUE') or 'whatif'}"]
 
 
 def say(message: str) -> None:
@@ -96,6 +98,8 @@ def local_server(worker: bool) -> Iterator[str]:
     env = dict(os.environ)
     # Real-time pace: the demo's running jobs stay running while the pictures are taken.
     env.setdefault("DEMO_TIME_FACTOR", "1")
+    # One sign-in per demo user and width, from one address: above the per-address limit.
+    env.setdefault("THROTTLE_SIGN_IN_RATE", "1000/min")
     with services(env, data_dir()):
         manage = [sys.executable, "manage.py"]
         say("migrate and load the demo data")

@@ -9,7 +9,6 @@ usual paginated JSON.
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -21,6 +20,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import mixins, renderers, serializers, viewsets
 from rest_framework.request import Request
 
+from governance.api.tables import SafeWriter
 from governance.models import AuditEntry
 from governance.selectors import audit as audit_selectors
 from governance.selectors.filters import AuditFilter
@@ -112,7 +112,7 @@ CSV_FIELDS = [
 
 
 def _csv_lines(queryset: QuerySet[AuditEntry]) -> Iterator[str]:
-    writer = csv.writer(_Echo())
+    writer = SafeWriter(_Echo())
     yield writer.writerow(CSV_FIELDS)
     # Teams, shares and queues are few (bounded in services/limits.py): one read each.
     names = audit_selectors.subject_names()
@@ -122,7 +122,7 @@ def _csv_lines(queryset: QuerySet[AuditEntry]) -> Iterator[str]:
             row[key] = "" if row[key] is None else json.dumps(row[key], sort_keys=True)
         for key in ("team", "share", "queue"):
             row[f"{key}_name"] = names[key].get(row[key]) if row[key] is not None else None
-        yield writer.writerow(["" if row[f] is None else row[f] for f in CSV_FIELDS])
+        yield writer.writerow(row[f] for f in CSV_FIELDS)
 
 
 def _json_chunks(queryset: QuerySet[AuditEntry]) -> Iterator[str]:

@@ -11,6 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from governance import roles
 from governance.api.common import call_service
 from governance.api.idempotency import idempotent
 from governance.models import Job, JobEvent, JobKind, SlurmRun
@@ -146,13 +147,28 @@ class SlurmRunSerializer(serializers.ModelSerializer):
 
 
 class JobDetailSerializer(JobSerializer):
+    """A job with its events; ``program`` only for those who may see it
+    (``roles.may_see_program``: its team, admins, the agent holding its run)."""
+
     events = JobEventSerializer(many=True, read_only=True)
-    program = serializers.JSONField(read_only=True)
+    program = serializers.SerializerMethodField(
+        help_text=(
+            "What the job runs, with its env: shown to the job's team (members and leads), "
+            "admins and the agent holding its run; null for everyone else."
+        )
+    )
     slurm_runs = SlurmRunSerializer(many=True, read_only=True)
 
     class Meta(JobSerializer.Meta):
         fields = [*JobSerializer.Meta.fields, "program", "events", "slurm_runs"]
         read_only_fields = fields
+
+    @extend_schema_field({"type": "object", "nullable": True})
+    def get_program(self, job: Job) -> dict[str, Any] | None:
+        request = self.context.get("request")
+        if request is None or not roles.may_see_program(request.user, job):
+            return None
+        return dict(job.program)
 
 
 class JobSubmitSerializer(serializers.Serializer):
@@ -212,7 +228,7 @@ class JobViewSet(
         job = job_selectors.job_with_events(job_id)
         if job is None:
             raise NotFound({"detail": [f"No job with id {job_id}."]})
-        return Response(JobDetailSerializer(job).data)
+        return Response(JobDetailSerializer(job, context={"request": self.request}).data)
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self._detail(self._pk())
@@ -246,7 +262,10 @@ class JobViewSet(
         )
         # Built from what the service returned (the job, its share and team, the
         # submitter, its one ``submitted`` event): re-reading it doubled a submission's cost.
-        return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
+        return Response(
+            JobDetailSerializer(job, context={"request": request}).data,
+            status=status.HTTP_201_CREATED,
+        )
 
     @extend_schema(
         request=JobPatchSerializer,

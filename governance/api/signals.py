@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from governance.api.common import ERROR_RESPONSES
+from governance.api.tables import csv_text
 from governance.models import JobQueue, WhatIf
 from governance.selectors import scheduling
 from governance.selectors.windows import parse_group_by, parse_month, parse_window
@@ -44,7 +45,7 @@ class CSVRenderer(renderers.BaseRenderer):
 
 
 def csv_response(rows: list[dict[str, Any]], filename: str) -> HttpResponse:
-    response = HttpResponse(scheduling.csv_text(rows), content_type="text/csv; charset=utf-8")
+    response = HttpResponse(csv_text(rows), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
@@ -224,6 +225,11 @@ class WhatIfListView(APIView):
                 "the result.",
             ),
             **ERROR_RESPONSES,
+            429: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description="You already have WHATIF_MAX_PER_USER runs queued or running: "
+                '{"detail": ["..."]}.',
+            ),
         },
         description='Body: {"from": ISO, "to": ISO, "shares": {NAME: {policy, borrow_limit, '
         'limits, in_share_preemption, preemption_retries}}, "capacity": {TYPE: count}}.',

@@ -1,7 +1,13 @@
 """Governance data, one module per aggregate (DESIGN section 1 gives the meanings)."""
 
 from governance.models.agreements import Agreement, AgreementVersion
-from governance.models.audit import AuditChainHead, AuditEntry, AuditEvent, DecisionRule
+from governance.models.audit import (
+    AuditChainHead,
+    AuditCheckpoint,
+    AuditEntry,
+    AuditEvent,
+    DecisionRule,
+)
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
 from governance.models.change_requests import ChangeRequestState, ShareChangeRequest
 from governance.models.exceptions import ExceptionState, PriorityException
@@ -24,6 +30,7 @@ __all__ = [
     "Agreement",
     "AgreementVersion",
     "AuditChainHead",
+    "AuditCheckpoint",
     "AuditEntry",
     "AuditEvent",
     "CapacityPlan",

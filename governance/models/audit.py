@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Any
 
 from django.conf import settings
@@ -97,6 +99,36 @@ class AuditChainHead(models.Model):
 
     def __str__(self) -> str:
         return f"audit chain at {self.last_seq}: {self.last_hash[:12]}"
+
+
+def audit_key_id(key: str) -> str:
+    """The name of an audit key that does not reveal it: 16 hex digits of its sha256."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def checkpoint_mac(key: str, chain_seq: int, chain_hash: str) -> str:
+    """HMAC-SHA256 of a chain head (its link number and hash) under ``key``."""
+    message = f"governance-audit:{chain_seq}:{chain_hash}".encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
+class AuditCheckpoint(models.Model):
+    """The chain's head at one moment, signed with the audit key (an HMAC whose key lives
+    outside the database: ``settings.AUDIT_KEY``). Written by beat's checkpoint task
+    (``services.audit.checkpoint``); append-only like the entries. An entry changed and
+    the chain re-sealed inside the database no longer leads to a signed head, so
+    ``audit_verify`` finds it, and so does an entry removed below a signed head."""
+
+    chain_seq = models.BigIntegerField(unique=True)
+    chain_hash = models.CharField(max_length=64)
+    # Which key signed it (the first 16 hex digits of its sha256), so old keys still verify
+    # after a rotation (``AUDIT_OLD_KEYS``).
+    key_id = models.CharField(max_length=16)
+    mac = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"audit checkpoint at {self.chain_seq}"
 
 
 class AppendOnlyError(Exception):

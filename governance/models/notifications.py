@@ -15,6 +15,10 @@ class NotificationKind(models.TextChoices):
     CHANGE_REQUEST_NEEDS_REVIEW = "change_request_review", "A share change request needs review"
     CHANGE_REQUEST_DECIDED = "change_request_decided", "A share change request was decided"
     AGREEMENT_REVIEW_DUE = "agreement_review_due", "An agreement reached its review date"
+    AGREEMENT_EVIDENCE_MOVED = (
+        "agreement_evidence_moved",
+        "Evidence attached to your agreement was moved to another",
+    )
 
 
 # By email unless the person says otherwise; job events are frequent, so in the app only.
@@ -25,6 +29,7 @@ EMAIL_BY_DEFAULT = (
     NotificationKind.AGREEMENT_REVIEW_DUE,
     NotificationKind.CHANGE_REQUEST_NEEDS_REVIEW,
     NotificationKind.CHANGE_REQUEST_DECIDED,
+    NotificationKind.AGREEMENT_EVIDENCE_MOVED,
 )
 
 

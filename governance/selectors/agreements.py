@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db.models import F, Prefetch, QuerySet
 
-from governance.models import Agreement, AgreementVersion
+from governance.models import Agreement, AgreementVersion, WhatIf
 
 SEARCH_CONFIG = "english"
 
@@ -21,6 +21,15 @@ def agreements() -> QuerySet[Agreement]:
                 "version"
             ),
         ),
+    )
+
+
+def evidence(agreement_id: int) -> list[WhatIf]:
+    """The what-if results attached to an agreement, last attached first."""
+    return list(
+        WhatIf.objects.filter(agreement_id=agreement_id)
+        .select_related("queue", "requested_by")
+        .order_by("-attached_at", "-id")
     )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -46,7 +47,6 @@ __all__ = [
     "accounting",
     "change_request_preview",
     "chargeback",
-    "csv_text",
     "engine_usage",
     "explain_generation",
     "explain_job",
@@ -508,11 +508,6 @@ def signals_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return signals.flat_rows(answer)
 
 
-def csv_text(rows: list[dict[str, Any]]) -> str:
-    """A flat table (``signals_rows``, chargeback rows) as CSV text."""
-    return signals.csv_text(rows)
-
-
 def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:
     """Per team, queue and type: instance-seconds and cost over ``[start, stop)`` (a
     month), split own / borrowed, from each queue's signals grouped by team."""
@@ -545,8 +540,11 @@ def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:
 def whatif_start(whatif_id: int) -> None:
     """Queue the replay of a requested what-if once the request's transaction commits."""
     # By name: the task module imports governance, so importing it here would make a loop.
+    # On the what-if queue (settings.WHATIF_QUEUE), which only the what-if worker reads.
     transaction.on_commit(
-        lambda: celery_app.send_task("scheduler.tasks.run_whatif", args=(whatif_id,))
+        lambda: celery_app.send_task(
+            "scheduler.tasks.run_whatif", args=(whatif_id,), queue=settings.WHATIF_QUEUE
+        )
     )
 
 

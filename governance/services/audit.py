@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ParamSpec
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
-from governance.models import AuditEntry, AuditEvent
+from governance.models import AuditChainHead, AuditCheckpoint, AuditEntry, AuditEvent
+from governance.models.audit import audit_key_id, checkpoint_mac
 
 P = ParamSpec("P")
 
@@ -111,3 +113,28 @@ def job_entry(
 record = _written(entry_for)
 # Append an entry about a job, linked to its team, share and queue for filtering.
 record_job = _written(job_entry)
+
+
+def checkpoint(*, at: Any = None) -> AuditCheckpoint | None:
+    """Sign the chain's head with the audit key (``settings.AUDIT_KEY``, kept outside the
+    database); beat does it every ``AUDIT_CHECKPOINT_SECONDS``. Nothing when the head has
+    not moved since the last signature. ``audit_verify`` then checks that the chain still
+    leads to every signed head: entries changed and re-sealed inside the database, or
+    removed below a signed head, do not."""
+    head = AuditChainHead.objects.filter(pk=1).first()
+    if head is None or head.last_seq == 0:
+        return None
+    if AuditCheckpoint.objects.filter(chain_seq=head.last_seq).exists():
+        return None
+    key = settings.AUDIT_KEY
+    with transaction.atomic():
+        signed, _ = AuditCheckpoint.objects.get_or_create(
+            chain_seq=head.last_seq,
+            defaults={
+                "chain_hash": head.last_hash,
+                "key_id": audit_key_id(key),
+                "mac": checkpoint_mac(key, head.last_seq, head.last_hash),
+                "created_at": at or timezone.now(),
+            },
+        )
+    return signed

@@ -36,6 +36,12 @@ class NotFound(ServiceError):
     status = 404
 
 
+class TooMany(ServiceError):
+    """The actor already has as many of these in progress as allowed; try again later."""
+
+    status = 429
+
+
 class Conflict(ServiceError):
     """The object changed since the caller read it (stale ``version``).
 

@@ -365,6 +365,20 @@ def share_changed(share: Any, actor: AnyUser, reason: str, *, what: str = "chang
     )
 
 
+def evidence_moved(whatif: Any, *, source: Any, target: Any, actor: AnyUser) -> None:
+    """A what-if that was evidence for ``source`` was attached to ``target``; the owner
+    and editors of ``source`` hear (not the one who moved it)."""
+    tell(
+        kind=NotificationKind.AGREEMENT_EVIDENCE_MOVED,
+        key=f"whatif.moved:{whatif.pk}:{source.pk}:{whatif.attached_at.isoformat()}",
+        recipients={source.owner_id} | {e.pk for e in source.editors.all()},
+        title=f"What-if {whatif.pk}, evidence for agreement '{source.title}', was moved to "
+        f"agreement '{target.title}' by {actor.get_username()}",
+        url=_path("web:agreement", source.pk),
+        exclude=actor,
+    )
+
+
 def agreements_due(*, today: Any = None) -> int:
     """Beat's daily pass: tell owners and editors of agreements whose review date came."""
     from governance.models import Agreement

@@ -197,7 +197,8 @@ def user_update(
     *, actor: AnyUser | None, user: AbstractUser | int, changes: Mapping[str, Any], reason: str = ""
 ) -> AbstractUser:
     """Change a user's email, names or password (admins; everyone for their own names and
-    email). Audited as USER_UPDATED; a new password shows as ``"password": "changed"``."""
+    email). Audited as USER_UPDATED; a new password shows as ``"password": "changed"`` and
+    revokes the user's API tokens and signs out their sessions (``_revoke_credentials``)."""
     unknown = sorted(set(changes) - set(USER_FIELDS))
     if unknown:
         raise ValidationFailed({field: ["This field cannot be changed."] for field in unknown})
@@ -219,6 +220,7 @@ def user_update(
         after = user_snapshot(locked)
         if "password" in changes:
             before["password"], after["password"] = "", "changed"
+            after.update(_revoke_credentials(locked))
         if before != after:
             audit.record(
                 event_type=AuditEvent.USER_UPDATED,
@@ -228,6 +230,39 @@ def user_update(
                 after=after,
                 reason=reason,
             )
+    return locked
+
+
+def _revoke_credentials(user: AbstractUser) -> dict[str, Any]:
+    """After a new password: every API token of the user is deleted, and every session
+    signed in with the old password ends at its next request (Django checks each session
+    against a hash of the password it was opened with). Returned for the audit entry."""
+    revoked, _ = AuthToken.objects.filter(user=user).delete()
+    return {"tokens_revoked": revoked, "sessions": "signed out"}
+
+
+def user_reset_password(
+    *, user: AbstractUser | int, password: str, reason: str = "Password reset by email."
+) -> AbstractUser:
+    """Set a password through the emailed reset link: the link's token proved the actor is
+    the user, so the user is the actor. The password passes the validators; the user's
+    API tokens are revoked and their sessions signed out. Audited as USER_UPDATED with
+    ``"password": "reset"``."""
+    with transaction.atomic():
+        locked = _lock_user(user)
+        errors = Errors()
+        _clean_fields({"password": password}, errors, locked)
+        errors.raise_if_any()
+        locked.set_password(password)
+        locked.save(update_fields=["password"])
+        audit.record(
+            event_type=AuditEvent.USER_UPDATED,
+            actor=locked,
+            subject=locked,
+            before={"password": ""},
+            after={"password": "reset", **_revoke_credentials(locked)},
+            reason=reason,
+        )
     return locked
 
 

@@ -7,24 +7,29 @@ calls the three reporting services here); these services only validate, write an
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
 from governance import roles
 from governance.models import Agreement, AuditEvent, JobQueue, Share, WhatIf, WhatIfState
 from governance.roles import AnyUser
-from governance.services import audit
+from governance.services import audit, notifications
 from governance.services.agreements import may_change
-from governance.services.errors import NotFound, PermissionDenied, ValidationFailed
+from governance.services.errors import NotFound, PermissionDenied, TooMany, ValidationFailed
 from governance.services.limits import MAX_INSTANCES, is_int
 from governance.services.shares import SHARE_FIELDS, validate_share_fields
 
 SCENARIO_FIELDS = ("policy", "borrow_limit", "limits", "in_share_preemption", "preemption_retries")
 MAX_STEP = 200
 MAX_ERROR = 2000
+# A run unfinished this long after its request no longer counts against its requester's
+# cap (its worker's message was lost): the cap limits load, it must not lock anyone out.
+STALE_AFTER = timedelta(hours=1)
 
 
 def may_request(actor: AnyUser) -> bool:
@@ -89,15 +94,39 @@ def clean_proposal(queue: JobQueue, proposal: Any) -> dict[str, Any]:
     return {"shares": shares, "capacity": capacity}
 
 
+def _within_cap(actor: AnyUser, now: datetime) -> None:
+    """At most ``WHATIF_MAX_PER_USER`` of the actor's runs queued or running at once. The
+    actor's user row is locked, so two requests sent together are counted one after the
+    other."""
+    user_id: Any = actor.pk
+    get_user_model().objects.select_for_update().filter(pk=user_id).first()
+    running = WhatIf.objects.filter(
+        requested_by_id=user_id,
+        state__in=(WhatIfState.QUEUED, WhatIfState.RUNNING),
+        created_at__gt=now - STALE_AFTER,
+    ).count()
+    if running >= settings.WHATIF_MAX_PER_USER:
+        raise TooMany(
+            {
+                "detail": [
+                    f"You have {running} what-if runs queued or running (at most "
+                    f"{settings.WHATIF_MAX_PER_USER} at once): wait for one to finish."
+                ]
+            }
+        )
+
+
 @transaction.atomic
 def whatif_request(
     *, actor: AnyUser, queue: JobQueue, start: datetime, stop: datetime, proposal: Any
 ) -> WhatIf:
-    """Record a what-if to run: the queue's window and the proposed configuration."""
+    """Record a what-if to run: the queue's window and the proposed configuration. Each
+    requester has at most ``WHATIF_MAX_PER_USER`` runs queued or running (else 429)."""
     if not may_request(actor):
         raise PermissionDenied({"detail": ["Only admins and team leads run what-ifs."]})
     clean = clean_proposal(queue, proposal)
     now = timezone.now()
+    _within_cap(actor, now)
     run = WhatIf.objects.create(
         queue=queue,
         requested_by_id=actor.pk if actor.is_authenticated else None,
@@ -149,7 +178,9 @@ def whatif_fail(*, whatif_id: int, error: str) -> None:
 @transaction.atomic
 def whatif_attach(*, actor: AnyUser, whatif: WhatIf | int, agreement: Agreement | int) -> WhatIf:
     """Attach a finished what-if to an allocation agreement as evidence (who may change
-    the agreement may attach)."""
+    the agreement may attach). Evidence already attached to another agreement moves only
+    for someone who may change that one too (its owner, editors, admins), and that
+    agreement's owner and editors are told it left."""
     run = (
         WhatIf.objects.select_for_update()
         .filter(pk=whatif if isinstance(whatif, int) else whatif.pk)
@@ -164,6 +195,20 @@ def whatif_attach(*, actor: AnyUser, whatif: WhatIf | int, agreement: Agreement 
     if not may_change(actor, target):
         raise PermissionDenied(
             {"agreement": ["Only the agreement's owner, its editors and admins attach evidence."]}
+        )
+    source = (
+        Agreement.objects.filter(pk=run.agreement_id).prefetch_related("editors").first()
+        if run.agreement_id is not None and run.agreement_id != target.pk
+        else None
+    )
+    if source is not None and not may_change(actor, source):
+        raise PermissionDenied(
+            {
+                "agreement": [
+                    f"This what-if is evidence for agreement '{source.title}': only its "
+                    "owner, its editors and admins may move it to another agreement."
+                ]
+            }
         )
     if run.state != WhatIfState.DONE:
         raise ValidationFailed({"whatif": ["Only a finished what-if can be evidence."]})
@@ -180,4 +225,6 @@ def whatif_attach(*, actor: AnyUser, whatif: WhatIf | int, agreement: Agreement 
         queue_id=run.queue_id,
         at=run.attached_at,
     )
+    if source is not None:
+        notifications.evidence_moved(run, source=source, target=target, actor=actor)
     return run

@@ -1,17 +1,37 @@
-"""The signed-in user's own API tokens: make one (shown once), see them, revoke them."""
+"""The signed-in user's own API tokens: make one (shown once), see them, revoke them; and
+the password reset link's last step, which sets the password through the user service."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import SetPasswordForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from governance.services import tokens
+from governance.services import users as user_services
 from governance.services.errors import ServiceError
 from governance.web.errors import apply_service_errors
+
+
+class ResetPasswordForm(SetPasswordForm):
+    """The reset link's form: the new password is set by ``users.user_reset_password``,
+    which revokes the user's API tokens, signs out their sessions and is audited."""
+
+    def save(self, commit: bool = True) -> Any:
+        return user_services.user_reset_password(
+            user=self.user.pk, password=self.cleaned_data["new_password1"]
+        )
+
+
+class PasswordResetConfirm(auth_views.PasswordResetConfirmView):
+    form_class = ResetPasswordForm
 
 
 class TokenForm(forms.Form):

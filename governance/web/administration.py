@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth import update_session_auth_hash
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
@@ -383,7 +384,7 @@ def user_edit(request: HttpRequest, pk: int) -> HttpResponse:
         changes = {f: data[f] for f in ("email", "first_name", "last_name")}
         if data["password"]:
             changes["password"] = data["password"]
-        return user_services.user_edit(
+        saved = user_services.user_edit(
             actor=request.user,
             user=person.pk,
             changes=changes,
@@ -393,6 +394,10 @@ def user_edit(request: HttpRequest, pk: int) -> HttpResponse:
             lead_of=list(data["lead_of"]),
             member_of=list(data["member_of"]),
         )
+        if "password" in changes and saved.pk == request.user.pk:
+            # An admin's own new password: this session stays, their other ones end.
+            update_session_auth_hash(request, cast(Any, saved))
+        return saved
 
     return _form_page(
         request,

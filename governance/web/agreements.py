@@ -185,6 +185,7 @@ def agreement_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "linked": linked,
         "history": history,
         "editors": [e.username for e in agreement.editors.all()],
+        "evidence": agreement_selectors.evidence(agreement.pk),
         "may_change": agreement_services.may_change(request.user, agreement),
         "window": sel.RECLAIM_WINDOW_DAYS,
     }

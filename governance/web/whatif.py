@@ -126,6 +126,7 @@ def whatif_new(request: HttpRequest, queue_id: int) -> HttpResponse:
     queue = _queue_or_404(queue_id)
     now = timezone.now()
     errors: dict[str, list[str]] = {}
+    status = 400
     if request.method == "POST":
         try:
             window = parse_window(
@@ -139,7 +140,7 @@ def whatif_new(request: HttpRequest, queue_id: int) -> HttpResponse:
                 proposal=_proposal(queue, request.POST),
             )
         except ServiceError as exc:
-            errors = exc.errors
+            errors, status = exc.errors, exc.status
         else:
             scheduling.whatif_start(run.pk)
             return redirect("web:whatif", run.pk)
@@ -152,7 +153,7 @@ def whatif_new(request: HttpRequest, queue_id: int) -> HttpResponse:
         "recent": WhatIf.objects.filter(queue=queue).order_by("-created_at", "-id")[:10],
         **_form_rows(queue, request.POST if request.method == "POST" else None),
     }
-    return render(request, "whatif/new.html", context, status=400 if errors else 200)
+    return render(request, "whatif/new.html", context, status=status if errors else 200)
 
 
 def _comparison(result: dict[str, Any]) -> list[dict[str, Any]]:

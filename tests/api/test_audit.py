@@ -214,3 +214,23 @@ def test_service_writes_show_up(w: Any) -> None:
     assert response.status_code == 201
     data = client_for(w, "admin").get(f"/api/audit/?job={response.json()['id']}").json()
     assert [e["event_type"] for e in data["results"]] == ["job.submitted"]
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_written_as_text(w: Any) -> None:
+    """A member writes a formula as a reason; the reviewer's export opens it as text."""
+    for name in ('=HYPERLINK("http://x","y")', "+1+2", "-2+3", "@SUM(A1)", "\tx", "\rx"):
+        audit.record(
+            event_type=AuditEvent.JOB_SUBMITTED,
+            actor=w.red_member,
+            subject=w.job,
+            reason=name,
+            team_id=w.red.pk,
+        )
+    rows = list(csv.DictReader(io.StringIO(_content(client_for(w, "reviewer").get(
+        "/api/audit/?format=csv&event_type=job.submitted"
+    )))))  # fmt: skip
+    reasons = [r["reason"] for r in rows if r["reason"] != 'quote "and", comma']
+    assert len(reasons) == 6
+    assert all(reason.startswith("'") for reason in reasons)
+    assert '\'=HYPERLINK("http://x","y")' in reasons
+    assert all(r["id"].isdigit() for r in rows)  # numbers stay numbers

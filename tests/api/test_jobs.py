@@ -289,3 +289,50 @@ def test_submit_answers_with_the_job_as_a_later_read_shows_it(w: Any) -> None:
     created = response.json()
     assert [e["type"] for e in created["events"]] == ["submitted"]
     assert created == client.get(f"/api/jobs/{created['id']}/").json()
+
+
+SECRET_PROGRAM = {"command": ["train.py"], "env": {"HF_TOKEN": "hf_secret"}}
+
+
+@pytest.mark.parametrize(
+    ("role", "sees"),
+    [
+        ("member", True),
+        ("lead_own", True),
+        ("lead_other", False),
+        ("reviewer", False),
+        ("admin", True),
+    ],
+)
+def test_a_jobs_program_and_env_are_shown_only_to_its_team_and_admins(
+    w: Any, role: str, sees: bool
+) -> None:
+    job = make_job(w.red_share, w.red_member, program=SECRET_PROGRAM)
+    response = client_for(w, role).get(f"/api/jobs/{job.pk}/")
+    assert response.status_code == 200
+    assert response.json()["program"] == (SECRET_PROGRAM if sees else None)
+    assert "hf_secret" not in str(response.content) or sees
+
+
+def test_only_the_agent_holding_the_run_reads_the_program(w: Any) -> None:
+    from django.contrib.auth.models import Group
+
+    from tests.factories import UserFactory
+
+    holder, other = UserFactory(username="agent-a"), UserFactory(username="agent-b")
+    agents = Group.objects.get_or_create(name="agent")[0]
+    holder.groups.add(agents)
+    other.groups.add(agents)
+    job = make_job(w.red_share, w.red_member, program=SECRET_PROGRAM, claimed_by=holder)
+    for agent, expected in ((holder, SECRET_PROGRAM), (other, None)):
+        client = APIClient()
+        client.force_authenticate(agent)
+        assert client.get(f"/api/jobs/{job.pk}/").json()["program"] == expected
+
+
+def test_the_submitter_reads_their_program_back(w: Any) -> None:
+    response = client_for(w, "member").post(
+        "/api/jobs/", body(w, program=SECRET_PROGRAM), format="json"
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["program"] == SECRET_PROGRAM

@@ -82,6 +82,38 @@ def test_the_token_endpoint_is_throttled_per_address(alice: Any, monkeypatch: An
     assert "detail" in response.json()
 
 
+def test_web_sign_in_is_limited_per_address_whatever_the_username(
+    alice: Any, monkeypatch: Any
+) -> None:
+    """Password spraying: one address tries many usernames (each below django-axes's
+    per-username lockout); the address is refused, another address is not."""
+    monkeypatch.setitem(SignInThrottle.THROTTLE_RATES, "sign_in", "3/min")
+    client = Client()
+    for name in ("bob", "carol", "dave"):
+        assert client.post("/login/", {"username": name, "password": "x"}).status_code == 200
+    response = web_sign_in(client, "correct-horse")
+    assert response.status_code == 429
+    assert "Too many attempts from your address" in response.content.decode()
+    assert int(response["Retry-After"]) > 0
+    assert "_auth_user_id" not in client.session
+    assert client.get("/login/").status_code == 200  # the form itself still shows
+    elsewhere = Client(REMOTE_ADDR="192.0.2.7")
+    assert web_sign_in(elsewhere, "correct-horse").status_code == 302
+    # The token endpoint counts in the same place: this address is refused there too.
+    assert token_sign_in(APIClient(), "correct-horse").status_code == 429
+
+
+def test_password_reset_is_limited_per_address(alice: Any, monkeypatch: Any) -> None:
+    """Mail bombing: one address asks for reset mails again and again."""
+    monkeypatch.setitem(SignInThrottle.THROTTLE_RATES, "password_reset", "2/hour")
+    client = Client()
+    for _ in range(2):
+        assert client.post("/password-reset/", {"email": "alice@example.org"}).status_code == 302
+    response = client.post("/password-reset/", {"email": "alice@example.org"})
+    assert response.status_code == 429
+    assert len(mail.outbox) == 2
+
+
 def test_signed_in_users_are_throttled(alice: Any, monkeypatch: Any) -> None:
     monkeypatch.setitem(UserThrottle.THROTTLE_RATES, "user", "5/min")
     client = APIClient()
@@ -165,6 +197,31 @@ def test_password_reset_by_email(alice: Any) -> None:
     assert response.status_code == 302
     assert token_sign_in(APIClient(), "a-new-long-passphrase").status_code == 200
     assert token_sign_in(APIClient(), "correct-horse").status_code == 400
+
+
+def test_a_password_reset_revokes_tokens_and_sessions_and_is_audited(alice: Any) -> None:
+    """Someone holding alice's token or signed-in browser keeps nothing once she resets."""
+    _, stolen_token = AuthToken.objects.create(user=alice)
+    thief_api = APIClient()
+    thief_api.credentials(HTTP_AUTHORIZATION=f"Token {stolen_token}")
+    thief_page = Client()
+    assert web_sign_in(thief_page, "correct-horse").status_code == 302
+    assert thief_api.get("/api/queues/").status_code == 200
+    assert thief_page.get("/").status_code == 200
+    client = Client()
+    client.post("/password-reset/", {"email": "alice@example.org"})
+    link = re.search(r"http://testserver(/password-reset/\S+/)", mail.outbox[0].body)
+    assert link is not None
+    form = client.get(link.group(1), follow=True)
+    passwords = {"new_password1": "a-new-long-passphrase", "new_password2": "a-new-long-passphrase"}
+    assert client.post(form.redirect_chain[-1][0], passwords).status_code == 302
+    assert thief_api.get("/api/queues/").status_code == 401
+    assert thief_page.get("/").status_code == 302  # back to the sign-in page
+    assert not AuthToken.objects.filter(user=alice).exists()
+    [entry] = AuditEntry.objects.filter(event_type=AuditEvent.USER_UPDATED, subject_id=alice.pk)
+    assert entry.actor_id == alice.pk
+    assert entry.after == {"password": "reset", "tokens_revoked": 1, "sessions": "signed out"}
+    assert "a-new-long-passphrase" not in str(entry.after)
 
 
 def test_security_headers(alice: Any) -> None:

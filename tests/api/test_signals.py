@@ -156,3 +156,22 @@ def test_chargeback_per_team_and_month(client: APIClient, world: Any) -> None:  
 def test_signals_need_a_signed_in_user(world: Any) -> None:  # noqa: F811
     response = APIClient().get("/api/signals/", {"queue": world.queue.pk})
     assert response.status_code in (401, 403)
+
+
+def test_csv_exports_write_formula_names_as_text(client: APIClient, world: Any) -> None:  # noqa: F811
+    """A team lead names their team like a formula; the signals and chargeback CSVs
+    carry it as text (a leading apostrophe), and negative or plain figures unchanged."""
+    from governance.models import Team
+
+    Team.objects.filter(name="blue").update(name="=cmd|' /C calc'!A0")
+    signals_csv = client.get(
+        "/api/signals/",
+        {"queue": world.queue.pk, "group_by": "team", "format": "csv", **WINDOW},
+    ).content.decode()
+    chargeback_csv = client.get(
+        "/api/signals/chargeback/", {"month": "2025-03", "format": "csv"}
+    ).content.decode()
+    for body in (signals_csv, chargeback_csv):
+        cells = [cell for row in csv.reader(io.StringIO(body)) for cell in row]
+        assert "'=cmd|' /C calc'!A0" in cells
+        assert not any(cell.startswith(("=", "+", "@", "\t", "\r")) for cell in cells)

@@ -121,3 +121,95 @@ def test_attach_a_finished_whatif_to_an_agreement(ran: Any) -> None:
     assert WhatIf.objects.get(pk=run_id).agreement_id == agreement.pk
     entry = AuditEntry.objects.get(event_type=AuditEvent.WHATIF_ATTACHED)
     assert entry.after == {"agreement": agreement.pk, "whatif": run_id, "queue": ran.queue.pk}
+
+
+def test_a_lead_cannot_move_another_teams_evidence_and_the_owner_hears_of_a_move(
+    ran: Any,
+) -> None:
+    """Blue's lead tries to take red's what-if evidence onto blue's own agreement."""
+    from django.test import Client
+
+    from governance.models import Notification, NotificationKind
+
+    red_run = request_whatif(api(ran.red_lead), ran.queue.pk, capacity={G5: 4}).json()["id"]
+    tasks.run_whatif(red_run)
+    red_agreement = agreement_services.agreement_create(
+        actor=ran.admin, title="Red's case", owner=ran.red_lead.username, shares=[ran.alpha.pk]
+    )
+    blue_agreement = agreement_services.agreement_create(
+        actor=ran.admin, title="Blue's case", owner=ran.blue_lead.username, shares=[ran.beta.pk]
+    )
+    url = f"/api/queues/{ran.queue.pk}/whatif/{red_run}/attach/"
+    assert (
+        api(ran.red_lead).post(url, {"agreement": red_agreement.pk}, format="json").status_code
+        == 200
+    )
+    stolen = api(ran.blue_lead).post(url, {"agreement": blue_agreement.pk}, format="json")
+    assert stolen.status_code == 403
+    assert "Red's case" in stolen.json()["agreement"][0]
+    assert WhatIf.objects.get(pk=red_run).agreement_id == red_agreement.pk
+    assert AuditEntry.objects.filter(event_type=AuditEvent.WHATIF_ATTACHED).count() == 1
+    # red's agreement page lists it, with a link to the result
+    page = Client()
+    page.force_login(ran.blue_lead)
+    body = page.get(f"/agreements/{red_agreement.pk}/").content.decode()
+    assert f'href="/whatif/{red_run}/"' in body
+    assert (
+        f'href="/whatif/{red_run}/"'
+        not in page.get(f"/agreements/{blue_agreement.pk}/").content.decode()
+    )
+    # an admin may move it; red's lead, the owner it left, is told
+    assert (
+        api(ran.admin).post(url, {"agreement": blue_agreement.pk}, format="json").status_code == 200
+    )
+    [told] = Notification.objects.filter(kind=NotificationKind.AGREEMENT_EVIDENCE_MOVED)
+    assert told.recipient_id == ran.red_lead.pk
+    assert "Blue's case" in told.title and told.url == f"/agreements/{red_agreement.pk}/"
+    assert (
+        f'href="/whatif/{red_run}/"'
+        in page.get(f"/agreements/{blue_agreement.pk}/").content.decode()
+    )
+
+
+def test_what_ifs_are_capped_per_person_with_a_clear_429(ran: Any, settings: Any) -> None:
+    """A lead floods the workers with replays: past the cap each request is refused."""
+    settings.WHATIF_MAX_PER_USER = 2
+    lead = api(ran.red_lead)
+    first, second = (
+        request_whatif(lead, ran.queue.pk, capacity={G5: n}).json()["id"] for n in (3, 4)
+    )
+    refused = request_whatif(lead, ran.queue.pk, capacity={G5: 5})
+    assert refused.status_code == 429
+    assert "at most 2 at once" in refused.json()["detail"][0]
+    assert WhatIf.objects.filter(requested_by=ran.red_lead).count() == 2
+    # someone else is not held up by red's lead
+    assert request_whatif(api(ran.blue_lead), ran.queue.pk, capacity={G5: 5}).status_code == 202
+    tasks.run_whatif(first)  # one finishes: room for one more
+    assert request_whatif(lead, ran.queue.pk, capacity={G5: 5}).status_code == 202
+    assert WhatIf.objects.get(pk=second).state == "QUEUED"
+
+
+def test_what_ifs_go_to_their_own_queue_never_the_scheduling_one(
+    ran: Any, settings: Any, django_capture_on_commit_callbacks: Any, tmp_path: Any
+) -> None:
+    """The message of a requested replay waits in the what-if queue, which only the
+    what-if worker reads; the scheduling workers read the default queue alone."""
+    from governance.celery import app
+    from scripts.devserver import program_commands
+
+    with app.connection_for_write() as conn:
+        redis = conn.default_channel.client
+        before = {q: redis.llen(q) for q in ("celery", settings.WHATIF_QUEUE)}
+        with django_capture_on_commit_callbacks(execute=True):
+            run_id = request_whatif(api(ran.admin), ran.queue.pk, capacity={G5: 3}).json()["id"]
+        after = {q: redis.llen(q) for q in ("celery", settings.WHATIF_QUEUE)}
+        assert after[settings.WHATIF_QUEUE] == before[settings.WHATIF_QUEUE] + 1
+        assert after["celery"] == before["celery"]
+        redis.delete(settings.WHATIF_QUEUE)
+    assert WhatIf.objects.get(pk=run_id).state == "QUEUED"
+    routed = app.amqp.router.route({}, "scheduler.tasks.schedule_queue")
+    assert routed["queue"].name == "celery"
+    commands = program_commands(tmp_path, {})
+    worker, replayer = commands["worker"], commands["whatif"]
+    assert worker[worker.index("--queues") + 1] == "celery"
+    assert replayer[replayer.index("--queues") + 1] == settings.WHATIF_QUEUE

@@ -116,3 +116,18 @@ def test_django_admin_is_read_only_for_users_and_groups() -> None:
     )
     assert response.status_code == 403
     assert not get_user_model().objects.get(pk=target.pk).is_superuser
+
+
+def test_an_admin_setting_a_password_revokes_tokens_and_sessions(admin: Any) -> None:
+    user = UserFactory(username="pat", password="old-long-passphrase")
+    AuthToken.objects.create(user=user)
+    AuthToken.objects.create(user=user)
+    browser = Client()
+    signed_in = browser.post("/login/", {"username": "pat", "password": "old-long-passphrase"})
+    assert signed_in.status_code == 302
+    assert browser.get("/").status_code == 200
+    users.user_update(actor=admin, user=user, changes={"password": "a-new-long-passphrase"})
+    assert not AuthToken.objects.filter(user=user).exists()
+    assert browser.get("/").status_code == 302  # signed out
+    [entry] = entries(AuditEvent.USER_UPDATED)
+    assert entry.after["password"] == "changed" and entry.after["tokens_revoked"] == 2

@@ -461,6 +461,24 @@ def test_an_admin_cannot_drop_their_own_admin_role_and_nothing_is_half_saved(wor
     assert audit_count() == before
 
 
+def test_an_admin_changing_their_own_password_keeps_this_session_only(world: Any) -> None:
+    url = reverse("web:admin-user", args=[world.admin.pk])
+    here, elsewhere = client_for(world.admin), client_for(world.admin)
+    assert elsewhere.get("/").status_code == 200
+    response = here.post(
+        url,
+        {
+            "password": "a-new-long-passphrase",
+            "roles": ["admin"],
+            "active": "on",
+            "reason": "Rotating my password.",
+        },
+    )
+    assert response.status_code == 302
+    assert here.get("/").status_code == 200
+    assert elsewhere.get("/").status_code == 302  # signed out
+
+
 # --- one's own API tokens --------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from django.test import Client
 from django.utils import timezone
 
 from governance import demo, demo_history
+from governance.api.tables import csv_text
 from governance.models import Job, JobQueue
 from governance.selectors import web_signals
 from scheduler import signals
@@ -57,7 +58,7 @@ def test_one_days_figures_are_the_same_every_way(
 
         # CSV: the same figures, flat
         body = client.get("/api/signals/", {**query, "format": "csv"}).content.decode()
-        assert body == signals.csv_text(signals.flat_rows(api))
+        assert body == csv_text(signals.flat_rows(api))
 
         # the Signals page shows every figure of the same answer
         html = unescape(client.get("/signals/", query).content.decode())

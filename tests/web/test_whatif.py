@@ -88,3 +88,18 @@ def test_the_form_says_what_is_wrong(admin_page: Client, world: Any) -> None:  #
     html = response.content.decode()
     assert "shares.beta.limits" in html and f"capacity.{G5}" in html
     assert not WhatIf.objects.exists()
+
+
+def test_past_the_per_person_cap_the_form_says_to_wait(
+    admin_page: Client,
+    world: Any,  # noqa: F811
+    settings: Any,
+) -> None:
+    settings.WHATIF_MAX_PER_USER = 1
+    url = f"/queues/{world.queue.pk}/whatif/"
+    change = {f"share-{world.beta.pk}-borrow_limit": "0"}
+    assert admin_page.post(url, form_data(world, **change)).status_code == 302
+    refused = admin_page.post(url, form_data(world, **change))
+    assert refused.status_code == 429
+    assert "wait for one to finish" in refused.content.decode()
+    assert WhatIf.objects.count() == 1

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from governance.api.tables import csv_text
 from governance.management.commands.export_history import add_window_arguments, queue_and_window
 from governance.selectors import scheduling
 from governance.selectors.windows import GROUP_BY
@@ -30,6 +31,6 @@ class Command(BaseCommand):
             queue, window.start, window.stop, group_by=options["group_by"]
         )
         if options["csv"]:
-            self.stdout.write(scheduling.csv_text(scheduling.signals_rows(answer)), ending="")
+            self.stdout.write(csv_text(scheduling.signals_rows(answer)), ending="")
         else:
             self.stdout.write(json.dumps(answer, indent=1))
