@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from datetime import UTC, datetime
 
-from governance.services import idempotency, notifications
+from celery import shared_task
+from django.utils import timezone
+
+from governance.services import idempotency, notifications, promises
 
 
 @shared_task(ignore_result=True)
@@ -24,3 +27,12 @@ def notifications_sweep() -> int:
 def purge_idempotency_keys() -> int:
     """Beat's hourly clean-up: idempotency keys older than 24 h are no longer honoured."""
     return idempotency.idempotency_purge()
+
+
+@shared_task(ignore_result=True)
+def evaluate_promises() -> int:
+    """Beat's daily pass: every promise in force, for its window ending at midnight UTC
+    today (docs/agreements.md#promises)."""
+    today = timezone.now().astimezone(UTC).date()
+    stop = datetime(today.year, today.month, today.day, tzinfo=UTC)
+    return len(promises.promises_evaluate(stop=stop))

@@ -13,6 +13,8 @@ class NotificationKind(models.TextChoices):
     JOB_FAILED = "job_failed", "A job failed"
     SHARE_CHANGED = "share_changed", "A share of your team changed"
     AGREEMENT_REVIEW_DUE = "agreement_review_due", "An agreement reached its review date"
+    AGREEMENT_REVIEW_SOON = "agreement_review_soon", "An agreement's review date is near"
+    PROMISE_BROKEN = "promise_broken", "A promise of an agreement was broken"
 
 
 # By email unless the person says otherwise; job events are frequent, so in the app only.
@@ -21,6 +23,8 @@ EMAIL_BY_DEFAULT = (
     NotificationKind.EXCEPTION_DECIDED,
     NotificationKind.SHARE_CHANGED,
     NotificationKind.AGREEMENT_REVIEW_DUE,
+    NotificationKind.AGREEMENT_REVIEW_SOON,
+    NotificationKind.PROMISE_BROKEN,
 )
 
 
