@@ -435,3 +435,19 @@ def agreement_edit(request: HttpRequest, pk: int) -> HttpResponse:
                 return redirect("web:agreement", agreement.pk)
     context = {"form": form, "agreement": agreement, "conflict": conflict}
     return render(request, "agreements/form.html", context, status=status)
+
+
+def attention_context(*, share_id: int | None = None, overdue: bool = True) -> dict[str, Any]:
+    """What ``agreements/_attention.html`` shows: the broken promises (of one share's
+    agreements, or all) and, with ``overdue``, the agreements past their review date."""
+    return {
+        "broken_promises": [
+            {
+                "promise": p,
+                "words": promise_services.describe(p),
+                "link": agreement_selectors.promise_link(p),
+            }
+            for p in agreement_selectors.broken_promises(share_id=share_id)
+        ],
+        "overdue_agreements": list(agreement_selectors.overdue_agreements()) if overdue else [],
+    }

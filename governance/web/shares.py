@@ -27,6 +27,7 @@ from governance.selectors import shares as share_selectors
 from governance.selectors.web_overview import RULE_WORDS
 from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
+from governance.web import agreements as agreement_pages
 from governance.web import charts, regions
 from governance.web.errors import apply_service_errors
 from governance.web.forms_shares import ShareEditForm
@@ -165,6 +166,7 @@ def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
         "jobs_html": _jobs_html(share, fingerprint),
         "history": history,
         "agreements": list(share.agreements.order_by("title")),
+        **agreement_pages.attention_context(share_id=share.pk, overdue=False),
         "can_edit": roles.is_admin(request.user),
         # Its capacity plans beside its limits: not ended, or ended in the last 30 days.
         "plans": [bar for bar in block.plans if bar.share_id == share.pk],

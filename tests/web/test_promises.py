@@ -154,3 +154,31 @@ def test_the_figures_offered_are_the_signals_own(world: Any) -> None:
     assert "goodput" in figures and "wait_to_start.entitled.p90" in figures
     assert "preemptions_per_finished_job" in figures and "fallback_rate" in figures
     assert not any(f.startswith(("cost.ml.", "instance_seconds.")) for f in figures)
+
+
+def test_broken_promises_and_overdue_reviews_show_where_people_look(world: Any) -> None:
+    agreement_services.agreement_update(
+        actor=world.admin,
+        agreement=world.agreement,
+        version=1,
+        review_by=timezone.localdate() - timedelta(days=3),
+        promises=[
+            {
+                "figure": "jobs_finished.total",
+                "team": world.red.pk,
+                "comparison": ">=",
+                "threshold": 1,
+                "window_days": 7,
+            }
+        ],
+    )
+    promise_services.promises_evaluate()  # nothing finished: broken
+    words = "jobs_finished.total &gt;= 1 for team red over 7 days"
+    overview = client_for(world.red_member).get("/").content.decode()
+    assert words in overview and "Reviews overdue" in overview
+    share_page = client_for(world.red_member).get(f"/shares/{world.red_share.pk}/")
+    assert words in share_page.content.decode()
+    other_share = client_for(world.red_member).get(f"/shares/{world.blue_share.pk}/")
+    assert words not in other_share.content.decode()
+    reviewers = client_for(world.reviewer).get("/exceptions/").content.decode()
+    assert "Reviews overdue" in reviewers and "Red training" in reviewers
