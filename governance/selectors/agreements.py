@@ -122,3 +122,26 @@ def overdue_agreements(today: date | None = None) -> QuerySet[Agreement]:
         .select_related("owner")
         .order_by("review_by", "title")
     )
+
+
+def queue_promises(queue_id: int) -> list[dict[str, Any]]:
+    """The promises in force of the agreements on the queue's shares, as a what-if judges
+    them on both sides (``scheduler.whatif.judge_promises``)."""
+    out = []
+    for p in active_promises().filter(queue_id=queue_id):
+        by_share = p.share is not None
+        name = p.share.name if p.share is not None else p.team.name if p.team else ""
+        out.append(
+            {
+                "id": p.pk,
+                "agreement": p.agreement_id,
+                "agreement_title": p.agreement.title,
+                "figure": p.figure,
+                "group_by": "share" if by_share else "team",
+                "name": name,
+                "comparison": p.comparison,
+                "threshold": p.threshold,
+                "window_days": p.window_days,
+            }
+        )
+    return out
