@@ -26,7 +26,6 @@ from django.utils import timezone
 
 from governance.models import (
     Agreement,
-    JobQueue,
     NotificationKind,
     Promise,
     PromiseEvaluation,
@@ -207,17 +206,31 @@ def evaluate(
     promises: Iterable[Promise], *, stop: datetime
 ) -> list[tuple[Promise, float | None, str, datetime]]:
     """(promise, value, state, window start) of each promise for the window ending at
-    ``stop``; the signals of each queue, window and grouping are computed once."""
+    ``stop``; the signals of each queue, window and grouping are computed once.
+
+    A team with one share on the queue is that share's group (a team's figures are the
+    union of its shares'), so its promises read the share grouping, unless they name
+    ``policy_changes``, which a team counts over every entry about the team."""
     answers: dict[tuple[int, int, str], dict[str, Any]] = {}
-    queues: dict[int, JobQueue] = {}
+    only_share: dict[tuple[int, int], str | None] = {}
     out = []
     for promise in promises:
         group_by, name = _subject(promise)
+        if group_by == "team" and not promise.figure.startswith("policy_changes"):
+            key_team = (promise.team_id or 0, promise.queue_id)
+            if key_team not in only_share:
+                names = list(
+                    Share.objects.filter(
+                        team_id=key_team[0], queue_id=promise.queue_id
+                    ).values_list("name", flat=True)[:2]
+                )
+                only_share[key_team] = names[0] if len(names) == 1 else None
+            if only_share[key_team] is not None:
+                group_by, name = "share", str(only_share[key_team])
         start = stop - timedelta(days=promise.window_days)
         key = (promise.queue_id, promise.window_days, group_by)
         if key not in answers:
-            queue = queues.setdefault(promise.queue_id, promise.queue)
-            answers[key] = scheduling.queue_signals(queue, start, stop, group_by=group_by)
+            answers[key] = scheduling.queue_signals(promise.queue, start, stop, group_by=group_by)
         value, state = scheduling.promise_judge(
             answers[key],
             group_by=group_by,
