@@ -44,8 +44,9 @@ MAX_ERROR = 2000
 
 
 def may_request(actor: AnyUser) -> bool:
-    """Admins and team leads ask what a configuration would have done."""
-    return roles.is_admin(actor) or bool(roles.lead_team_ids(actor))
+    """Admins, reviewers (who judge agreements against their outcomes) and team leads ask
+    what a configuration would have done."""
+    return roles.can_decide_exceptions(actor) or bool(roles.lead_team_ids(actor))
 
 
 def clean_proposal(queue: JobQueue, proposal: Any) -> dict[str, Any]:
@@ -126,7 +127,7 @@ def whatif_request(
 ) -> WhatIf:
     """Record a what-if to run: the queue's window and the proposed configuration."""
     if not may_request(actor):
-        raise PermissionDenied({"detail": ["Only admins and team leads run what-ifs."]})
+        raise PermissionDenied({"detail": ["Only admins, reviewers and team leads run what-ifs."]})
     clean = clean_proposal(queue, proposal)
     now = timezone.now()
     run = WhatIf.objects.create(
