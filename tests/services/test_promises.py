@@ -190,3 +190,27 @@ def test_only_people_of_the_agreement_and_reviewers_ask_for_an_evaluation(
         agreement_svc.agreement_evaluate(actor=recorded.blue_lead, agreement=recorded.agreement)
     agreement_svc.agreement_evaluate(actor=recorded.reviewer, agreement=recorded.agreement)
     assert recorded.agreement.promises.filter(state="").count() == 0
+
+
+def test_a_team_with_two_shares_is_judged_on_the_union_of_them(recorded: Any) -> None:
+    """Alpha's jobs reclaimed beta's twice; red's second share (made after the history)
+    ran nothing, so team red, read on the team grouping, caused 2 reclaims in all."""
+    from tests.factories import make_share
+
+    red_too = make_share(recorded.queue, recorded.alpha.team, "alpha-two", {"ml.g5.xlarge": 0})
+    agreement = agreement_svc.agreement_create(
+        actor=recorded.admin,
+        title="Red, both shares",
+        shares=[recorded.alpha.pk, red_too.pk],
+        promises=[
+            {
+                "figure": "preemptions_caused.reclaim",
+                "team": recorded.alpha.team_id,
+                "comparison": "<=",
+                "threshold": 1,
+                "window_days": 1,
+            }
+        ],
+    )
+    promise_svc.promises_evaluate(stop=at(400), agreements=[agreement.pk])
+    assert states(agreement) == {"preemptions_caused.reclaim": (PromiseState.BROKEN, 2.0)}
