@@ -20,7 +20,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from governance import roles
-from governance.models import Agreement, AgreementVersion
+from governance.models import Agreement, AgreementVersion, Team
 from governance.selectors import agreements as agreement_selectors
 from governance.selectors import web_governance as sel
 from governance.services import agreements as agreement_services
@@ -113,7 +113,10 @@ def word_diff(old: str, new: str) -> SafeString:
 
 
 def version_changes(
-    previous: AgreementVersion, current: AgreementVersion, share_names: dict[int, str]
+    previous: AgreementVersion,
+    current: AgreementVersion,
+    share_names: dict[int, str],
+    team_names: dict[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """What changed from one version to the next, field by field, readable."""
     rows: list[dict[str, Any]] = []
@@ -152,8 +155,8 @@ def version_changes(
             for i in sorted(new_ids - old_ids)
         ]
         rows.append({"label": "Shares", "html": mark_safe(" ".join(removed + added))})
-    old_promises = [_promise_words(p, share_names) for p in previous.promises or []]
-    new_promises = [_promise_words(p, share_names) for p in current.promises or []]
+    old_promises = [_promise_words(p, share_names, team_names) for p in previous.promises or []]
+    new_promises = [_promise_words(p, share_names, team_names) for p in current.promises or []]
     if sorted(old_promises) != sorted(new_promises):
         parts = [f"<del>{escape(p)}</del>" for p in old_promises if p not in new_promises]
         parts += [f"<ins>{escape(p)}</ins>" for p in new_promises if p not in old_promises]
@@ -161,12 +164,15 @@ def version_changes(
     return rows
 
 
-def _promise_words(snapshot: dict[str, Any], share_names: dict[int, str]) -> str:
+def _promise_words(
+    snapshot: dict[str, Any], share_names: dict[int, str], team_names: dict[int, str] | None
+) -> str:
     """A promise of a version snapshot in words."""
     if snapshot.get("share") is not None:
         subject = share_names.get(snapshot["share"], f"share {snapshot['share']}")
     else:
-        subject = f"team {snapshot.get('team')} on queue {snapshot.get('queue')}"
+        team = snapshot.get("team")
+        subject = f"team {(team_names or {}).get(team, team) if isinstance(team, int) else team}"
     return (
         f"{snapshot.get('figure')} {snapshot.get('comparison')} {snapshot.get('threshold'):g} "
         f"for {subject} over {snapshot.get('window_days')} days"
@@ -200,13 +206,17 @@ def _detail_context(
     missing = {i for v in versions for i in (v.share_ids or [])} - set(share_names)
     if missing:
         share_names.update(sel.share_names(missing))
+    team_ids = {p.get("team") for v in versions for p in v.promises or []} - {None}
+    team_names = dict(Team.objects.filter(pk__in=team_ids).values_list("pk", "name"))
     history = []
     for index, version in enumerate(versions):
         previous = versions[index - 1] if index else None
         history.append(
             {
                 "version": version,
-                "changes": version_changes(previous, version, share_names) if previous else None,
+                "changes": version_changes(previous, version, share_names, team_names)
+                if previous
+                else None,
                 "shares": [share_names.get(i, f"share {i}") for i in version.share_ids or []],
             }
         )

@@ -214,3 +214,17 @@ def test_a_team_with_two_shares_is_judged_on_the_union_of_them(recorded: Any) ->
     )
     promise_svc.promises_evaluate(stop=at(400), agreements=[agreement.pk])
     assert states(agreement) == {"preemptions_caused.reclaim": (PromiseState.BROKEN, 2.0)}
+
+
+def test_beats_daily_pass_judges_the_windows_ending_at_midnight(recorded: Any) -> None:
+    from datetime import UTC, datetime
+
+    from governance import tasks
+
+    assert tasks.evaluate_promises() == 4  # at 08:06:40 on 3 March: windows end at 00:00
+    midnight = datetime(2025, 3, 3, tzinfo=UTC)
+    for promise in recorded.agreement.promises.all():
+        assert promise.window_stop == midnight
+        assert promise.window_start == midnight - timedelta(days=promise.window_days)
+    # the history came after midnight: nothing finished in the window before it
+    assert states(recorded.agreement)["jobs_finished.total"] == (PromiseState.BROKEN, 0.0)

@@ -182,3 +182,8 @@ def test_broken_promises_and_overdue_reviews_show_where_people_look(world: Any) 
     assert words not in other_share.content.decode()
     reviewers = client_for(world.reviewer).get("/exceptions/").content.decode()
     assert "Reviews overdue" in reviewers and "Red training" in reviewers
+    # the version that added it says so, naming the team
+    page = client_for(world.red_member).get(f"/agreements/{world.agreement.pk}/")
+    assert "<ins>jobs_finished.total &gt;= 1 for team red over 7 days</ins>" in (
+        page.content.decode()
+    )
