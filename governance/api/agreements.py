@@ -24,7 +24,10 @@ from governance.models import Agreement, AgreementVersion, Promise
 from governance.selectors import agreements as agreement_selectors
 from governance.services import agreements as agreement_services
 from governance.services import promises as promise_services
-from governance.services.errors import NotFound
+from governance.services.errors import NotFound, ValidationFailed
+
+HISTORY_DEFAULT = 90
+HISTORY_MAX = 1000
 
 
 class PromiseInSerializer(serializers.Serializer):
@@ -43,6 +46,21 @@ class PromiseInSerializer(serializers.Serializer):
     comparison = serializers.ChoiceField(choices=promise_services.COMPARISONS)
     threshold = serializers.FloatField()
     window_days = serializers.IntegerField(help_text=f"1 to {promise_services.MAX_WINDOW_DAYS}")
+
+
+class PromiseEvaluationSerializer(serializers.Serializer):
+    window_start = serializers.DateTimeField()
+    window_stop = serializers.DateTimeField()
+    value = serializers.FloatField(allow_null=True)
+    state = serializers.CharField()
+    evaluated_at = serializers.DateTimeField()
+
+
+class PromiseHistorySerializer(serializers.Serializer):
+    promise = serializers.IntegerField()
+    figure = serializers.CharField()
+    removed_in_version = serializers.IntegerField(allow_null=True)
+    evaluations = PromiseEvaluationSerializer(many=True, help_text="oldest first")
 
 
 @extend_schema_field(PromiseInSerializer(many=True))
@@ -276,3 +294,36 @@ class AgreementViewSet(
         agreement_id = self._pk()
         agreement_services.agreement_evaluate(actor=request.user, agreement=agreement_id)
         return self._show(agreement_id)
+
+    @extend_schema(
+        request=None,
+        responses={200: PromiseHistorySerializer(many=True)},
+        parameters=[
+            OpenApiParameter(
+                "limit",
+                int,
+                description=f"evaluations per promise, newest kept (1 to {HISTORY_MAX})",
+            )
+        ],
+    )
+    @action(detail=True, methods=["get"])
+    def history(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Every promise the agreement has held (withdrawn ones too) with its evaluations."""
+        agreement_id = self._pk()
+        if not Agreement.objects.filter(pk=agreement_id).exists():
+            raise NotFound({"detail": [f"No agreement with id {agreement_id}."]})
+        raw = request.query_params.get("limit", str(HISTORY_DEFAULT))
+        if not raw.isdigit() or not 1 <= int(raw) <= HISTORY_MAX:
+            raise ValidationFailed({"limit": [f"A whole number from 1 to {HISTORY_MAX}."]})
+        promises = list(Promise.objects.filter(agreement_id=agreement_id).order_by("id"))
+        history = agreement_selectors.promise_history([p.pk for p in promises], limit=int(raw))
+        rows = [
+            {
+                "promise": p.pk,
+                "figure": p.figure,
+                "removed_in_version": p.removed_in_version,
+                "evaluations": history[p.pk],
+            }
+            for p in promises
+        ]
+        return Response(PromiseHistorySerializer(rows, many=True).data)

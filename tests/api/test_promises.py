@@ -70,6 +70,14 @@ def test_promises_are_written_read_and_evaluated(w: Any) -> None:
     assert evaluated.json()["promises"][0]["jobs"].startswith("/jobs/?")
     outsider = api(w.blue_lead).post(f"/api/agreements/{body['id']}/evaluate/")
     assert outsider.status_code == 403
+    api(w.reviewer).post(f"/api/agreements/{body['id']}/evaluate/")
+    history = api(w.red_member).get(f"/api/agreements/{body['id']}/history/").json()
+    assert [len(row["evaluations"]) for row in history] == [2, 2]
+    assert history[0]["evaluations"][0]["state"] == "no_data"
+    last = api(w.red_member).get(f"/api/agreements/{body['id']}/history/?limit=1").json()
+    assert [len(row["evaluations"]) for row in last] == [1, 1]
+    bad = api(w.red_member).get(f"/api/agreements/{body['id']}/history/?limit=0")
+    assert bad.status_code == 400 and "limit" in bad.json()
 
 
 @pytest.mark.parametrize(
