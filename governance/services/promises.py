@@ -14,7 +14,6 @@ tells the agreement's owner and the reviewers, once per turn.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -115,7 +114,7 @@ def clean_promises(errors: Errors, items: Any, shares: Iterable[Share]) -> list[
         if isinstance(threshold, bool) or not isinstance(threshold, int | float):
             errors.add(f"{at}.threshold", "Give a number.")
             threshold = None
-        elif not math.isfinite(threshold) or threshold < 0:
+        elif threshold != threshold or threshold < 0:  # NaN, or below every figure
             errors.add(f"{at}.threshold", "A figure is never negative: give 0 or more.")
             threshold = None
         elif figure is not None and scheduling.promise_is_fraction(figure) and threshold > 1:
@@ -132,6 +131,9 @@ def clean_promises(errors: Errors, items: Any, shares: Iterable[Share]) -> list[
         ):
             errors.add(f"{at}.window_days", f"A whole number of days from 1 to {MAX_WINDOW_DAYS}.")
         share_id, team_id, queue_id = item.get("share"), item.get("team"), item.get("queue")
+        if queue_id is not None and not is_int(queue_id):
+            errors.add(f"{at}.queue", "Give the id of a queue, or leave it out.")
+            queue_id = None
         if (share_id is None) == (team_id is None):
             errors.add(f"{at}.share", "Name either a share or a team of the agreement.")
         elif share_id is not None:

@@ -91,6 +91,10 @@ def test_promises_are_written_read_and_evaluated(w: Any) -> None:
         ({**GOODPUT, "comparison": "=="}, "promises[0].comparison"),
         ({**GOODPUT, "threshold": "high"}, "promises[0].threshold"),
         ({**GOODPUT, "share": None}, "promises[0].share"),
+        ({**GOODPUT, "threshold": 10**400}, "promises[0].threshold"),
+        ({**GOODPUT, "figure": ["goodput"]}, "promises[0].figure"),
+        ({**GOODPUT, "queue": [1]}, "promises[0].queue"),
+        ({**GOODPUT, "window_days": 7.5}, "promises[0].window_days"),
     ],
 )
 def test_bad_promises_are_400s_naming_the_field(
