@@ -228,3 +228,25 @@ def test_beats_daily_pass_judges_the_windows_ending_at_midnight(recorded: Any) -
         assert promise.window_start == midnight - timedelta(days=promise.window_days)
     # the history came after midnight: nothing finished in the window before it
     assert states(recorded.agreement)["jobs_finished.total"] == (PromiseState.BROKEN, 0.0)
+
+
+def test_a_share_with_a_promise_is_not_unlinked_before_the_promise_goes(recorded: Any) -> None:
+    agreement = recorded.agreement
+    with pytest.raises(ValidationFailed) as caught:
+        agreement_svc.agreement_update(
+            actor=recorded.admin,
+            agreement=agreement,
+            version=agreement.version,
+            shares=[recorded.beta.pk],  # alpha goes, its promise stays: refused
+        )
+    assert "shares" in caught.value.errors
+    kept = [p for p in promise_svc.active_promises(agreement) if p["share"] != recorded.alpha.pk]
+    updated = agreement_svc.agreement_update(
+        actor=recorded.admin,
+        agreement=agreement,
+        version=agreement.version,
+        shares=[recorded.beta.pk],
+        promises=kept,
+    )
+    assert updated.version == 2
+    assert list(updated.shares.values_list("pk", flat=True)) == [recorded.beta.pk]
