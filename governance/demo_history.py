@@ -21,6 +21,7 @@ from governance.models import Job, JobQueue, Membership, Share
 from governance.selectors import scheduling
 from governance.services.demo_history import demo_history_record
 from governance.services.insight import usage_rebuild
+from governance.services.promises import promises_evaluate
 from governance.services.shares import limits_map
 
 QUEUE = "gpu-fleet"
@@ -117,10 +118,13 @@ def load_history(*, now: datetime | None = None, days: int = DAYS) -> int:
 def load_history_and_rollups(*, now: datetime | None = None) -> int:
     """``load_history``, then the usage rollups of every queue rebuilt over the played days
     from their recorded events: the usage history charts read rollups the live cycle
-    writes, so without this they would start empty. Returns how many jobs were written."""
+    writes, so without this they would start empty; and the agreements' promises
+    evaluated on it (one kept, one broken: ``demo._agreements``). Returns how many jobs
+    were written."""
     written = load_history(now=now)
     if written:
         now = now or timezone.now()
         for queue_id in JobQueue.objects.values_list("pk", flat=True):
             usage_rebuild(queue_id=queue_id, since=now - REBUILD_WINDOW, until=now)
+        promises_evaluate(stop=now)
     return written

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -583,6 +584,16 @@ if DEMO_ACTIVITY_SECONDS > 0:
         "task": "scheduler.tasks.demo_activity",
         "schedule": DEMO_ACTIVITY_SECONDS,
     }
+
+# Agreements (docs/agreements.md): reminders of a review this many days before its date;
+# promises evaluated daily, at this minute past midnight UTC, for the windows ending at
+# midnight.
+AGREEMENT_REVIEW_REMINDER_DAYS = env_int("AGREEMENT_REVIEW_REMINDER_DAYS", 14)
+PROMISES_EVALUATE_MINUTE = env_int("PROMISES_EVALUATE_MINUTE", 10)
+CELERY_BEAT_SCHEDULE["promises-evaluate"] = {
+    "task": "governance.tasks.evaluate_promises",
+    "schedule": crontab(hour=0, minute=PROMISES_EVALUATE_MINUTE),
+}
 
 # Where people are sent by notifications (links in emails and webhooks; mail settings
 # above).

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from datetime import UTC, datetime
 
-from governance.services import audit, idempotency, notifications
+from celery import shared_task
+from django.utils import timezone
+
+from governance.services import audit, idempotency, notifications, promises
 
 
 @shared_task(ignore_result=True)
@@ -30,3 +33,12 @@ def purge_idempotency_keys() -> int:
 def audit_checkpoint() -> bool:
     """Beat: sign the audit chain's head with the audit key (when it moved)."""
     return audit.checkpoint() is not None
+
+
+@shared_task(ignore_result=True)
+def evaluate_promises() -> int:
+    """Beat's daily pass: every promise in force, for its window ending at midnight UTC
+    today (docs/agreements.md#promises)."""
+    today = timezone.now().astimezone(UTC).date()
+    stop = datetime(today.year, today.month, today.day, tzinfo=UTC)
+    return len(promises.promises_evaluate(stop=stop))

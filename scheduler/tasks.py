@@ -10,6 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from governance.models import JobQueue, WhatIf, WhatIfState
+from governance.selectors.agreements import queue_promises
 from governance.selectors.capacity import queue_ids
 from governance.services import runs
 from governance.services import whatif as whatif_services
@@ -104,6 +105,7 @@ def run_whatif(whatif_id: int) -> None:
             progress=lambda percent, words: whatif_services.whatif_progress(
                 whatif_id=run.pk, progress=percent, step=words
             ),
+            promises=queue_promises(run.queue_id),
         )
         # what really happened in the window, beside the replay "as it was" (which
         # re-decides the jobs that were going at its start)

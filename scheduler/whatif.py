@@ -18,10 +18,11 @@ import copy
 import gc
 import multiprocessing
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
+from scheduler import promises as promise_rules
 from scheduler import signals, simulate
 
 SHARE_FIELDS = ("policy", "borrow_limit", "limits", "in_share_preemption", "preemption_retries")
@@ -152,15 +153,41 @@ def _replay_both(
     return base, replay(second)
 
 
+def judge_promises(
+    promises: Sequence[Mapping[str, Any]],
+    sides: Mapping[str, Mapping[str, Mapping[str, Any]]],
+) -> list[dict[str, Any]]:
+    """Each promise (``{"group_by", "name", "figure", "comparison", "threshold", ...}``)
+    with its value and state on each side; ``sides`` maps a side's name to its signals
+    answers by grouping (``{"baseline": {"share": answer, "team": answer}, ...}``)."""
+    out = []
+    for promise in promises:
+        row = dict(promise)
+        for side, answers in sides.items():
+            value, state = promise_rules.evaluate(
+                answers[promise["group_by"]],
+                group_by=promise["group_by"],
+                name=promise["name"],
+                figure=promise["figure"],
+                comparison=promise["comparison"],
+                threshold=float(promise["threshold"]),
+            )
+            row[side] = {"value": value, "state": state}
+        out.append(row)
+    return out
+
+
 def run(
     history: Mapping[str, Any],
     proposal: Mapping[str, Any],
     *,
     progress: Progress | None = None,
+    promises: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Replay ``history["scenario"]`` as it was and with ``proposal``; the signals of each
     over the whole window, and the differences. ``progress(percent, words)`` is told as
-    each step ends."""
+    each step ends. ``promises`` (of the agreements on the queue's shares) are judged on
+    both sides over the what-if's window (``judge_promises``)."""
     tell = progress or (lambda percent, words: None)
     scenario = history["scenario"]
     teams = history.get("teams") or {}
@@ -174,8 +201,16 @@ def run(
     base_rec = signals.Recording(scenario, base_events, teams, end=end)
     new_rec = signals.Recording(proposed_scenario, new_events, teams, end=end)
     stop = signals.recording_end(base_rec)
+    new_stop = signals.recording_end(new_rec)
     baseline = signals.compute(base_rec, 0, stop)
-    proposed = signals.compute(new_rec, 0, signals.recording_end(new_rec))
+    proposed = signals.compute(new_rec, 0, new_stop)
+    sides: dict[str, dict[str, Any]] = {
+        "baseline": {"share": baseline},
+        "proposed": {"share": proposed},
+    }
+    if any(p["group_by"] == "team" for p in promises or []):
+        sides["baseline"]["team"] = signals.compute(base_rec, 0, stop, group_by="team")
+        sides["proposed"]["team"] = signals.compute(new_rec, 0, new_stop, group_by="team")
     tell(100, "done")
     return {
         "proposal": dict(proposal),
@@ -183,5 +218,6 @@ def run(
         "baseline": baseline,
         "proposed": proposed,
         "differences": differences(baseline, proposed),
+        "promises": judge_promises(promises or [], sides),
         "events": {"baseline": len(base_events), "proposed": len(new_events)},
     }

@@ -1,21 +1,113 @@
-"""Allocation agreements API (DESIGN section 7): list (``?search=``), create, read, PATCH."""
+"""Allocation agreements API: list (``?search=``), create, read, PATCH (with the
+agreement's promises), ``evaluate`` its promises now and record a ``review``
+(docs/agreements.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_view,
+)
 from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from governance.api.common import call_service
 from governance.api.idempotency import idempotent
-from governance.models import Agreement, AgreementVersion
+from governance.models import Agreement, AgreementVersion, Promise
 from governance.selectors import agreements as agreement_selectors
 from governance.services import agreements as agreement_services
-from governance.services.errors import NotFound
+from governance.services import promises as promise_services
+from governance.services.errors import NotFound, ValidationFailed
+
+HISTORY_DEFAULT = 90
+HISTORY_MAX = 1000
+
+
+class PromiseInSerializer(serializers.Serializer):
+    """A promise as written: a figure, a share or a team (on a queue), a comparison, a
+    threshold and a window. Types only; ``services.promises`` checks the rules."""
+
+    figure = serializers.CharField(help_text="a signal by its path, e.g. goodput")
+    share = serializers.IntegerField(required=False, allow_null=True, default=None)
+    team = serializers.IntegerField(required=False, allow_null=True, default=None)
+    queue = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="for a team whose shares of the agreement are on several queues",
+    )
+    comparison = serializers.ChoiceField(choices=promise_services.COMPARISONS)
+    threshold = serializers.FloatField()
+    window_days = serializers.IntegerField(help_text=f"1 to {promise_services.MAX_WINDOW_DAYS}")
+
+
+class PromiseEvaluationSerializer(serializers.Serializer):
+    window_start = serializers.DateTimeField()
+    window_stop = serializers.DateTimeField()
+    value = serializers.FloatField(allow_null=True)
+    state = serializers.CharField()
+    evaluated_at = serializers.DateTimeField()
+
+
+class PromiseHistorySerializer(serializers.Serializer):
+    promise = serializers.IntegerField()
+    figure = serializers.CharField()
+    removed_in_version = serializers.IntegerField(allow_null=True)
+    evaluations = PromiseEvaluationSerializer(many=True, help_text="oldest first")
+
+
+@extend_schema_field(PromiseInSerializer(many=True))
+class PromiseListField(serializers.ListField):
+    """Promises as objects; the service checks each field, so a problem is named
+    ``promises[i].FIELD``."""
+
+    child = serializers.DictField()
+
+
+class PromiseSerializer(serializers.ModelSerializer):
+    state = serializers.CharField(help_text="kept, broken, no_data, or empty before the first")
+    jobs = serializers.SerializerMethodField(help_text="the jobs behind the last evaluation")
+
+    class Meta:
+        model = Promise
+        fields = [
+            "id",
+            "figure",
+            "share",
+            "team",
+            "queue",
+            "comparison",
+            "threshold",
+            "window_days",
+            "added_in_version",
+            "state",
+            "value",
+            "evaluated_at",
+            "window_start",
+            "window_stop",
+            "jobs",
+        ]
+        read_only_fields = fields
+
+    def get_jobs(self, promise: Promise) -> str:
+        return agreement_selectors.promise_link(promise)
+
+
+class PromiseSnapshotSerializer(serializers.Serializer):
+    figure = serializers.CharField()
+    share = serializers.IntegerField(allow_null=True)
+    team = serializers.IntegerField(allow_null=True)
+    queue = serializers.IntegerField()
+    comparison = serializers.CharField()
+    threshold = serializers.FloatField()
+    window_days = serializers.IntegerField()
 
 
 class AgreementVersionSerializer(serializers.ModelSerializer):
@@ -26,6 +118,7 @@ class AgreementVersionSerializer(serializers.ModelSerializer):
     shares = serializers.ListField(
         source="share_ids", child=serializers.IntegerField(), read_only=True
     )
+    promises = PromiseSnapshotSerializer(many=True, read_only=True)
 
     class Meta:
         model = AgreementVersion
@@ -41,6 +134,8 @@ class AgreementVersionSerializer(serializers.ModelSerializer):
             "edited_by",
             "edited_at",
             "reason",
+            "promises",
+            "review",
         ]
         read_only_fields = fields
 
@@ -49,6 +144,7 @@ class AgreementSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     editors: Any = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True)
     versions = AgreementVersionSerializer(many=True, read_only=True)
+    promises = PromiseSerializer(many=True, read_only=True, source="promises_in_force")
 
     class Meta:
         model = Agreement
@@ -64,6 +160,7 @@ class AgreementSerializer(serializers.ModelSerializer):
             "review_by",
             "version",
             "versions",
+            "promises",
             "created_at",
             "updated_at",
         ]
@@ -81,6 +178,7 @@ class AgreementCreateSerializer(serializers.Serializer):
     owner = serializers.CharField(required=False, allow_null=True, default=None)
     editors = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     review_by = serializers.DateField(required=False, allow_null=True, default=None)
+    promises = PromiseListField(required=False, default=list)
     reason = serializers.CharField(required=False, allow_blank=True, default="")
 
 
@@ -97,6 +195,21 @@ class AgreementPatchSerializer(serializers.Serializer):
     owner = serializers.CharField(required=False, allow_null=True)
     editors = serializers.ListField(child=serializers.CharField(), required=False)
     review_by = serializers.DateField(required=False, allow_null=True)
+    promises = PromiseListField(
+        required=False, help_text="the whole list: promises left out are withdrawn"
+    )
+
+
+class AgreementReviewSerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    note = serializers.CharField(allow_blank=True, help_text="what the review found")
+    review_by = serializers.DateField(
+        required=False, allow_null=True, default=None, help_text="the next review date"
+    )
+
+
+class AgreementEvaluateSerializer(serializers.Serializer):
+    """No body."""
 
 
 @extend_schema_view(
@@ -159,3 +272,58 @@ class AgreementViewSet(
             ),
         )
         return self._show(agreement_id)
+
+    @extend_schema(request=AgreementReviewSerializer, responses={200: AgreementSerializer})
+    @action(detail=True, methods=["post"])
+    def review(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Record a review: a new version, even unchanged, with its note."""
+        agreement_id = self._pk()
+        call_service(
+            AgreementReviewSerializer,
+            request.data,
+            lambda data: agreement_services.agreement_review(
+                actor=request.user, agreement=agreement_id, **data
+            ),
+        )
+        return self._show(agreement_id)
+
+    @extend_schema(request=AgreementEvaluateSerializer, responses={200: AgreementSerializer})
+    @action(detail=True, methods=["post"])
+    def evaluate(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Evaluate the agreement's promises now, each over its window ending now."""
+        agreement_id = self._pk()
+        agreement_services.agreement_evaluate(actor=request.user, agreement=agreement_id)
+        return self._show(agreement_id)
+
+    @extend_schema(
+        request=None,
+        responses={200: PromiseHistorySerializer(many=True)},
+        parameters=[
+            OpenApiParameter(
+                "limit",
+                int,
+                description=f"evaluations per promise, newest kept (1 to {HISTORY_MAX})",
+            )
+        ],
+    )
+    @action(detail=True, methods=["get"])
+    def history(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Every promise the agreement has held (withdrawn ones too) with its evaluations."""
+        agreement_id = self._pk()
+        if not Agreement.objects.filter(pk=agreement_id).exists():
+            raise NotFound({"detail": [f"No agreement with id {agreement_id}."]})
+        raw = request.query_params.get("limit", str(HISTORY_DEFAULT))
+        if not raw.isdigit() or not 1 <= int(raw) <= HISTORY_MAX:
+            raise ValidationFailed({"limit": [f"A whole number from 1 to {HISTORY_MAX}."]})
+        promises = list(Promise.objects.filter(agreement_id=agreement_id).order_by("id"))
+        history = agreement_selectors.promise_history([p.pk for p in promises], limit=int(raw))
+        rows = [
+            {
+                "promise": p.pk,
+                "figure": p.figure,
+                "removed_in_version": p.removed_in_version,
+                "evaluations": history[p.pk],
+            }
+            for p in promises
+        ]
+        return Response(PromiseHistorySerializer(rows, many=True).data)

@@ -231,8 +231,11 @@ class WhatIfListView(APIView):
                 '{"detail": ["..."]}.',
             ),
         },
-        description='Body: {"from": ISO, "to": ISO, "shares": {NAME: {policy, borrow_limit, '
-        'limits, in_share_preemption, preemption_retries}}, "capacity": {TYPE: count}}.',
+        description='Body: {"from": ISO, "to": ISO, "baseline": "strict_partitions" | "pooled" '
+        "(optional: every share RESERVE, or every share LEND_AND_BORROW with borrow limit -1, "
+        'the share edits laid over it), "shares": {NAME: {policy, borrow_limit, limits, '
+        'in_share_preemption, preemption_retries}}, "capacity": {TYPE: count}}. The result '
+        "judges every promise of the agreements on the queue's shares on both sides.",
     )
     def post(self, request: Request, pk: int) -> Any:
         queue = _queue_or_404(pk)
@@ -243,7 +246,11 @@ class WhatIfListView(APIView):
             queue=queue,
             start=window.start,
             stop=window.stop,
-            proposal={"shares": body.get("shares"), "capacity": body.get("capacity")},
+            proposal={
+                "baseline": body.get("baseline"),
+                "shares": body.get("shares"),
+                "capacity": body.get("capacity"),
+            },
         )
         scheduling.whatif_start(run.pk)
         return Response(whatif_json(run), status=202)

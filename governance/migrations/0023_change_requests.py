@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('governance', '0020_redundant_fk_indexes'),
+        ('governance', '0021_security_review'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,6 +1,12 @@
 """Governance data, one module per aggregate (DESIGN section 1 gives the meanings)."""
 
-from governance.models.agreements import Agreement, AgreementVersion
+from governance.models.agreements import (
+    Agreement,
+    AgreementVersion,
+    Promise,
+    PromiseEvaluation,
+    PromiseState,
+)
 from governance.models.audit import (
     AuditChainHead,
     AuditCheckpoint,
@@ -54,6 +60,9 @@ __all__ = [
     "Policy",
     "PriorityDefinition",
     "PriorityException",
+    "Promise",
+    "PromiseEvaluation",
+    "PromiseState",
     "QueueCapacity",
     "Share",
     "ShareChangeRequest",

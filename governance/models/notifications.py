@@ -19,6 +19,8 @@ class NotificationKind(models.TextChoices):
         "agreement_evidence_moved",
         "Evidence attached to your agreement was moved to another",
     )
+    AGREEMENT_REVIEW_SOON = "agreement_review_soon", "An agreement's review date is near"
+    PROMISE_BROKEN = "promise_broken", "A promise of an agreement was broken"
 
 
 # By email unless the person says otherwise; job events are frequent, so in the app only.
@@ -30,6 +32,8 @@ EMAIL_BY_DEFAULT = (
     NotificationKind.CHANGE_REQUEST_NEEDS_REVIEW,
     NotificationKind.CHANGE_REQUEST_DECIDED,
     NotificationKind.AGREEMENT_EVIDENCE_MOVED,
+    NotificationKind.AGREEMENT_REVIEW_SOON,
+    NotificationKind.PROMISE_BROKEN,
 )
 
 

@@ -36,7 +36,7 @@ from governance.selectors import web_state
 from governance.services import insight
 from governance.services.errors import PermissionDenied, ValidationFailed
 from governance.services.shares import validate_share_fields
-from scheduler import history, ledger, readings, signals, simulate, whatif
+from scheduler import history, ledger, promises, readings, signals, simulate, whatif
 from scheduler.engine import accounting
 from scheduler.engine.accounting import ShareOnType, TypeAccount, account_type
 
@@ -54,6 +54,9 @@ __all__ = [
     "forecast_jobs",
     "never_starting",
     "preview_share_change",
+    "promise_figures",
+    "promise_is_fraction",
+    "promise_judge",
     "queue_history",
     "queue_signals",
     "replay",
@@ -501,6 +504,37 @@ def queue_signals(
     answer["window"] = {"from": start.isoformat(), "to": stop.isoformat()}
     answer["queue"] = {"id": queue.pk, "name": queue.name, **answer["queue"]}
     return answer
+
+
+def promise_figures() -> tuple[str, ...]:
+    """The signals a promise may name, by path (read off the signals' own answer)."""
+    return promises.figure_paths()
+
+
+def promise_is_fraction(path: str) -> bool:
+    """Whether the figure at ``path`` lies in [0, 1]."""
+    return promises.is_fraction(path)
+
+
+def promise_judge(
+    answer: dict[str, Any],
+    *,
+    group_by: str,
+    name: str,
+    figure: str,
+    comparison: str,
+    threshold: float,
+) -> tuple[float | None, str]:
+    """(value, ``kept``/``broken``/``no_data``) of a promise on a ``queue_signals`` answer
+    grouped by ``group_by``, for the group ``name``."""
+    return promises.evaluate(
+        answer,
+        group_by=group_by,
+        name=name,
+        figure=figure,
+        comparison=comparison,
+        threshold=threshold,
+    )
 
 
 def signals_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from governance import roles
 from governance.models import Agreement, AgreementVersion, AuditEvent, Share
 from governance.roles import AnyUser
 from governance.services import audit
+from governance.services import promises as promise_services
 from governance.services.errors import (
     Conflict,
     Errors,
@@ -43,6 +44,7 @@ EDITABLE_FIELDS = (
     "owner",
     "editors",
     "review_by",
+    "promises",
 )
 
 
@@ -56,8 +58,11 @@ def search_vector_expression() -> Any:
     )
 
 
-def agreement_snapshot(agreement: Agreement) -> dict[str, Any]:
-    """The agreement's fields as JSON, for audit ``before``/``after``."""
+def agreement_snapshot(
+    agreement: Agreement, *, promises: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The agreement's fields as JSON, for audit ``before``/``after`` (``promises``: the
+    ones about to be set instead of those in force)."""
     return {
         "id": agreement.pk,
         "title": agreement.title,
@@ -69,6 +74,9 @@ def agreement_snapshot(agreement: Agreement) -> dict[str, Any]:
         "editors": sorted(agreement.editors.values_list("username", flat=True)),
         "review_by": agreement.review_by.isoformat() if agreement.review_by else None,
         "version": agreement.version,
+        "promises": promises
+        if promises is not None
+        else promise_services.active_promises(agreement),
     }
 
 
@@ -127,8 +135,11 @@ def _validate_text(errors: Errors, values: dict[str, Any]) -> None:
         errors.add("review_by", "Give a date (YYYY-MM-DD) or null.")
 
 
-def _write_version(agreement: Agreement, *, edited_by: AnyUser, reason: str, at: Any) -> None:
+def _write_version(
+    agreement: Agreement, *, edited_by: AnyUser, reason: str, at: Any, review: bool = False
+) -> None:
     AgreementVersion.objects.create(
+        review=review,
         agreement=agreement,
         version=agreement.version,
         title=agreement.title,
@@ -137,6 +148,7 @@ def _write_version(agreement: Agreement, *, edited_by: AnyUser, reason: str, at:
         recovery_assumptions=agreement.recovery_assumptions,
         review_by=agreement.review_by,
         share_ids=sorted(agreement.shares.values_list("id", flat=True)),
+        promises=promise_services.active_promises(agreement),
         owner=agreement.owner,
         edited_by_id=edited_by.pk if edited_by.is_authenticated else None,
         edited_at=at,
@@ -171,11 +183,13 @@ def agreement_create(
     owner: str | None = None,
     editors: Iterable[str] = (),
     review_by: date | None = None,
+    promises: list[dict[str, Any]] | None = None,
     reason: str = "",
 ) -> Agreement:
     """Create an agreement: admins and team leads (a lead links only their teams' shares).
 
-    The owner defaults to the creator. Version 1's snapshot is written at once.
+    The owner defaults to the creator. Version 1's snapshot is written at once, with the
+    ``promises`` (``services.promises.clean_promises`` says what one holds).
     """
     if not (roles.is_admin(actor) or roles.lead_team_ids(actor)):
         raise PermissionDenied({"detail": ["Only admins and team leads may create agreements."]})
@@ -199,6 +213,7 @@ def agreement_create(
             resolved = _resolve_users(errors, "owner", [owner])
             owner_user = resolved[0] if resolved else None
         editor_users = _resolve_users(errors, "editors", editors)
+        cleaned = promise_services.clean_promises(errors, promises or [], share_objs)
         errors.raise_if_any()
 
         now = timezone.now()
@@ -213,6 +228,7 @@ def agreement_create(
         )
         agreement.shares.set(share_objs)
         agreement.editors.set(editor_users)
+        promise_services.apply_promises(agreement, cleaned, agreement.version)
         _refresh_search(agreement)
         _write_version(agreement, edited_by=actor, reason=reason or "created", at=now)
         audit.record(
@@ -240,6 +256,39 @@ def may_change(actor: AnyUser, agreement: Agreement) -> bool:
     return any(editor.pk == actor.pk for editor in agreement.editors.all())
 
 
+def _sorted(items: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Promises in a stable order, so one list in another order is no change."""
+    if items is None:
+        return None
+    return sorted(items, key=lambda p: sorted((k, str(v)) for k, v in p.items()))
+
+
+def _locked(agreement_id: int) -> Agreement:
+    """The agreement, locked for the rest of the transaction (404 when absent)."""
+    locked = (
+        Agreement.objects.select_for_update(of=("self",))
+        .select_related("owner")
+        .filter(pk=agreement_id)
+        .first()
+    )
+    if locked is None:
+        raise NotFound({"detail": [f"No agreement with id {agreement_id}."]})
+    return locked
+
+
+def _check_version(locked: Agreement, version: int | None) -> None:
+    """409 unless ``version`` is the one stored (optimistic locking)."""
+    if version != locked.version:
+        raise Conflict(
+            {
+                "version": [
+                    f"The agreement changed since you read it (you sent version {version}, "
+                    f"it is now {locked.version}); reload and try again."
+                ]
+            }
+        )
+
+
 def agreement_update(
     *,
     actor: AnyUser,
@@ -259,14 +308,7 @@ def agreement_update(
         raise TypeError(f"agreement_update() got unexpected field(s): {', '.join(unknown)}")
     agreement_id = agreement.pk if isinstance(agreement, Agreement) else agreement
     with transaction.atomic():
-        locked = (
-            Agreement.objects.select_for_update(of=("self",))
-            .select_related("owner")
-            .filter(pk=agreement_id)
-            .first()
-        )
-        if locked is None:
-            raise NotFound({"detail": [f"No agreement with id {agreement_id}."]})
+        locked = _locked(agreement_id)
         if not may_change(actor, locked):
             raise PermissionDenied(
                 {"detail": ["Only the owner, the editors and admins may change this agreement."]}
@@ -275,15 +317,7 @@ def agreement_update(
         if version is None:
             errors.add("version", "Send the version you read.")
             errors.raise_if_any()
-        if version != locked.version:
-            raise Conflict(
-                {
-                    "version": [
-                        f"The agreement changed since you read it (you sent version {version}, "
-                        f"it is now {locked.version}); reload and try again."
-                    ]
-                }
-            )
+        _check_version(locked, version)
         owner_or_admin = roles.is_admin(actor) or locked.owner_id == actor.pk
         for field in ("owner", "editors"):
             if field in changes and not owner_or_admin:
@@ -314,6 +348,24 @@ def agreement_update(
         editor_users: list[Any] | None = None
         if "editors" in changes:
             editor_users = _resolve_users(errors, "editors", changes["editors"] or [])
+        cleaned: list[dict[str, Any]] | None = None
+        if "promises" in changes:
+            linked = share_objs if share_objs is not None else list(locked.shares.all())
+            cleaned = promise_services.clean_promises(errors, changes["promises"], linked)
+        elif share_objs is not None:
+            # Promises about a share or team no longer linked must go with it.
+            kept_ids = {s.pk for s in share_objs}
+            kept_teams = {s.team_id for s in share_objs}
+            for item in promise_services.active_promises(locked):
+                if (item["share"] is not None and item["share"] not in kept_ids) or (
+                    item["team"] is not None and item["team"] not in kept_teams
+                ):
+                    errors.add(
+                        "shares",
+                        "A promise is about a share or team being unlinked: "
+                        "withdraw the promise first.",
+                    )
+                    break
         errors.raise_if_any()
 
         for field in ("title", "body", "reclaim_assumptions", "recovery_assumptions", "review_by"):
@@ -326,12 +378,16 @@ def agreement_update(
             locked.shares.set(share_objs)
         if editor_users is not None:
             locked.editors.set(editor_users)
-        after = agreement_snapshot(locked)
-        if audit.unchanged(before, after):
+        after = agreement_snapshot(
+            locked, promises=_sorted(cleaned if cleaned is not None else before["promises"])
+        )
+        if audit.unchanged({**before, "promises": _sorted(before["promises"])}, after):
             return locked
         now = timezone.now()
         locked.version += 1
         locked.save()
+        if cleaned is not None:
+            promise_services.apply_promises(locked, cleaned, locked.version)
         _refresh_search(locked)
         _write_version(locked, edited_by=actor, reason=reason, at=now)
         after = agreement_snapshot(locked)
@@ -346,3 +402,73 @@ def agreement_update(
             **_audit_links(locked),
         )
     return locked
+
+
+MAX_NOTE = 5000
+
+
+def may_review(actor: AnyUser, agreement: Agreement) -> bool:
+    """Reviewers, admins and who may change the agreement record a review."""
+    return roles.can_decide_exceptions(actor) or may_change(actor, agreement)
+
+
+def agreement_review(
+    *,
+    actor: AnyUser,
+    agreement: Agreement | int,
+    version: int | None,
+    note: str,
+    review_by: date | None = None,
+) -> Agreement:
+    """Record a review: a new version even when nothing else changes, with its ``note``
+    (required) and the next ``review_by`` (null: no date)."""
+    agreement_id = agreement.pk if isinstance(agreement, Agreement) else agreement
+    with transaction.atomic():
+        locked = _locked(agreement_id)
+        if not may_review(actor, locked):
+            raise PermissionDenied(
+                {"detail": ["Reviewers, admins, the owner and the editors record reviews."]}
+            )
+        errors = Errors()
+        if version is None:
+            errors.add("version", "Send the version you read.")
+        if not isinstance(note, str) or not note.strip():
+            errors.add("note", "Say what the review found.")
+        elif len(note) > MAX_NOTE:
+            errors.add("note", f"At most {MAX_NOTE} characters.")
+        _validate_text(errors, {"review_by": review_by})
+        if isinstance(review_by, date) and review_by <= timezone.localdate():
+            errors.add("review_by", "The next review date must lie in the future.")
+        errors.raise_if_any()
+        _check_version(locked, version)
+        before = agreement_snapshot(locked)
+        now = timezone.now()
+        locked.review_by = review_by
+        locked.version += 1
+        locked.save()
+        _write_version(locked, edited_by=actor, reason=note.strip(), at=now, review=True)
+        audit.record(
+            event_type=AuditEvent.AGREEMENT_UPDATED,
+            actor=actor,
+            subject=locked,
+            before=before,
+            after={**agreement_snapshot(locked), "reviewed": True},
+            reason=note.strip(),
+            at=now,
+            **_audit_links(locked),
+        )
+    return locked
+
+
+def agreement_evaluate(*, actor: AnyUser, agreement: Agreement | int) -> Agreement:
+    """Evaluate the agreement's promises now, on request of someone who may review it."""
+    agreement_id = agreement.pk if isinstance(agreement, Agreement) else agreement
+    found = Agreement.objects.filter(pk=agreement_id).prefetch_related("editors").first()
+    if found is None:
+        raise NotFound({"detail": [f"No agreement with id {agreement_id}."]})
+    if not may_review(actor, found):
+        raise PermissionDenied(
+            {"detail": ["The owner, the editors, reviewers and admins ask for an evaluation."]}
+        )
+    promise_services.promises_evaluate(agreements=[found.pk])
+    return found

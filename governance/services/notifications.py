@@ -380,20 +380,31 @@ def evidence_moved(whatif: Any, *, source: Any, target: Any, actor: AnyUser) -> 
 
 
 def agreements_due(*, today: Any = None) -> int:
-    """Beat's daily pass: tell owners and editors of agreements whose review date came."""
+    """Beat's daily pass: tell the owner, the editors and the reviewers of agreements
+    whose review date is within AGREEMENT_REVIEW_REMINDER_DAYS (once per date), and again
+    when it came (once per date)."""
     from governance.models import Agreement
 
     today = today or timezone.localdate()
+    soon = today + timedelta(days=settings.AGREEMENT_REVIEW_REMINDER_DAYS)
     told = 0
-    for agreement in Agreement.objects.filter(review_by__lte=today).prefetch_related("editors"):
+    people = reviewers()
+    agreements = Agreement.objects.filter(review_by__lte=soon).prefetch_related("editors")
+    for agreement in agreements:
+        due = agreement.review_by <= today
+        what = "is due for review" if due else "comes up for review"
         with transaction.atomic():
             told += len(
                 tell(
-                    kind=NotificationKind.AGREEMENT_REVIEW_DUE,
-                    key=f"agreement.review:{agreement.pk}:{agreement.review_by}",
-                    recipients={agreement.owner_id} | {e.pk for e in agreement.editors.all()},
-                    title=f"Agreement '{agreement.title}' is due for review "
-                    f"(review by {agreement.review_by})",
+                    kind=NotificationKind.AGREEMENT_REVIEW_DUE
+                    if due
+                    else NotificationKind.AGREEMENT_REVIEW_SOON,
+                    key=f"agreement.{'review' if due else 'review_soon'}:{agreement.pk}:"
+                    f"{agreement.review_by}",
+                    recipients={agreement.owner_id}
+                    | {e.pk for e in agreement.editors.all()}
+                    | people,
+                    title=f"Agreement '{agreement.title}' {what} (review by {agreement.review_by})",
                     url=_path("web:agreement", agreement.pk),
                 )
             )

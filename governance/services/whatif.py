@@ -25,6 +25,22 @@ from governance.services.limits import MAX_INSTANCES, is_int
 from governance.services.shares import SHARE_FIELDS, validate_share_fields
 
 SCENARIO_FIELDS = ("policy", "borrow_limit", "limits", "in_share_preemption", "preemption_retries")
+# The two baselines a proposal may start from (docs/agreements.md#what-if-against-promises):
+# every share on its own capacity, or every share lending and borrowing without bound.
+BASELINES: dict[str, dict[str, Any]] = {
+    "strict_partitions": {"policy": "RESERVE"},
+    "pooled": {"policy": "LEND_AND_BORROW", "borrow_limit": -1},
+}
+BASELINE_LABELS = {"strict_partitions": "strict partitions", "pooled": "pooled"}
+
+
+def baseline_shares(queue: JobQueue, baseline: str) -> dict[str, dict[str, Any]]:
+    """The share fields of ``baseline`` for every share of the queue."""
+    fields = BASELINES[baseline]
+    names = Share.objects.filter(queue=queue).order_by("name").values_list("name", flat=True)
+    return {name: dict(fields) for name in names}
+
+
 MAX_STEP = 200
 MAX_ERROR = 2000
 # A run unfinished this long after its request no longer counts against its requester's
@@ -33,8 +49,9 @@ STALE_AFTER = timedelta(hours=1)
 
 
 def may_request(actor: AnyUser) -> bool:
-    """Admins and team leads ask what a configuration would have done."""
-    return roles.is_admin(actor) or bool(roles.lead_team_ids(actor))
+    """Admins, reviewers (who judge agreements against their outcomes) and team leads ask
+    what a configuration would have done."""
+    return roles.can_decide_exceptions(actor) or bool(roles.lead_team_ids(actor))
 
 
 def clean_proposal(queue: JobQueue, proposal: Any) -> dict[str, Any]:
@@ -42,6 +59,9 @@ def clean_proposal(queue: JobQueue, proposal: Any) -> dict[str, Any]:
     the capacity form check it; errors keyed ``shares.NAME.FIELD`` / ``capacity.TYPE``."""
     if not isinstance(proposal, dict):
         raise ValidationFailed({"proposal": ["Send shares and/or capacity to change."]})
+    baseline = proposal.get("baseline") or None
+    if baseline is not None and baseline not in BASELINES:
+        raise ValidationFailed({"baseline": [f"One of {', '.join(BASELINES)}, or none."]})
     shares_in = proposal.get("shares") or {}
     capacity_in = proposal.get("capacity") or {}
     errors: dict[str, list[str]] = {}
@@ -51,6 +71,15 @@ def clean_proposal(queue: JobQueue, proposal: Any) -> dict[str, Any]:
         raise ValidationFailed({"capacity": ["Map instance types to counts."]})
     if len(shares_in) > 20 or len(capacity_in) > 20:
         raise ValidationFailed({"proposal": ["At most 20 shares and 20 types."]})
+    if baseline is not None and isinstance(shares_in, dict):
+        # The baseline's fields first, the custom edits of a share over them.
+        base = baseline_shares(queue, baseline)
+        for name, fields in shares_in.items():
+            if isinstance(fields, dict) and name in base:
+                base[name] = {**base[name], **fields}
+            else:
+                base[name] = fields
+        shares_in = base
     if not shares_in and not capacity_in:
         raise ValidationFailed({"proposal": ["Change at least one share field or capacity."]})
     by_name = {s.name: s for s in Share.objects.filter(queue=queue).select_related("queue")}
@@ -91,7 +120,10 @@ def clean_proposal(queue: JobQueue, proposal: Any) -> dict[str, Any]:
             capacity[type_name] = count
     if errors:
         raise ValidationFailed(errors)
-    return {"shares": shares, "capacity": capacity}
+    clean: dict[str, Any] = {"shares": shares, "capacity": capacity}
+    if baseline is not None:
+        clean["baseline"] = baseline
+    return clean
 
 
 def _within_cap(actor: AnyUser, now: datetime) -> None:
@@ -123,7 +155,7 @@ def whatif_request(
     """Record a what-if to run: the queue's window and the proposed configuration. Each
     requester has at most ``WHATIF_MAX_PER_USER`` runs queued or running (else 429)."""
     if not may_request(actor):
-        raise PermissionDenied({"detail": ["Only admins and team leads run what-ifs."]})
+        raise PermissionDenied({"detail": ["Only admins, reviewers and team leads run what-ifs."]})
     clean = clean_proposal(queue, proposal)
     now = timezone.now()
     _within_cap(actor, now)

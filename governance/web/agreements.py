@@ -15,17 +15,25 @@ from django.contrib.postgres.search import SearchHeadline, SearchQuery
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from governance import roles
-from governance.models import Agreement, AgreementVersion
+from governance.models import Agreement, AgreementVersion, Team
 from governance.selectors import agreements as agreement_selectors
 from governance.selectors import web_governance as sel
 from governance.services import agreements as agreement_services
+from governance.services import promises as promise_services
 from governance.services.errors import ServiceError
+from governance.web.charts import promise_chart
 from governance.web.errors import apply_service_errors
-from governance.web.forms_governance import AgreementForm, htmx_target
+from governance.web.forms_governance import (
+    PROMISE_ERROR_FIELDS,
+    AgreementForm,
+    ReviewForm,
+    htmx_target,
+)
 
 PAGE_SIZE = 50
 TEXT_FIELDS = (
@@ -105,7 +113,10 @@ def word_diff(old: str, new: str) -> SafeString:
 
 
 def version_changes(
-    previous: AgreementVersion, current: AgreementVersion, share_names: dict[int, str]
+    previous: AgreementVersion,
+    current: AgreementVersion,
+    share_names: dict[int, str],
+    team_names: dict[int, str] | None = None,
 ) -> list[dict[str, Any]]:
     """What changed from one version to the next, field by field, readable."""
     rows: list[dict[str, Any]] = []
@@ -144,7 +155,28 @@ def version_changes(
             for i in sorted(new_ids - old_ids)
         ]
         rows.append({"label": "Shares", "html": mark_safe(" ".join(removed + added))})
+    old_promises = [_promise_words(p, share_names, team_names) for p in previous.promises or []]
+    new_promises = [_promise_words(p, share_names, team_names) for p in current.promises or []]
+    if sorted(old_promises) != sorted(new_promises):
+        parts = [f"<del>{escape(p)}</del>" for p in old_promises if p not in new_promises]
+        parts += [f"<ins>{escape(p)}</ins>" for p in new_promises if p not in old_promises]
+        rows.append({"label": "Promises", "html": mark_safe("<br>".join(parts))})
     return rows
+
+
+def _promise_words(
+    snapshot: dict[str, Any], share_names: dict[int, str], team_names: dict[int, str] | None
+) -> str:
+    """A promise of a version snapshot in words."""
+    if snapshot.get("share") is not None:
+        subject = share_names.get(snapshot["share"], f"share {snapshot['share']}")
+    else:
+        team = snapshot.get("team")
+        subject = f"team {(team_names or {}).get(team, team) if isinstance(team, int) else team}"
+    return (
+        f"{snapshot.get('figure')} {snapshot.get('comparison')} {snapshot.get('threshold'):g} "
+        f"for {subject} over {snapshot.get('window_days')} days"
+    )
 
 
 def _agreement(pk: int) -> Agreement:
@@ -161,7 +193,12 @@ def _agreement(pk: int) -> Agreement:
 
 @login_required
 def agreement_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    agreement = _agreement(pk)
+    return render(request, "agreements/detail.html", _detail_context(request, _agreement(pk)))
+
+
+def _detail_context(
+    request: HttpRequest, agreement: Agreement, review_form: ReviewForm | None = None
+) -> dict[str, Any]:
     shares = list(agreement.shares.all())
     linked = sel.linked_share_usage([s.pk for s in shares])
     versions = list(agreement.versions.all())  # oldest first (prefetched)
@@ -169,18 +206,22 @@ def agreement_detail(request: HttpRequest, pk: int) -> HttpResponse:
     missing = {i for v in versions for i in (v.share_ids or [])} - set(share_names)
     if missing:
         share_names.update(sel.share_names(missing))
+    team_ids = {p.get("team") for v in versions for p in v.promises or []} - {None}
+    team_names = dict(Team.objects.filter(pk__in=team_ids).values_list("pk", "name"))
     history = []
     for index, version in enumerate(versions):
         previous = versions[index - 1] if index else None
         history.append(
             {
                 "version": version,
-                "changes": version_changes(previous, version, share_names) if previous else None,
+                "changes": version_changes(previous, version, share_names, team_names)
+                if previous
+                else None,
                 "shares": [share_names.get(i, f"share {i}") for i in version.share_ids or []],
             }
         )
     history.reverse()
-    context = {
+    return {
         "agreement": agreement,
         "linked": linked,
         "history": history,
@@ -188,11 +229,113 @@ def agreement_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "evidence": agreement_selectors.evidence(agreement.pk),
         "may_change": agreement_services.may_change(request.user, agreement),
         "window": sel.RECLAIM_WINDOW_DAYS,
+        **promise_context(request, agreement, review_form),
     }
-    return render(request, "agreements/detail.html", context)
 
 
-def _service_values(form: AgreementForm, *, people: bool) -> dict[str, Any]:
+def promise_context(
+    request: HttpRequest, agreement: Agreement, review_form: ReviewForm | None = None
+) -> dict[str, Any]:
+    """The agreement page's promises (each with its chart of past evaluations and the
+    link to the jobs behind its last value) and its review form."""
+    promises = list(getattr(agreement, "promises_in_force", []))
+    history = agreement_selectors.promise_history([p.pk for p in promises])
+    rows = [
+        {
+            "promise": p,
+            "words": promise_services.describe(p),
+            "link": agreement_selectors.promise_link(p),
+            "chart": promise_chart(
+                history[p.pk], threshold=p.threshold, title=promise_services.describe(p)
+            ),
+            "evaluations": len(history[p.pk]),
+        }
+        for p in promises
+    ]
+    may_review = agreement_services.may_review(request.user, agreement)
+    return {
+        "promise_rows": rows,
+        "broken_count": sum(1 for p in promises if p.state == "broken"),
+        "may_review": may_review,
+        "review_form": review_form or ReviewForm(initial={"version": agreement.version}),
+        "overdue": agreement.review_by is not None and agreement.review_by < timezone.localdate(),
+    }
+
+
+@login_required
+def agreement_evaluate(request: HttpRequest, pk: int) -> HttpResponse:
+    """Evaluate the agreement's promises now (POST), then show the agreement."""
+    if request.method != "POST":
+        return redirect("web:agreement", pk)
+    try:
+        agreement_services.agreement_evaluate(actor=request.user, agreement=pk)
+    except ServiceError as error:
+        if error.status == 404:
+            raise Http404("No such agreement.") from error
+        return HttpResponseForbidden(" ".join(m for ms in error.errors.values() for m in ms))
+    messages.success(request, "Promises evaluated over their windows ending now.")
+    return redirect("web:agreement", pk)
+
+
+@login_required
+def agreement_review(request: HttpRequest, pk: int) -> HttpResponse:
+    """Record a review (POST): a new version with its note and the next review date."""
+    agreement = _agreement(pk)
+    if request.method != "POST":
+        return redirect("web:agreement", pk)
+    form = ReviewForm(request.POST)
+    status = 400
+    if form.is_valid():
+        try:
+            agreement_services.agreement_review(
+                actor=request.user,
+                agreement=agreement.pk,
+                version=form.cleaned_data["version"],
+                note=form.cleaned_data["note"],
+                review_by=form.cleaned_data["review_by"],
+            )
+        except ServiceError as error:
+            if error.status == 403:
+                return HttpResponseForbidden(
+                    " ".join(m for ms in error.errors.values() for m in ms)
+                )
+            apply_service_errors(form, error)
+            status = error.status
+        else:
+            messages.success(request, "Review recorded as a new version.")
+            return redirect("web:agreement", agreement.pk)
+    context = _detail_context(request, _agreement(agreement.pk), form)
+    return render(request, "agreements/detail.html", context, status=status)
+
+
+def _promises(form: AgreementForm, agreement: Agreement | None) -> list[dict[str, Any]]:
+    """The promises in force minus those withdrawn, plus the new one (last)."""
+    withdrawn = set(form.cleaned_data.get("withdraw") or [])
+    kept = [
+        promise_services.promise_snapshot(p)
+        for p in (getattr(agreement, "promises_in_force", []) if agreement else [])
+        if p.pk not in withdrawn
+    ]
+    new = form.new_promise()
+    return [*kept, new] if new is not None else kept
+
+
+def _apply_errors(form: AgreementForm, error: ServiceError, new_index: int | None) -> None:
+    """Service errors beside their fields; the new promise's beside the promise fields."""
+    for key, problems in list(error.errors.items()):
+        prefix = f"promises[{new_index}]."
+        if new_index is not None and key.startswith(prefix):
+            field = PROMISE_ERROR_FIELDS.get(key[len(prefix) :])
+            if field is not None:
+                for problem in problems:
+                    form.add_error(field, problem)
+                del error.errors[key]
+    apply_service_errors(form, error)
+
+
+def _service_values(
+    form: AgreementForm, *, people: bool, agreement: Agreement | None = None
+) -> dict[str, Any]:
     data = form.cleaned_data
     values: dict[str, Any] = {
         "title": data["title"],
@@ -201,6 +344,7 @@ def _service_values(form: AgreementForm, *, people: bool) -> dict[str, Any]:
         "recovery_assumptions": data["recovery_assumptions"],
         "shares": list(data["shares"]),
         "review_by": data["review_by"],
+        "promises": _promises(form, agreement),
     }
     if people:
         if data["owner"]:
@@ -213,12 +357,14 @@ def _service_values(form: AgreementForm, *, people: bool) -> dict[str, Any]:
 def agreement_new(request: HttpRequest) -> HttpResponse:
     if not (roles.is_admin(request.user) or roles.lead_team_ids(request.user)):
         return HttpResponseForbidden("Only admins and team leads create agreements.")
+    shares = list(sel.share_choices_for(request.user))
     form = AgreementForm(
         request.POST or None,
-        shares=list(sel.share_choices_for(request.user)),
+        shares=shares,
         usernames=sel.usernames(),
         people_editable=True,
     )
+    form.setup(figures=promise_services.figure_choices(), shares=shares, promises=[])
     status = 200
     if request.method == "POST":
         status = 400
@@ -230,7 +376,7 @@ def agreement_new(request: HttpRequest) -> HttpResponse:
                     **_service_values(form, people=True),
                 )
             except ServiceError as error:
-                apply_service_errors(form, error)
+                _apply_errors(form, error, 0)
                 status = error.status
             else:
                 messages.success(request, f"Agreement “{agreement.title}” recorded.")
@@ -270,25 +416,49 @@ def agreement_edit(request: HttpRequest, pk: int) -> HttpResponse:
         usernames=sel.usernames(),
         people_editable=people,
     )
+    in_force = list(getattr(agreement, "promises_in_force", []))
+    form.setup(
+        figures=promise_services.figure_choices(),
+        shares=list(agreement.shares.all()),
+        promises=in_force,
+    )
     status = 200
     conflict = False
     if request.method == "POST":
         status = 400
         if form.is_valid():
+            values = _service_values(form, people=people, agreement=agreement)
+            new_index = len(values["promises"]) - 1 if form.new_promise() else None
             try:
                 agreement_services.agreement_update(
                     actor=request.user,
                     agreement=agreement.pk,
                     version=form.cleaned_data["version"],
                     reason=form.cleaned_data["reason"],
-                    **_service_values(form, people=people),
+                    **values,
                 )
             except ServiceError as error:
                 conflict = error.status == 409
-                apply_service_errors(form, error)
+                _apply_errors(form, error, new_index)
                 status = error.status
             else:
                 messages.success(request, "Agreement saved.")
                 return redirect("web:agreement", agreement.pk)
     context = {"form": form, "agreement": agreement, "conflict": conflict}
     return render(request, "agreements/form.html", context, status=status)
+
+
+def attention_context(*, share_id: int | None = None, overdue: bool = True) -> dict[str, Any]:
+    """What ``agreements/_attention.html`` shows: the broken promises (of one share's
+    agreements, or all) and, with ``overdue``, the agreements past their review date."""
+    return {
+        "broken_promises": [
+            {
+                "promise": p,
+                "words": promise_services.describe(p),
+                "link": agreement_selectors.promise_link(p),
+            }
+            for p in agreement_selectors.broken_promises(share_id=share_id)
+        ],
+        "overdue_agreements": list(agreement_selectors.overdue_agreements()) if overdue else [],
+    }

@@ -144,3 +144,51 @@ def history_context(history: dict[str, Any], subject: str) -> dict[str, Any]:
         "history_rows": chart_rows(history, subject),
         "history_windows": [(w.key, w.label) for w in WINDOWS.values()],
     }
+
+
+PROMISE_WIDTH, PROMISE_HEIGHT = 320, 80
+PROMISE_LEFT, PROMISE_PAD = 40, 8
+
+
+def promise_chart(evaluations: list[Any], *, threshold: float, title: str) -> SafeString:
+    """A promise's evaluations, oldest first, as a small SVG: the value of each (a dot
+    coloured by its state, a hollow one at the threshold when there was no data) joined
+    by a line, and the threshold dashed across."""
+    if not evaluations:
+        return mark_safe("")
+    values = [e.value for e in evaluations if e.value is not None]
+    top = max([threshold, *values]) * 1.1 or 1.0
+    plot_w = PROMISE_WIDTH - PROMISE_LEFT - PROMISE_PAD
+    plot_h = PROMISE_HEIGHT - 2 * PROMISE_PAD
+    n = len(evaluations)
+
+    def x(i: int) -> float:
+        return PROMISE_LEFT + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
+
+    def y(value: float) -> float:
+        return PROMISE_PAD + plot_h * (1 - value / top)
+
+    parts = [
+        f'<svg class="promise-chart" viewBox="0 0 {PROMISE_WIDTH} {PROMISE_HEIGHT}" '
+        f'role="img" xmlns="http://www.w3.org/2000/svg" aria-label="{escape(title)}">',
+        f"<title>{escape(title)}</title>",
+        f'<line class="threshold" x1="{PROMISE_LEFT}" y1="{y(threshold):.1f}" '
+        f'x2="{PROMISE_WIDTH - PROMISE_PAD}" y2="{y(threshold):.1f}"/>',
+        f'<text class="tick" x="{PROMISE_LEFT - 4}" y="{y(threshold) + 3:.1f}" '
+        f'text-anchor="end">{threshold:g}</text>',
+    ]
+    line = [
+        f"{x(i):.1f},{y(e.value):.1f}" for i, e in enumerate(evaluations) if e.value is not None
+    ]
+    if len(line) > 1:
+        parts.append(f'<polyline class="line" points="{" ".join(line)}"/>')
+    for i, e in enumerate(evaluations):
+        at = y(e.value if e.value is not None else threshold)
+        shown = "no data" if e.value is None else f"{e.value:g}"
+        parts.append(
+            f'<circle class="{escape(e.state)}" cx="{x(i):.1f}" cy="{at:.1f}" r="3">'
+            f"<title>{e.window_stop:%Y-%m-%d %H:%M} UTC: {shown} ({escape(e.state)})</title>"
+            "</circle>"
+        )
+    parts.append("</svg>")
+    return mark_safe("".join(parts))

@@ -18,6 +18,7 @@ from governance.models import ExceptionState, PriorityException
 from governance.selectors import web_governance as sel
 from governance.services import exceptions as exception_services
 from governance.services.errors import ServiceError
+from governance.web import agreements as agreement_pages
 from governance.web.errors import apply_service_errors
 from governance.web.forms_governance import (
     DecisionForm,
@@ -89,6 +90,8 @@ def exception_list(request: HttpRequest) -> HttpResponse:
             _times(exc)
             exc.own = exc.requester_id == user_id  # type: ignore[attr-defined]
         context["review_queue"] = queue
+        # The reviewers' page also lists the agreements due for their review.
+        context.update(agreement_pages.attention_context())
     return render(request, "exceptions/list.html", context)
 
 

@@ -6,6 +6,7 @@ messages land beside the right input (``apply_service_errors``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -107,7 +108,79 @@ class ExceptionFilterForm(forms.Form):
         _choice_field(self, "team").choices = [("", "Any team")] + [(t.pk, t.name) for t in teams]
 
 
-class AgreementForm(forms.Form):
+class PromiseFields(forms.Form):
+    """The agreement form's promises (docs/agreements.md#promises): the ones in force,
+    each with a box to withdraw it, and one new promise: a figure chosen from the
+    signals' own list, a share or team of the agreement, a comparison, a threshold and a
+    window. Its fields are prefixed ``promise_`` so a service error
+    ``promises[i].FIELD`` of the new one lands beside its field."""
+
+    withdraw = forms.TypedMultipleChoiceField(
+        coerce=int,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Withdraw promises",
+    )
+    promise_figure = forms.ChoiceField(required=False, label="Figure")
+    promise_subject = forms.ChoiceField(required=False, label="For")
+    promise_comparison = forms.ChoiceField(
+        required=False, choices=[("<=", "at most (<=)"), (">=", "at least (>=)")], label="Is"
+    )
+    promise_threshold = forms.FloatField(
+        required=False, label="Threshold", help_text="seconds for times; 0 to 1 for fractions"
+    )
+    promise_window_days = forms.IntegerField(
+        required=False, initial=30, label="Over the last (days)", min_value=1, max_value=365
+    )
+
+    def setup(self, *, figures: Iterable[str], shares: list[Share], promises: list[Any]) -> None:
+        """Choices: the promisable figures, the shares (and their teams) to promise for,
+        and the promises in force (to withdraw)."""
+        _choice_field(self, "promise_figure").choices = [("", "— no new promise —")] + [
+            (f, f) for f in figures
+        ]
+        subjects = [(f"share:{s.pk}", f"share {s.queue.name}/{s.name}") for s in shares]
+        teams = {(s.team_id, s.queue_id): s for s in shares}
+        subjects += [
+            (f"team:{team}:{queue}", f"team {s.team.name} on {s.queue.name}")
+            for (team, queue), s in sorted(teams.items())
+        ]
+        _choice_field(self, "promise_subject").choices = subjects
+        _choice_field(self, "withdraw").choices = [(p.pk, str(p)) for p in promises]
+
+    def new_promise(self) -> dict[str, Any] | None:
+        """The new promise as the service takes it (None when no figure is chosen)."""
+        data = self.cleaned_data
+        if not data.get("promise_figure"):
+            return None
+        kind, _, rest = (data.get("promise_subject") or "").partition(":")
+        subject: dict[str, Any] = {"share": None, "team": None}
+        if kind == "share" and rest.isdigit():
+            subject["share"] = int(rest)
+        elif kind == "team":
+            team, _, queue = rest.partition(":")
+            subject.update(team=int(team), queue=int(queue))
+        return {
+            "figure": data["promise_figure"],
+            **subject,
+            "comparison": data.get("promise_comparison"),
+            "threshold": data.get("promise_threshold"),
+            "window_days": data.get("promise_window_days"),
+        }
+
+
+PROMISE_ERROR_FIELDS = {
+    "figure": "promise_figure",
+    "share": "promise_subject",
+    "team": "promise_subject",
+    "queue": "promise_subject",
+    "comparison": "promise_comparison",
+    "threshold": "promise_threshold",
+    "window_days": "promise_window_days",
+}
+
+
+class AgreementForm(PromiseFields):
     title = forms.CharField(max_length=200)
     body = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 6}))
     reclaim_assumptions = forms.CharField(
@@ -143,6 +216,23 @@ class AgreementForm(forms.Form):
         if not people_editable:
             self.fields["owner"].disabled = True
             self.fields["editors"].disabled = True
+
+
+class ReviewForm(forms.Form):
+    """Recording a review of an agreement: what it found and the next date."""
+
+    note = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=5000,
+        label="What the review found",
+        help_text="Kept with the new version, even if nothing else changes.",
+    )
+    review_by = forms.DateField(
+        required=False,
+        widget=forms.DateInput(attrs={"type": "date"}),
+        label="Next review by",
+    )
+    version = forms.IntegerField(widget=forms.HiddenInput())
 
 
 class PriorityDefinitionForm(forms.Form):

@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.utils.safestring import SafeString
 
 from governance.selectors import insight, web_overview, web_state
+from governance.web import agreements as agreement_pages
 from governance.web import charts, regions
 
 FEED_CACHE_SECONDS = 300.0
@@ -48,6 +49,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "usage_html": usage_html(),
         "feed_html": feed_html(),
         **charts.history_context(history, "All queues"),
+        **agreement_pages.attention_context(),
     }
     return render(request, "overview/overview.html", context)
 

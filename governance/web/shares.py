@@ -31,6 +31,7 @@ from governance.selectors.web_overview import RULE_WORDS
 from governance.selectors.windows import parse_window
 from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
+from governance.web import agreements as agreement_pages
 from governance.web import charts, regions
 from governance.web.errors import apply_service_errors
 from governance.web.forms_shares import ShareEditForm
@@ -169,6 +170,7 @@ def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
         "jobs_html": _jobs_html(share, fingerprint),
         "history": history,
         "agreements": list(share.agreements.order_by("title")),
+        **agreement_pages.attention_context(share_id=share.pk, overdue=False),
         "can_edit": roles.is_admin(request.user),
         "may_request": roles.is_lead_of(request.user, share.team_id),
         "change_requests": list(cr_selectors.change_requests().filter(share=share)[:20]),

@@ -103,6 +103,12 @@ urlpatterns += [
     path("agreements/new/", agreement_pages.agreement_new, name="agreement_new"),
     path("agreements/<int:pk>/", agreement_pages.agreement_detail, name="agreement"),
     path("agreements/<int:pk>/edit/", agreement_pages.agreement_edit, name="agreement_edit"),
+    path(
+        "agreements/<int:pk>/evaluate/",
+        agreement_pages.agreement_evaluate,
+        name="agreement_evaluate",
+    ),
+    path("agreements/<int:pk>/review/", agreement_pages.agreement_review, name="agreement_review"),
     path("audit/", audit_pages.audit_list, name="audit"),
     path("signals/", signal_pages.signals_page, name="signals"),
     path("queues/<int:queue_id>/whatif/", whatif_pages.whatif_new, name="whatif-new"),

@@ -60,8 +60,13 @@ def _queue_or_404(queue_id: int) -> JobQueue:
     return queue
 
 
-def _form_rows(queue: JobQueue, data: Any = None) -> dict[str, Any]:
+def _form_rows(queue: JobQueue, data: Any = None, baseline: str | None = None) -> dict[str, Any]:
+    """The form's rows: every share as it is, or as the ``baseline`` sets it (shown only:
+    the shares themselves are not changed)."""
     shares = list(Share.objects.filter(queue=queue).order_by("name"))
+    for share in shares:
+        for field, value in whatif_services.BASELINES.get(baseline or "", {}).items():
+            setattr(share, field, value)
     types = list(queue.capacities.select_related("instance_type").order_by("instance_type__name"))
     rows = []
     for share in shares:
@@ -77,6 +82,8 @@ def _form_rows(queue: JobQueue, data: Any = None) -> dict[str, Any]:
         "types": [(c.instance_type.name, c.count) for c in types],
         "policies": Policy.choices,
         "data": data,
+        "baseline": baseline if baseline in whatif_services.BASELINES else None,
+        "baselines": list(whatif_services.BASELINE_LABELS.items()),
     }
 
 
@@ -118,7 +125,11 @@ def _proposal(queue: JobQueue, post: Any) -> dict[str, Any]:
         raw = post.get(f"capacity-{capacity.instance_type.name}", "").strip()
         if raw != "" and raw != str(capacity.count):
             capacity_changes[capacity.instance_type.name] = int(raw) if raw.isdigit() else raw
-    return {"shares": shares, "capacity": capacity_changes}
+    return {
+        "baseline": post.get("baseline") or None,
+        "shares": shares,
+        "capacity": capacity_changes,
+    }
 
 
 @login_required
@@ -151,7 +162,11 @@ def whatif_new(request: HttpRequest, queue_id: int) -> HttpResponse:
         "to_value": request.POST.get("to") or now.isoformat(),
         "may_request": whatif_services.may_request(request.user),
         "recent": WhatIf.objects.filter(queue=queue).order_by("-created_at", "-id")[:10],
-        **_form_rows(queue, request.POST if request.method == "POST" else None),
+        **_form_rows(
+            queue,
+            request.POST if request.method == "POST" else None,
+            (request.POST if request.method == "POST" else request.GET).get("baseline"),
+        ),
     }
     return render(request, "whatif/new.html", context, status=status if errors else 200)
 
@@ -190,6 +205,79 @@ def _comparison(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+# The figures a result's sentence per share speaks of, by their COMPARED key.
+SPOKEN = ("wait_p90", "turnaround_p50", "preemptions", "goodput", "cost", "jobs_finished")
+STATE_WORDS = {"kept": "kept", "broken": "broken", "no_data": "without data"}
+
+
+def _promise_text(promise: dict[str, Any]) -> str:
+    return f"“{promise['figure']} {promise['comparison']} {float(promise['threshold']):g}”"
+
+
+def _sentences(result: dict[str, Any]) -> list[str]:
+    """Per share (then per team with promises), in a sentence, what the proposal would
+    change: the figures that move and the promises whose state would change."""
+    before = {g["share"]: g for g in result["baseline"]["groups"]}
+    after = {g["share"]: g for g in result["proposed"]["groups"]}
+    promises = result.get("promises") or []
+    out = []
+    for name, old in before.items():
+        new = after.get(name)
+        if new is None:
+            continue
+        parts = []
+        for key, label, pick, kind in COMPARED:
+            if key not in SPOKEN:
+                continue
+            a, b = pick(old), pick(new)
+            if a == b or (a is None and b is None):
+                continue
+            parts.append(f"{label.lower()} from {_show(a, kind)} to {_show(b, kind)}")
+        parts += _promise_changes(
+            p for p in promises if p["group_by"] == "share" and p["name"] == name
+        )
+        out.append(
+            f"Share {name}: " + ("; ".join(parts) if parts else "nothing would change") + "."
+        )
+    teams = sorted({p["name"] for p in promises if p["group_by"] == "team"})
+    for team in teams:
+        changes = _promise_changes(
+            p for p in promises if p["group_by"] == "team" and p["name"] == team
+        )
+        out.append(
+            f"Team {team}: "
+            + ("; ".join(changes) if changes else "its promises would hold as they did")
+            + "."
+        )
+    return out
+
+
+def _promise_changes(promises: Any) -> list[str]:
+    words = []
+    for p in promises:
+        was, would = p["baseline"]["state"], p["proposed"]["state"]
+        if was != would:
+            words.append(
+                f"promise {_promise_text(p)} would be {STATE_WORDS[would]} instead of "
+                f"{STATE_WORDS[was]}"
+            )
+    return words
+
+
+def _promise_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for p in result.get("promises") or []:
+        rows.append(
+            {
+                **p,
+                "text": _promise_text(p),
+                "subject": f"{p['group_by']} {p['name']}",
+                "changed": p["baseline"]["state"] != p["proposed"]["state"],
+            }
+        )
+    return rows
+
+
 def _run_context(request: HttpRequest, run: WhatIf) -> dict[str, Any]:
     context: dict[str, Any] = {
         "run": run,
@@ -197,6 +285,8 @@ def _run_context(request: HttpRequest, run: WhatIf) -> dict[str, Any]:
     }
     if run.state == WhatIfState.DONE and run.result:
         context["comparison"] = _comparison(run.result)
+        context["sentences"] = _sentences(run.result)
+        context["promise_rows"] = _promise_rows(run.result)
         context["agreements"] = list(Agreement.objects.order_by("title").values_list("pk", "title"))
     return context
 

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from governance.models import AuditEntry, AuditEvent, WhatIf
 from governance.services import agreements as agreement_services
 from scheduler import tasks
-from tests.factories import make_member
+from tests.factories import make_member, make_reviewer
 from tests.services.test_history import G5, at, clock, run_history, world  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -97,6 +97,9 @@ def test_bad_windows_and_who_may_ask(ran: Any) -> None:
     denied = request_whatif(api(member), ran.queue.pk, capacity={G5: 1})
     assert denied.status_code == 403
     assert request_whatif(api(ran.red_lead), ran.queue.pk, capacity={G5: 1}).status_code == 202
+    # reviewers judge agreements against outcomes: they compare configurations too
+    reviewer = make_reviewer("rev")
+    assert request_whatif(api(reviewer), ran.queue.pk, capacity={G5: 1}).status_code == 202
     assert request_whatif(admin, 999999, capacity={G5: 1}).status_code == 404
 
 

@@ -140,6 +140,12 @@ def test_pages_fit_the_window_with_readable_bars(
     expect(admin.locator("#preview")).to_contain_text("Limits would add up to more than")
     check(admin, f"share editor with its preview {width}")
 
+    # An agreement with its promises (the demo's, evaluated on its history) and review.
+    agreement = share.agreements.get()
+    admin.goto(f"/agreements/{agreement.pk}/")
+    expect(admin.locator("#promises svg.promise-chart").first).to_be_visible()
+    check(admin, f"agreement {width}")
+
     admin.goto(f"/jobs/{job.pk}/")
     check(admin, f"job {width}")
     expect(admin.get_by_text("This job can never start as configured.")).to_be_visible()

@@ -130,3 +130,24 @@ def test_demo_has_a_lender_two_teams_borrow_from_and_a_pending_change_request(
     (pending,) = ShareChangeRequest.objects.filter(state=ChangeRequestState.PENDING)
     assert pending.requester.username == "lead-language"
     assert set(pending.preview) == {"preempted", "reclaimable", "started", "warnings"}
+
+
+def test_the_demo_agreements_keep_one_promise_and_break_another(tmp_path: Path) -> None:
+    """Judged on the demo's own played history: vision's goodput holds; speech lends its
+    idle capacity and its own jobs wait longer than the hour it was promised."""
+    from governance import demo_history
+    from governance.models import Notification, NotificationKind, Promise
+
+    demo.load(tmp_path)
+    assert Promise.objects.filter(state="").count() == 3  # not evaluated before the history
+    demo_history.load_history_and_rollups(now=timezone.now())
+    states = {
+        (p.share.name, p.figure): (p.state, p.value)
+        for p in Promise.objects.select_related("share")
+    }
+    goodput = states[("vision-training", "goodput")]
+    assert goodput[0] == "kept" and goodput[1] is not None and goodput[1] >= 0.95
+    wait = states[("speech-inference-eval", "wait_to_start.entitled.p90")]
+    assert wait[0] == "broken" and wait[1] is not None and wait[1] > 3600
+    told = Notification.objects.filter(kind=NotificationKind.PROMISE_BROKEN)
+    assert "lead-speech" in {n.recipient.username for n in told}

@@ -252,7 +252,7 @@ def _agreement_due() -> Event:
 
     return Event(
         NotificationKind.AGREEMENT_REVIEW_DUE,
-        {"red_lead", "red_member"},  # owner and editors
+        {"red_lead", "red_member", "reviewer", "admin"},  # owner, editors, reviewers
         arrange=arrange,
         act=lambda w, _: notifications.agreements_due(),
         again=lambda w, _: notifications.agreements_due(),

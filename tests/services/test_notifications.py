@@ -134,7 +134,7 @@ def test_a_share_change_tells_its_team_but_not_the_admin(w: Any) -> None:
     ]
 
 
-def test_an_agreement_due_for_review_tells_owner_and_editors_once(w: Any) -> None:
+def test_an_agreement_due_for_review_tells_owner_editors_and_reviewers_once(w: Any) -> None:
     agreement = agreements.agreement_create(
         actor=w.admin,
         title="Red's GPUs",
@@ -142,10 +142,50 @@ def test_an_agreement_due_for_review_tells_owner_and_editors_once(w: Any) -> Non
         editors=[w.red_member.username],
         review_by=timezone.localdate(),
     )
-    assert notifications.agreements_due() == 2
+    assert notifications.agreements_due() == 4
     assert notifications.agreements_due() == 0
     key = f"agreement.review:{agreement.pk}:{agreement.review_by}"
-    assert told(NotificationKind.AGREEMENT_REVIEW_DUE) == [("red_lead", key), ("red_member", key)]
+    assert told(NotificationKind.AGREEMENT_REVIEW_DUE) == [
+        ("admin", key),
+        ("red_lead", key),
+        ("red_member", key),
+        ("reviewer", key),
+    ]
+
+
+def test_an_agreement_is_reminded_before_its_review_date_then_when_due(
+    w: Any, settings: Any
+) -> None:
+    settings.AGREEMENT_REVIEW_REMINDER_DAYS = 14
+    today = timezone.localdate()
+    agreement = agreements.agreement_create(
+        actor=w.admin,
+        title="Red's GPUs",
+        owner=w.red_lead.username,
+        review_by=today + timedelta(days=10),
+    )
+    agreements.agreement_create(
+        actor=w.admin, title="Far off", review_by=today + timedelta(days=16)
+    )
+    assert (
+        notifications.agreements_due(today=today - timedelta(days=5)) == 0
+    )  # 15 days ahead: not yet
+    assert notifications.agreements_due(today=today) == 3  # owner, reviewer, admin
+    assert notifications.agreements_due(today=today + timedelta(days=1)) == 0  # told once
+    soon = f"agreement.review_soon:{agreement.pk}:{agreement.review_by}"
+    assert told(NotificationKind.AGREEMENT_REVIEW_SOON) == [
+        ("admin", soon),
+        ("red_lead", soon),
+        ("reviewer", soon),
+    ]
+    # due now (3); and "Far off" comes within 14 days (its owner the admin, the reviewer)
+    assert notifications.agreements_due(today=today + timedelta(days=10)) == 3 + 2
+    due = f"agreement.review:{agreement.pk}:{agreement.review_by}"
+    assert [n for n, key in told(NotificationKind.AGREEMENT_REVIEW_DUE) if key == due] == [
+        "admin",
+        "red_lead",
+        "reviewer",
+    ]
 
 
 def test_email_leaves_once_after_the_commit(w: Any) -> None:
