@@ -132,6 +132,7 @@ def test_demo_has_a_lender_two_teams_borrow_from_and_a_pending_change_request(
     assert set(pending.preview) == {"preempted", "reclaimable", "started", "warnings"}
 
 
+@pytest.mark.django_db
 def test_the_demo_agreements_keep_one_promise_and_break_another(tmp_path: Path) -> None:
     """Judged on the demo's own played history: vision's goodput holds; speech lends its
     idle capacity and its own jobs wait longer than the hour it was promised."""
