@@ -13,6 +13,7 @@ class NotificationKind(models.TextChoices):
     JOB_FAILED = "job_failed", "A job failed"
     SHARE_CHANGED = "share_changed", "A share of your team changed"
     AGREEMENT_REVIEW_DUE = "agreement_review_due", "An agreement reached its review date"
+    SLURM_DRIFT = "slurm_drift", "Slurm runs a job beyond what the product admitted"
 
 
 # By email unless the person says otherwise; job events are frequent, so in the app only.
@@ -21,6 +22,7 @@ EMAIL_BY_DEFAULT = (
     NotificationKind.EXCEPTION_DECIDED,
     NotificationKind.SHARE_CHANGED,
     NotificationKind.AGREEMENT_REVIEW_DUE,
+    NotificationKind.SLURM_DRIFT,
 )
 
 

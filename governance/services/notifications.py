@@ -132,6 +132,14 @@ def reviewers() -> set[int]:
     return set(users.values_list("pk", flat=True))
 
 
+def admins() -> set[int]:
+    """Everyone who administers the product."""
+    users = get_user_model().objects.filter(
+        Q(groups__name=roles.ADMIN_GROUP) | Q(is_superuser=True), is_active=True
+    )
+    return set(users.values_list("pk", flat=True))
+
+
 # --- reading and preferences ---------------------------------------------------------------
 
 
@@ -341,6 +349,20 @@ def job_stopped(job: Any, *, failed: bool, why: str, at: datetime) -> None:
         title=f"Job {job.name} {what}",
         body=why,
         url=_path("web:job", job.pk),
+        at=at,
+    )
+
+
+def slurm_drift(queue: Any, slurm_job_id: int, what: str, at: datetime) -> None:
+    """The drift guard found a Slurm job beyond what the product admitted on a queue's
+    partitions (docs/slurm.md#security-model); admins hear, once per Slurm job."""
+    tell(
+        kind=NotificationKind.SLURM_DRIFT,
+        key=f"slurm.drift:{queue.pk}:{slurm_job_id}",
+        recipients=admins(),
+        title=f"Queue {queue.name}: Slurm job {slurm_job_id} beyond what was admitted",
+        body=what,
+        url=_path("web:queue-slurm", queue.pk),
         at=at,
     )
 
