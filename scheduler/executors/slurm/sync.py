@@ -1,18 +1,22 @@
 """One pass of the slurm executor over one queue (``sync_queue``).
 
-A pass reads Slurm (``squeue`` for its jobs, ``sacct -c`` for jobs gone from
-squeue, ``sinfo --json`` for nodes), then, in DESIGN's order within an instant:
+A pass reads Slurm (``squeue`` for every user's jobs, ``sacct -c`` for jobs gone from
+squeue, ``sinfo --json`` for nodes), then, in this order within an instant:
 
 1. reports what each Slurm job did through the run services (completed, failed with its
-   exit code, node failure as ``capacity_lost``, unknown to Slurm as lost) and confirms
-   the end of runs the product stopped;
-2. sets each type's capacity from the usable nodes, so a node going down reaches the
-   engine as lost capacity and a node coming back as new capacity;
-3. runs the queue's scheduling cycle (``scheduler.bridge.run_cycle``): 1 to 3 and the rows
+   exit code or signal, node failure as ``capacity_lost``, unknown to Slurm as lost) and
+   confirms the end of runs the product stopped;
+2. the drift guard (``_drift``, regular passes): jobs on the queue's partitions beyond
+   what the product admitted are recorded, and the GPUs they hold set aside;
+3. sets each type's capacity from the usable nodes (read again when a run's node failed)
+   less those GPUs, so a node going down reaches the engine as lost capacity before
+   anything is admitted, and a node coming back as new capacity;
+4. runs the queue's scheduling cycle (``scheduler.bridge.run_cycle``): 1 to 4 and the rows
    of the runs to submit are the cycle's one transaction;
-4. stops runs the product preempted or cancelled (a signal first, a cancel after the
-   grace period) and submits each new admission (one ``sbatch`` per run, its row written
-   with the admission so a lost answer is found again by the job's name, never
+5. cancels what the drift guard found (unless the queue only reports), stops runs the
+   product preempted or cancelled (a signal first, a cancel after the grace period) and
+   submits each new admission as its team's Unix user (one ``sbatch`` per run, its row
+   written with the admission so a lost answer is found again by the job's name, never
    submitted twice); then records sbatch's answers, and the starts it saw.
 
 If Slurm cannot be reached the pass changes nothing and the executor pauses (the pages
