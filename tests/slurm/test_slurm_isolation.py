@@ -65,7 +65,19 @@ def as_user(user: str, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_directive_smuggled_in_any_form_runs_exactly_as_admitted(slurm: Any) -> None:
+def test_a_directive_smuggled_in_any_form_runs_exactly_as_admitted(
+    slurm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sbatch's own settings in the product's environment (as an operator's shell may
+    # hold them) reach no submission either.
+    for name, value in (
+        ("SBATCH_ARRAY_INX", "0-3"),
+        ("SBATCH_EXCLUSIVE", "1"),
+        ("SBATCH_GPUS", "8"),
+        ("SLURM_GPUS", "8"),
+        ("SLURM_EXCLUSIVE", "1"),
+    ):
+        monkeypatch.setenv(name, value)
     # Stored directly (a job from before the services refused directives, or a prefix
     # they do not know): every form a Slurm version may read as an option.
     script = (
@@ -328,6 +340,21 @@ def test_a_job_the_product_did_not_submit_is_caught_audited_and_cancelled(slurm:
     assert str(sid) in page and USER_B in page and "cancelled" in page
 
 
+def test_an_array_submitted_behind_the_products_back_is_caught_in_one_pass(slurm: Any) -> None:
+    sid = _foreign(USER_A, "--partition=gpu-b", "--gpus=1", "--array=0-3", "--job-name=sweep")
+    result = sync.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    tasks = [j for j in slurm.cli.jobs() if j["name"] == "sweep" and j["user"] == USER_A]
+    assert tasks and all(j["array"] for j in tasks)
+    assert {j["job_id"] for j in tasks} <= set(result.drift) | {sid}
+    found = SlurmDrift.objects.filter(queue=slurm.queue, user=USER_A)
+    assert found.exists() and all(d.details["array"] for d in found)
+    assert all(
+        (seen := listed(slurm, j["job_id"])) is None
+        or seen["job_state"] in ("CANCELLED", "COMPLETING")
+        for j in tasks
+    )
+
+
 def test_a_reported_job_holding_gpus_is_capacity_the_product_never_double_books(
     slurm: Any,
 ) -> None:
@@ -373,15 +400,25 @@ def test_a_product_job_changed_beyond_its_admission_is_caught_and_cancelled(
     try:
         job = submit(slurm.owner, slurm.owner_user, 1, {"command": ["sleep", "60"]})
         run = drive(slurm, lambda: (r := slurm_run(job)) and r.slurm_job_id and r)
-        changed = as_user(USER_A, "scontrol", "update", f"jobid={run.slurm_job_id}", "NumTasks=4")
-        assert changed.returncode == 0, changed.stderr
-        assert listed(slurm, run.slurm_job_id)["gpus"] == 4
+        job_id = f"jobid={run.slurm_job_id}"
+        for change in ("NumTasks=4", "NumNodes=2"):
+            changed = as_user(USER_A, "scontrol", "update", job_id, change)
+            assert changed.returncode == 0, (change, changed.stderr)
+        # Exclusive nodes only an administrator may give (Slurm refuses the team's user).
+        assert as_user(USER_A, "scontrol", "update", job_id, "OverSubscribe=NO").returncode
+        slurm.cli.run("scontrol", ["update", job_id, "OverSubscribe=NO"])
+        seen = listed(slurm, run.slurm_job_id)
+        assert seen is not None and (seen["gpus"], seen["nodes"], seen["exclusive"]) == (
+            4,
+            2,
+            True,
+        )
         result = sync.sync_queue(slurm.queue.pk, cli=slurm.cli)
     finally:
         slurm.cli.run("scontrol", ["delete", f"reservationname={slurm.prefix}"])
     assert result.drift == [run.slurm_job_id]
     drift = SlurmDrift.objects.get(slurm_job_id=run.slurm_job_id)
-    assert "gpus" in drift.kinds.split(",") and drift.run_id == run.pk
+    assert drift.kinds == "gpus,nodes,exclusive" and drift.run_id == run.pk
     assert state(job) == JobState.FAILED
     failed = JobEvent.objects.get(job=job, type="failed")
     assert "drift guard" in failed.message

@@ -51,7 +51,6 @@ from governance.models import (
     JobQueue,
     JobState,
     QueueCapacity,
-    Share,
     SlurmQueueConfig,
     SlurmRun,
     SlurmRunState,
@@ -461,13 +460,11 @@ class _Plan:
         self.mappings = {
             m.instance_type_id: m for m in SlurmTypeConfig.objects.filter(queue_id=self.queue_id)
         }
-        by_team = {t.team_id: t for t in SlurmTeamConfig.objects.filter(queue_id=self.queue_id)}
-        self.teams = {
-            share_id: by_team[team_id]
-            for share_id, team_id in Share.objects.filter(queue_id=self.queue_id).values_list(
-                "id", "team_id"
-            )
-            if team_id in by_team
+        self.teams = {  # one query: the teams' users by the queue's shares
+            share_id: SlurmTeamConfig(unix_user=user, account=account, qos=qos)
+            for share_id, user, account, qos in SlurmTeamConfig.objects.filter(
+                queue_id=self.queue_id, team__shares__queue_id=self.queue_id
+            ).values_list("team__shares__id", "unix_user", "account", "qos")
         }
         self.speeds = {
             loaded.type_ids[name]: float(spec.speed)
@@ -1132,6 +1129,28 @@ def _stop(
             )
 
 
+@cache
+def _team_dirs_of(
+    user: str, output_base: str, checkpoint_base: str
+) -> tuple[identity.Identity, str, str]:
+    ident = identity.resolve(user)
+    output_dir = identity.owned_dir(identity.base_dir(output_base), ident.user, ident)
+    team_ckpt = identity.owned_dir(identity.base_dir(checkpoint_base), ident.user, ident)
+    return ident, output_dir, team_ckpt
+
+
+def _team_dirs(user: str) -> tuple[identity.Identity, str, str]:
+    """A team's Unix user and its output and checkpoint directories (made and put right on
+    first use in this process, then kept: a pass submits many runs of a few teams). A
+    directory gone meanwhile is made again."""
+    key = (user, settings.SLURM_OUTPUT_DIR, settings.SLURM_CHECKPOINT_DIR)
+    found = _team_dirs_of(*key)
+    if not (os.path.isdir(found[1]) and os.path.isdir(found[2])):
+        _team_dirs_of.cache_clear()
+        found = _team_dirs_of(*key)
+    return found
+
+
 def _prepare(
     job: Job,
     slurm_run: SlurmRun,
@@ -1160,13 +1179,7 @@ def _prepare(
     if job.duration is not None:
         limit = max(0.0, job.duration - job.checkpoint_work) / speed * 1.5 + 60
     try:
-        ident = identity.resolve(team.unix_user)
-        output_dir = identity.owned_dir(
-            identity.base_dir(settings.SLURM_OUTPUT_DIR), ident.user, ident
-        )
-        team_ckpt = identity.owned_dir(
-            identity.base_dir(settings.SLURM_CHECKPOINT_DIR), ident.user, ident
-        )
+        ident, output_dir, team_ckpt = _team_dirs(team.unix_user)
         checkpoint_dir = identity.owned_dir(team_ckpt, str(job.pk), ident)
         sub = submit.build(
             name=slurm_run.name,
