@@ -132,7 +132,13 @@ def test_each_team_runs_as_its_own_user_and_cannot_touch_another_teams_work(
         slurm.owner,
         slurm.owner_user,
         1,
-        {"command": ["sh", "-c", 'echo "secret of team A"; sleep 120']},
+        {
+            "command": [
+                "sh",
+                "-c",
+                'echo "secret of team A"; echo 30 > "$GOV_CHECKPOINT_DIR/progress"; sleep 120',
+            ]
+        },
     )
     v_run = drive(slurm, lambda: (r := slurm_run(victim)) and r.started_seen and r)
     ckpt = Path(slurm.base, "ckpt", USER_A, str(victim.pk))
@@ -186,11 +192,11 @@ def test_each_team_runs_as_its_own_user_and_cannot_touch_another_teams_work(
     assert as_user(USER_B, "cat", v_run.stdout).returncode != 0
     refused = as_user(USER_B, "scancel", str(v_run.slurm_job_id))
     assert refused.returncode != 0 or "denied" in (refused.stderr + refused.stdout).lower()
-    # A's job runs on, its checkpoint untouched.
-    sync.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    # A's job runs on, its own checkpoint recorded, never the forged one.
+    drive(slurm, lambda: victim.refresh_from_db() or victim.checkpoint_work > 0)
     assert state(victim) == JobState.RUNNING
-    victim.refresh_from_db()
-    assert victim.checkpoint_work == 0
+    assert victim.checkpoint_work == 30
+    assert (ckpt / "progress").read_text().strip() == "30"
     seen = listed(slurm, v_run.slurm_job_id)
     assert seen is not None and seen["job_state"] == "RUNNING" and seen["user"] == USER_A
     assert "secret of team A" in Path(v_run.stdout).read_text()

@@ -43,6 +43,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from governance.models import (
@@ -381,8 +382,12 @@ def _pass(
 
         def report() -> None:
             _report(seen, result)
-            held = _drift(queue_id, seen, result) if seen.slurm.read and not hook else {}
             nodes = seen.nodes
+            mappings = None
+            held: dict[str, int] = {}
+            if seen.slurm.read and not hook:
+                mappings = _mappings(queue_id)  # read once for the guard and the capacity
+                held = _drift(queue_id, seen, result, mappings)
             if result.nodes_lost:
                 # A node failed under a run: capacity as Slurm has it now, before the
                 # cycle admits anything (the nodes read with the queue may predate it).
@@ -391,7 +396,7 @@ def _pass(
                 except SlurmError as exc:
                     result.errors.append(str(exc))
             if nodes is not None:
-                result.capacity = _observe_capacity(queue_id, nodes, seen.now, held)
+                result.capacity = _observe_capacity(queue_id, nodes, seen.now, held, mappings)
 
         plan = _Plan(queue_id, seen.config, seen.active)
         result.cycle = bridge.run_cycle(
@@ -883,7 +888,13 @@ DRIFT_STATES = frozenset(
 HOLDING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING"})
 
 
-def _drift(queue_id: int, seen: _Seen, result: SyncResult) -> dict[str, int]:
+def _mappings(queue_id: int) -> list[SlurmTypeConfig]:
+    return list(SlurmTypeConfig.objects.filter(queue_id=queue_id).select_related("instance_type"))
+
+
+def _drift(
+    queue_id: int, seen: _Seen, result: SyncResult, mappings: list[SlurmTypeConfig]
+) -> dict[str, int]:
     """The drift guard, in the cycle's transaction before the capacity it gives: compare
     what Slurm runs on the queue's partitions with what the product admitted. A job the
     product did not submit, or a product job whose allocation exceeds its admission (more
@@ -891,9 +902,6 @@ def _drift(queue_id: int, seen: _Seen, result: SyncResult) -> dict[str, int]:
     (``slurm_services.slurm_drift_found``: audited, shown, told to admins) and cancelled
     after the commit unless the queue only reports; a product run found so fails, as
     its job no longer runs as admitted. Returns the GPUs such jobs hold, by type name."""
-    mappings = list(
-        SlurmTypeConfig.objects.filter(queue_id=queue_id).select_related("instance_type")
-    )
     by_partition: dict[str, SlurmTypeConfig] = {}
     for mapping in mappings:
         for partition in mapping.partition.split(","):
@@ -1024,7 +1032,11 @@ def _how(code: int | None, sig: int | None) -> str:
 
 
 def _observe_capacity(
-    queue_id: int, nodes: list[dict[str, Any]], now: datetime, held: dict[str, int] | None = None
+    queue_id: int,
+    nodes: list[dict[str, Any]],
+    now: datetime,
+    held: dict[str, int] | None = None,
+    mappings: list[SlurmTypeConfig] | None = None,
 ) -> dict[str, int] | None:
     """Each mapped type's capacity from the usable nodes of its partition/feature, less
     the GPUs jobs beyond the product's admissions hold there (``held``, by type name:
@@ -1032,9 +1044,7 @@ def _observe_capacity(
     held = held or {}
     capacity: dict[str, int] = {}
     unusable: set[str] = set()
-    for mapping in SlurmTypeConfig.objects.filter(queue_id=queue_id).select_related(
-        "instance_type"
-    ):
+    for mapping in _mappings(queue_id) if mappings is None else mappings:
         count = 0
         for node in nodes:
             partitions = node.get("partitions") or []
@@ -1251,34 +1261,28 @@ def _give_up(job: Job, slurm_run: SlurmRun, now: datetime, why: str, result: Syn
 def _checkpoints(queue_id: int, now: datetime) -> None:
     """Checkpoints a job wrote (``$GOV_CHECKPOINT_DIR/progress``: the work units its last
     checkpoint saved), reported as the run's checkpoints (docs/slurm.md)."""
-    jobs = list(
-        Job.objects.filter(queue_id=queue_id, state=JobState.RUNNING).only(
-            "id", "run", "checkpoint_work", "duration"
+    # The running jobs with the Unix user of their current run (one query).
+    for job_id, run, work, duration, user in (
+        SlurmRun.objects.filter(
+            job__queue_id=queue_id, job__state=JobState.RUNNING, run=F("job__run")
         )
-    )
-    users = dict(
-        SlurmRun.objects.filter(job_id__in=[j.pk for j in jobs])
         .exclude(unix_user="")
-        .values_list("job_id", "unix_user")
-        .order_by("job_id", "run")  # the last run's user wins
-    )
-    for job in jobs:
-        if job.pk not in users:
-            continue
+        .values_list("job_id", "run", "job__checkpoint_work", "job__duration", "unix_user")
+    ):
         # The team's own directory (docs/slurm.md#security-model): no other team can
         # write there, and a link the team left there is not followed.
-        path = os.path.join(settings.SLURM_CHECKPOINT_DIR, users[job.pk], str(job.pk), "progress")
+        path = os.path.join(settings.SLURM_CHECKPOINT_DIR, user, str(job_id), "progress")
         try:
             saved = float(identity.read_small(path).strip() or "nan")
         except (OSError, ValueError, UnicodeDecodeError):
             continue
-        if not saved > job.checkpoint_work:
+        if not saved > work:
             continue
-        if job.duration is not None:
-            saved = min(saved, float(job.duration))
+        if duration is not None:
+            saved = min(saved, float(duration))
         try:
             runs.run_report(
-                actor=None, job_id=job.pk, run=job.run, kind="checkpoint", now=now, work=saved
+                actor=None, job_id=job_id, run=run, kind="checkpoint", now=now, work=saved
             )
         except ServiceError as exc:
-            log.info("checkpoint of job %s refused: %s", job.pk, exc)
+            log.info("checkpoint of job %s refused: %s", job_id, exc)
