@@ -242,6 +242,7 @@ def world(prefix: str, shares: list[tuple[str, int, str]]) -> tuple[Any, dict[st
         Share,
         ShareLimit,
         SlurmQueueConfig,
+        SlurmTeamConfig,
         SlurmTypeConfig,
         Team,
     )
@@ -255,8 +256,10 @@ def world(prefix: str, shares: list[tuple[str, int, str]]) -> tuple[Any, dict[st
         queue=queue, instance_type=itype, partition="gpu-a,gpu-b", gpus_per_instance=1
     )
     users: dict[str, Any] = {}
-    for name, limit, policy in shares:
+    for i, (name, limit, policy) in enumerate(shares):
         team = Team.objects.create(name=f"{prefix}-{name}")
+        # Each team's jobs run as a Unix user of its own (scripts/slurm/start creates them).
+        SlurmTeamConfig.objects.create(queue=queue, team=team, unix_user=TEAM_USERS[i % 2])
         share = Share.objects.create(
             queue=queue, team=team, name=name, policy=policy, borrow_limit=-1
         )
@@ -267,6 +270,7 @@ def world(prefix: str, shares: list[tuple[str, int, str]]) -> tuple[Any, dict[st
     return queue, users
 
 
+TEAM_USERS = ("gov-team-a", "gov-team-b")
 POLL = 0.5  # seconds from one pass's start to the next (--poll)
 
 

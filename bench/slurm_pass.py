@@ -55,7 +55,15 @@ def _stand_in() -> Any:
             self.running: list[int] = []
             self.ended: set[int] = set()
 
-        def sbatch(self, script: str, options: Sequence[str], env: Any) -> int:
+        def sbatch(
+            self,
+            script: str,
+            options: Sequence[str],
+            env: Any,
+            *,
+            uid: int | None = None,
+            gid: int | None = None,
+        ) -> int:
             self.next_id += 1
             self.running.append(self.next_id)
             return self.next_id
@@ -63,7 +71,7 @@ def _stand_in() -> Any:
         def finished(self, job_ids: Sequence[int]) -> dict[int, Finished]:
             return {i: Finished("COMPLETED", 0, 0) for i in job_ids if i in self.ended}
 
-        def jobs(self) -> list[dict[str, Any]]:
+        def jobs(self, partitions: Sequence[str] = ()) -> list[dict[str, Any]]:
             return [{"job_id": i, "name": "", "job_state": "RUNNING"} for i in self.running]
 
         def sinfo_nodes(self) -> list[dict[str, Any]]:
@@ -91,6 +99,7 @@ def _world(pending: int) -> int:
         Share,
         ShareLimit,
         SlurmQueueConfig,
+        SlurmTeamConfig,
         SlurmTypeConfig,
         Team,
     )
@@ -105,6 +114,8 @@ def _world(pending: int) -> int:
         queue=queue, instance_type=itype, partition="gpu", gpus_per_instance=1
     )
     team = Team.objects.create(name="bench")
+    # Its jobs run as a team user of scripts/slurm/start (the stand-in runs nothing).
+    SlurmTeamConfig.objects.create(queue=queue, team=team, unix_user="gov-team-a")
     share = Share.objects.create(
         queue=queue, team=team, name="a", policy="LEND_AND_BORROW", borrow_limit=-1
     )

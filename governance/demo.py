@@ -597,6 +597,8 @@ def load_slurm() -> bool:
                 "ml.g5.xlarge": {"partition": "gpu-a", "gpus_per_instance": 1},
                 "ml.g5.48xlarge": {"partition": "gpu-b", "gpus_per_instance": 1},
             },
+            # Each team's jobs run as its own Unix user (scripts/slurm/start creates them).
+            "teams": {team: {"user": f"gov-{team}"} for team in ("speech", "vision")},
         },
         reason="Demo: the local Slurm.",
     )

@@ -561,6 +561,9 @@ SLURM_HOOK_WAIT_SECONDS = env_float("SLURM_HOOK_WAIT_SECONDS", 2.0)
 SLURM_HOOK_GATHER_SECONDS = env_float("SLURM_HOOK_GATHER_SECONDS", 0.0)
 SLURM_OUTPUT_DIR = env_str("SLURM_OUTPUT_DIR", str(DATA_DIR / "slurm-output"))
 SLURM_CHECKPOINT_DIR = env_str("SLURM_CHECKPOINT_DIR", str(DATA_DIR / "slurm-checkpoints"))
+# Whether the executor refuses a job whose working directory it cannot see (its host
+# mounts the nodes' file systems); off, the job's wrapper finds it missing on the node.
+SLURM_CHECK_WORKDIR = env_bool("SLURM_CHECK_WORKDIR", True)
 CELERY_BEAT_SCHEDULE["slurm-sync"] = {
     "task": "scheduler.tasks.slurm_sync",
     "schedule": SLURM_POLL_SECONDS,

@@ -182,13 +182,21 @@ class SlurmTypeSerializer(serializers.Serializer):
     gres_name = serializers.CharField()
 
 
+class SlurmTeamSerializer(serializers.Serializer):
+    user = serializers.CharField()
+    account = serializers.CharField(allow_blank=True)
+    qos = serializers.CharField(allow_blank=True)
+
+
 class SlurmConfigSerializer(serializers.Serializer):
     """How a queue maps onto Slurm (docs/slurm.md), and the executor's health."""
 
     account = serializers.CharField(allow_blank=True)
     qos = serializers.CharField(allow_blank=True)
     grace_seconds = serializers.IntegerField()
+    drift_report_only = serializers.BooleanField()
     types = serializers.DictField(child=SlurmTypeSerializer())
+    teams = serializers.DictField(child=SlurmTeamSerializer())
     paused_since = serializers.DateTimeField(allow_null=True)
     last_error = serializers.CharField(allow_blank=True)
     failures = serializers.IntegerField()
@@ -201,6 +209,8 @@ class SlurmConfigWriteSerializer(serializers.Serializer):
     qos = serializers.CharField(required=False, allow_blank=True, max_length=64)
     grace_seconds = serializers.IntegerField(required=False)
     types = serializers.JSONField(required=False)
+    teams = serializers.JSONField(required=False)
+    drift_report_only = serializers.BooleanField(required=False)
     reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
 
 
@@ -261,7 +271,8 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
     )
     @slurm.mapping.patch
     def slurm_update(self, request: Request, pk: str | None = None) -> Response:
-        """Set the queue's Slurm mapping (admins): account, QOS, grace, types."""
+        """Set the queue's Slurm mapping (admins): account, QOS, grace, types, the teams'
+        Unix users, whether the drift guard only reports."""
         queue = self.get_object()
         self.call(
             SlurmConfigWriteSerializer,

@@ -140,6 +140,8 @@ class SlurmRunSerializer(serializers.ModelSerializer):
             "stderr",
             "slurm_state",
             "exit_code",
+            "signal",
+            "unix_user",
             "created_at",
             "ended_at",
         ]

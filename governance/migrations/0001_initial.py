@@ -9,7 +9,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -18,312 +17,781 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='JobQueue',
+            name="JobQueue",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('description', models.TextField(blank=True, default='')),
-                ('executor', models.CharField(choices=[('simulated', 'Simulated fleet'), ('agent', 'External agents')], default='simulated', max_length=16)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("description", models.TextField(blank=True, default="")),
+                (
+                    "executor",
+                    models.CharField(
+                        choices=[("simulated", "Simulated fleet"), ("agent", "External agents")],
+                        default="simulated",
+                        max_length=16,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Team',
+            name="Team",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('description', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("description", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='InstanceType',
+            name="InstanceType",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64, unique=True)),
-                ('accelerated', models.BooleanField(default=True)),
-                ('accelerators', models.PositiveIntegerField(default=0)),
-                ('speed', models.FloatField(default=1.0)),
-                ('hourly_price', models.DecimalField(decimal_places=4, default=0, max_digits=10)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=64, unique=True)),
+                ("accelerated", models.BooleanField(default=True)),
+                ("accelerators", models.PositiveIntegerField(default=0)),
+                ("speed", models.FloatField(default=1.0)),
+                ("hourly_price", models.DecimalField(decimal_places=4, default=0, max_digits=10)),
             ],
             options={
-                'ordering': ['name'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('speed__gt', 0)), name='instance_type_speed_gt_0'), models.CheckConstraint(condition=models.Q(('hourly_price__gte', 0)), name='instance_type_price_gte_0')],
+                "ordering": ["name"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("speed__gt", 0)), name="instance_type_speed_gt_0"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("hourly_price__gte", 0)),
+                        name="instance_type_price_gte_0",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Share',
+            name="Share",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('policy', models.CharField(choices=[('RESERVE', 'Reserve idle capacity'), ('LEND', 'Lend idle capacity'), ('LEND_AND_BORROW', 'Lend and borrow')], default='RESERVE', max_length=16)),
-                ('borrow_limit', models.IntegerField(blank=True, null=True)),
-                ('in_share_preemption', models.BooleanField(default=False)),
-                ('preemption_retries', models.PositiveIntegerField(blank=True, null=True)),
-                ('enabled', models.BooleanField(default=True)),
-                ('version', models.PositiveIntegerField(default=1)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='shares', to='governance.jobqueue')),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='shares', to='governance.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "policy",
+                    models.CharField(
+                        choices=[
+                            ("RESERVE", "Reserve idle capacity"),
+                            ("LEND", "Lend idle capacity"),
+                            ("LEND_AND_BORROW", "Lend and borrow"),
+                        ],
+                        default="RESERVE",
+                        max_length=16,
+                    ),
+                ),
+                ("borrow_limit", models.IntegerField(blank=True, null=True)),
+                ("in_share_preemption", models.BooleanField(default=False)),
+                ("preemption_retries", models.PositiveIntegerField(blank=True, null=True)),
+                ("enabled", models.BooleanField(default=True)),
+                ("version", models.PositiveIntegerField(default=1)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="shares",
+                        to="governance.jobqueue",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="shares",
+                        to="governance.team",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['queue__name', 'name'],
+                "ordering": ["queue__name", "name"],
             },
         ),
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('kind', models.CharField(choices=[('training', 'Training'), ('processing', 'Processing')], default='training', max_length=16)),
-                ('priority', models.PositiveIntegerField(default=0)),
-                ('preferences', models.JSONField()),
-                ('count', models.PositiveIntegerField(blank=True, null=True)),
-                ('max_pending', models.PositiveIntegerField(blank=True, null=True)),
-                ('checkpoint_interval', models.PositiveIntegerField(blank=True, null=True)),
-                ('duration', models.PositiveIntegerField(blank=True, null=True)),
-                ('restart_overhead', models.PositiveIntegerField(default=0)),
-                ('state', models.CharField(choices=[('PENDING', 'Pending'), ('RUNNING', 'Running'), ('SUCCEEDED', 'Succeeded'), ('FAILED', 'Failed'), ('TIMED_OUT', 'Timed out'), ('CANCELLED', 'Cancelled')], default='PENDING', max_length=10)),
-                ('preference', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('borrowed', models.PositiveIntegerField(default=0)),
-                ('preemptions', models.PositiveIntegerField(default=0)),
-                ('submitted_at', models.DateTimeField()),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('run_started_at', models.DateTimeField(blank=True, null=True)),
-                ('work_done', models.FloatField(default=0)),
-                ('checkpoint_work', models.FloatField(default=0)),
-                ('recomputed', models.FloatField(default=0)),
-                ('last_heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('instance_type', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='governance.instancetype')),
-                ('submitter', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='jobs', to=settings.AUTH_USER_MODEL)),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='jobs', to='governance.jobqueue')),
-                ('share', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='jobs', to='governance.share')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("training", "Training"), ("processing", "Processing")],
+                        default="training",
+                        max_length=16,
+                    ),
+                ),
+                ("priority", models.PositiveIntegerField(default=0)),
+                ("preferences", models.JSONField()),
+                ("count", models.PositiveIntegerField(blank=True, null=True)),
+                ("max_pending", models.PositiveIntegerField(blank=True, null=True)),
+                ("checkpoint_interval", models.PositiveIntegerField(blank=True, null=True)),
+                ("duration", models.PositiveIntegerField(blank=True, null=True)),
+                ("restart_overhead", models.PositiveIntegerField(default=0)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("PENDING", "Pending"),
+                            ("RUNNING", "Running"),
+                            ("SUCCEEDED", "Succeeded"),
+                            ("FAILED", "Failed"),
+                            ("TIMED_OUT", "Timed out"),
+                            ("CANCELLED", "Cancelled"),
+                        ],
+                        default="PENDING",
+                        max_length=10,
+                    ),
+                ),
+                ("preference", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("borrowed", models.PositiveIntegerField(default=0)),
+                ("preemptions", models.PositiveIntegerField(default=0)),
+                ("submitted_at", models.DateTimeField()),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("run_started_at", models.DateTimeField(blank=True, null=True)),
+                ("work_done", models.FloatField(default=0)),
+                ("checkpoint_work", models.FloatField(default=0)),
+                ("recomputed", models.FloatField(default=0)),
+                ("last_heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="governance.instancetype",
+                    ),
+                ),
+                (
+                    "submitter",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="jobs",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="jobs",
+                        to="governance.jobqueue",
+                    ),
+                ),
+                (
+                    "share",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="jobs",
+                        to="governance.share",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-submitted_at', '-id'],
+                "ordering": ["-submitted_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Agreement',
+            name="Agreement",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('title', models.CharField(max_length=200)),
-                ('body', models.TextField(blank=True, default='')),
-                ('reclaim_assumptions', models.TextField(blank=True, default='')),
-                ('recovery_assumptions', models.TextField(blank=True, default='')),
-                ('review_by', models.DateField(blank=True, null=True)),
-                ('version', models.PositiveIntegerField(default=1)),
-                ('search_vector', django.contrib.postgres.search.SearchVectorField(editable=False, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('editors', models.ManyToManyField(blank=True, related_name='agreements_editable', to=settings.AUTH_USER_MODEL)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='agreements_owned', to=settings.AUTH_USER_MODEL)),
-                ('shares', models.ManyToManyField(blank=True, related_name='agreements', to='governance.share')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("title", models.CharField(max_length=200)),
+                ("body", models.TextField(blank=True, default="")),
+                ("reclaim_assumptions", models.TextField(blank=True, default="")),
+                ("recovery_assumptions", models.TextField(blank=True, default="")),
+                ("review_by", models.DateField(blank=True, null=True)),
+                ("version", models.PositiveIntegerField(default=1)),
+                (
+                    "search_vector",
+                    django.contrib.postgres.search.SearchVectorField(editable=False, null=True),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "editors",
+                    models.ManyToManyField(
+                        blank=True, related_name="agreements_editable", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="agreements_owned",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "shares",
+                    models.ManyToManyField(
+                        blank=True, related_name="agreements", to="governance.share"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['title'],
+                "ordering": ["title"],
             },
         ),
         migrations.CreateModel(
-            name='ShareLimit',
+            name="ShareLimit",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('count', models.PositiveIntegerField()),
-                ('instance_type', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='governance.instancetype')),
-                ('share', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='limits', to='governance.share')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("count", models.PositiveIntegerField()),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="governance.instancetype",
+                    ),
+                ),
+                (
+                    "share",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="limits",
+                        to="governance.share",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['share', 'instance_type__name'],
+                "ordering": ["share", "instance_type__name"],
             },
         ),
         migrations.CreateModel(
-            name='PriorityException',
+            name="PriorityException",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('priority', models.PositiveIntegerField()),
-                ('justification', models.TextField()),
-                ('wanted_by', models.DateTimeField(blank=True, null=True)),
-                ('expires_at', models.DateTimeField()),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('approved', 'Approved'), ('rejected', 'Rejected'), ('withdrawn', 'Withdrawn'), ('expired', 'Expired')], default='pending', max_length=10)),
-                ('decided_at', models.DateTimeField(blank=True, null=True)),
-                ('decision_note', models.TextField(blank=True, default='')),
-                ('previous_priority', models.PositiveIntegerField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('decided_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='exceptions_decided', to=settings.AUTH_USER_MODEL)),
-                ('job', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='exceptions', to='governance.job')),
-                ('requester', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='exceptions_requested', to=settings.AUTH_USER_MODEL)),
-                ('share', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='exceptions', to='governance.share')),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='exceptions', to='governance.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("priority", models.PositiveIntegerField()),
+                ("justification", models.TextField()),
+                ("wanted_by", models.DateTimeField(blank=True, null=True)),
+                ("expires_at", models.DateTimeField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("approved", "Approved"),
+                            ("rejected", "Rejected"),
+                            ("withdrawn", "Withdrawn"),
+                            ("expired", "Expired"),
+                        ],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("decided_at", models.DateTimeField(blank=True, null=True)),
+                ("decision_note", models.TextField(blank=True, default="")),
+                ("previous_priority", models.PositiveIntegerField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "decided_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="exceptions_decided",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="exceptions",
+                        to="governance.job",
+                    ),
+                ),
+                (
+                    "requester",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="exceptions_requested",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "share",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="exceptions",
+                        to="governance.share",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="exceptions",
+                        to="governance.team",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Membership',
+            name="Membership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('lead', 'Lead'), ('member', 'Member')], max_length=10)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='governance.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("lead", "Lead"), ("member", "Member")], max_length=10
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to="governance.team",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='AuditEntry',
+            name="AuditEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('event_type', models.CharField(choices=[('team.created', 'Team Created'), ('team.updated', 'Team Updated'), ('team.membership_changed', 'Membership Changed'), ('instance_type.created', 'Instance Type Created'), ('instance_type.updated', 'Instance Type Updated'), ('queue.created', 'Queue Created'), ('queue.updated', 'Queue Updated'), ('queue.capacity_changed', 'Capacity Changed'), ('share.created', 'Share Created'), ('share.updated', 'Share Updated'), ('share.deleted', 'Share Deleted'), ('priority_definition.created', 'Priority Definition Created'), ('priority_definition.updated', 'Priority Definition Updated'), ('priority_definition.deleted', 'Priority Definition Deleted'), ('exception.filed', 'Exception Filed'), ('exception.approved', 'Exception Approved'), ('exception.rejected', 'Exception Rejected'), ('exception.withdrawn', 'Exception Withdrawn'), ('exception.expired', 'Exception Expired'), ('agreement.created', 'Agreement Created'), ('agreement.updated', 'Agreement Updated'), ('job.submitted', 'Job Submitted'), ('job.reprioritised', 'Job Reprioritised'), ('job.cancelled', 'Job Cancelled'), ('job.admitted', 'Job Admitted'), ('job.preempted', 'Job Preempted'), ('job.failed', 'Job Failed'), ('job.timed_out', 'Job Timed Out'), ('job.started', 'Job Started'), ('job.checkpointed', 'Job Checkpointed'), ('job.completed', 'Job Completed'), ('job.lost', 'Job Lost')], max_length=40)),
-                ('subject_type', models.CharField(max_length=40)),
-                ('subject_id', models.CharField(max_length=64)),
-                ('subject_repr', models.CharField(blank=True, default='', max_length=300)),
-                ('before', models.JSONField(blank=True, null=True)),
-                ('after', models.JSONField(blank=True, null=True)),
-                ('reason', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(db_index=True)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('job', models.ForeignKey(blank=True, db_constraint=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='governance.job')),
-                ('queue', models.ForeignKey(blank=True, db_constraint=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='governance.jobqueue')),
-                ('share', models.ForeignKey(blank=True, db_constraint=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='governance.share')),
-                ('team', models.ForeignKey(blank=True, db_constraint=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='governance.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "event_type",
+                    models.CharField(
+                        choices=[
+                            ("team.created", "Team Created"),
+                            ("team.updated", "Team Updated"),
+                            ("team.membership_changed", "Membership Changed"),
+                            ("instance_type.created", "Instance Type Created"),
+                            ("instance_type.updated", "Instance Type Updated"),
+                            ("queue.created", "Queue Created"),
+                            ("queue.updated", "Queue Updated"),
+                            ("queue.capacity_changed", "Capacity Changed"),
+                            ("share.created", "Share Created"),
+                            ("share.updated", "Share Updated"),
+                            ("share.deleted", "Share Deleted"),
+                            ("priority_definition.created", "Priority Definition Created"),
+                            ("priority_definition.updated", "Priority Definition Updated"),
+                            ("priority_definition.deleted", "Priority Definition Deleted"),
+                            ("exception.filed", "Exception Filed"),
+                            ("exception.approved", "Exception Approved"),
+                            ("exception.rejected", "Exception Rejected"),
+                            ("exception.withdrawn", "Exception Withdrawn"),
+                            ("exception.expired", "Exception Expired"),
+                            ("agreement.created", "Agreement Created"),
+                            ("agreement.updated", "Agreement Updated"),
+                            ("job.submitted", "Job Submitted"),
+                            ("job.reprioritised", "Job Reprioritised"),
+                            ("job.cancelled", "Job Cancelled"),
+                            ("job.admitted", "Job Admitted"),
+                            ("job.preempted", "Job Preempted"),
+                            ("job.failed", "Job Failed"),
+                            ("job.timed_out", "Job Timed Out"),
+                            ("job.started", "Job Started"),
+                            ("job.checkpointed", "Job Checkpointed"),
+                            ("job.completed", "Job Completed"),
+                            ("job.lost", "Job Lost"),
+                        ],
+                        max_length=40,
+                    ),
+                ),
+                ("subject_type", models.CharField(max_length=40)),
+                ("subject_id", models.CharField(max_length=64)),
+                ("subject_repr", models.CharField(blank=True, default="", max_length=300)),
+                ("before", models.JSONField(blank=True, null=True)),
+                ("after", models.JSONField(blank=True, null=True)),
+                ("reason", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(db_index=True)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "job",
+                    models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="governance.job",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="governance.jobqueue",
+                    ),
+                ),
+                (
+                    "share",
+                    models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="governance.share",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="governance.team",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='AgreementVersion',
+            name="AgreementVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('version', models.PositiveIntegerField()),
-                ('title', models.CharField(max_length=200)),
-                ('body', models.TextField(blank=True, default='')),
-                ('reclaim_assumptions', models.TextField(blank=True, default='')),
-                ('recovery_assumptions', models.TextField(blank=True, default='')),
-                ('review_by', models.DateField(blank=True, null=True)),
-                ('share_ids', models.JSONField(default=list)),
-                ('edited_at', models.DateTimeField()),
-                ('reason', models.TextField(blank=True, default='')),
-                ('agreement', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='governance.agreement')),
-                ('edited_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("version", models.PositiveIntegerField()),
+                ("title", models.CharField(max_length=200)),
+                ("body", models.TextField(blank=True, default="")),
+                ("reclaim_assumptions", models.TextField(blank=True, default="")),
+                ("recovery_assumptions", models.TextField(blank=True, default="")),
+                ("review_by", models.DateField(blank=True, null=True)),
+                ("share_ids", models.JSONField(default=list)),
+                ("edited_at", models.DateTimeField()),
+                ("reason", models.TextField(blank=True, default="")),
+                (
+                    "agreement",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="versions",
+                        to="governance.agreement",
+                    ),
+                ),
+                (
+                    "edited_by",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['agreement', '-version'],
-                'constraints': [models.UniqueConstraint(fields=('agreement', 'version'), name='agreement_version_unique')],
+                "ordering": ["agreement", "-version"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("agreement", "version"), name="agreement_version_unique"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='JobEvent',
+            name="JobEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField()),
-                ('type', models.CharField(max_length=32)),
-                ('message', models.TextField(blank=True, default='')),
-                ('data', models.JSONField(blank=True, default=dict)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='governance.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField()),
+                ("type", models.CharField(max_length=32)),
+                ("message", models.TextField(blank=True, default="")),
+                ("data", models.JSONField(blank=True, default=dict)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="governance.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
-                'indexes': [models.Index(fields=['job', 'at'], name='governance__job_id_741ce4_idx')],
+                "ordering": ["at", "id"],
+                "indexes": [
+                    models.Index(fields=["job", "at"], name="governance__job_id_741ce4_idx")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='PriorityDefinition',
+            name="PriorityDefinition",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('min_priority', models.PositiveIntegerField()),
-                ('max_priority', models.PositiveIntegerField()),
-                ('criteria', models.TextField(blank=True, default='')),
-                ('usable_by', django.contrib.postgres.fields.ArrayField(base_field=models.CharField(choices=[('member', 'Team member'), ('lead', 'Team lead'), ('reviewer', 'Reviewer'), ('admin', 'Admin')], max_length=16), default=list, size=None)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('exception_owner', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("min_priority", models.PositiveIntegerField()),
+                ("max_priority", models.PositiveIntegerField()),
+                ("criteria", models.TextField(blank=True, default="")),
+                (
+                    "usable_by",
+                    django.contrib.postgres.fields.ArrayField(
+                        base_field=models.CharField(
+                            choices=[
+                                ("member", "Team member"),
+                                ("lead", "Team lead"),
+                                ("reviewer", "Reviewer"),
+                                ("admin", "Admin"),
+                            ],
+                            max_length=16,
+                        ),
+                        default=list,
+                        size=None,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "exception_owner",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['min_priority'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('min_priority__lte', models.F('max_priority'))), name='priority_definition_min_lte_max'), models.CheckConstraint(condition=models.Q(('max_priority__lte', 9999)), name='priority_definition_max_lte_9999')],
+                "ordering": ["min_priority"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("min_priority__lte", models.F("max_priority"))),
+                        name="priority_definition_min_lte_max",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("max_priority__lte", 9999)),
+                        name="priority_definition_max_lte_9999",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='QueueCapacity',
+            name="QueueCapacity",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('count', models.PositiveIntegerField()),
-                ('instance_type', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='governance.instancetype')),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='capacities', to='governance.jobqueue')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("count", models.PositiveIntegerField()),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="governance.instancetype",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="capacities",
+                        to="governance.jobqueue",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['queue', 'instance_type__name'],
-                'constraints': [models.UniqueConstraint(fields=('queue', 'instance_type'), name='queue_capacity_unique_type')],
+                "ordering": ["queue", "instance_type__name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("queue", "instance_type"), name="queue_capacity_unique_type"
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['queue', 'state'], name='governance__queue_i_6d6e6a_idx'),
+            model_name="job",
+            index=models.Index(fields=["queue", "state"], name="governance__queue_i_6d6e6a_idx"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['share', 'state'], name='governance__share_i_1cd648_idx'),
+            model_name="job",
+            index=models.Index(fields=["share", "state"], name="governance__share_i_1cd648_idx"),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['state', 'submitted_at'], name='governance__state_d519a3_idx'),
+            model_name="job",
+            index=models.Index(
+                fields=["state", "submitted_at"], name="governance__state_d519a3_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='agreement',
-            index=django.contrib.postgres.indexes.GinIndex(fields=['search_vector'], name='agreement_search_gin'),
+            model_name="agreement",
+            index=django.contrib.postgres.indexes.GinIndex(
+                fields=["search_vector"], name="agreement_search_gin"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='sharelimit',
-            constraint=models.UniqueConstraint(fields=('share', 'instance_type'), name='share_limit_unique_type'),
+            model_name="sharelimit",
+            constraint=models.UniqueConstraint(
+                fields=("share", "instance_type"), name="share_limit_unique_type"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='share',
-            constraint=models.UniqueConstraint(fields=('queue', 'name'), name='share_unique_name_in_queue'),
+            model_name="share",
+            constraint=models.UniqueConstraint(
+                fields=("queue", "name"), name="share_unique_name_in_queue"
+            ),
         ),
         migrations.AddIndex(
-            model_name='priorityexception',
-            index=models.Index(fields=['state', 'expires_at'], name='governance__state_3c0ca1_idx'),
+            model_name="priorityexception",
+            index=models.Index(fields=["state", "expires_at"], name="governance__state_3c0ca1_idx"),
         ),
         migrations.AddConstraint(
-            model_name='priorityexception',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('job__isnull', False), ('share__isnull', True)), models.Q(('job__isnull', True), ('share__isnull', False)), _connector='OR'), name='exception_exactly_one_target'),
+            model_name="priorityexception",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("job__isnull", False), ("share__isnull", True)),
+                    models.Q(("job__isnull", True), ("share__isnull", False)),
+                    _connector="OR",
+                ),
+                name="exception_exactly_one_target",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='membership',
-            constraint=models.UniqueConstraint(fields=('team', 'user'), name='membership_unique_team_user'),
+            model_name="membership",
+            constraint=models.UniqueConstraint(
+                fields=("team", "user"), name="membership_unique_team_user"
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditentry',
-            index=models.Index(fields=['event_type', '-created_at'], name='governance__event_t_28eb19_idx'),
+            model_name="auditentry",
+            index=models.Index(
+                fields=["event_type", "-created_at"], name="governance__event_t_28eb19_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditentry',
-            index=models.Index(fields=['actor', '-created_at'], name='governance__actor_i_d9e4c3_idx'),
+            model_name="auditentry",
+            index=models.Index(
+                fields=["actor", "-created_at"], name="governance__actor_i_d9e4c3_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditentry',
-            index=models.Index(fields=['team', '-created_at'], name='governance__team_id_39213c_idx'),
+            model_name="auditentry",
+            index=models.Index(
+                fields=["team", "-created_at"], name="governance__team_id_39213c_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditentry',
-            index=models.Index(fields=['share', '-created_at'], name='governance__share_i_74d06a_idx'),
+            model_name="auditentry",
+            index=models.Index(
+                fields=["share", "-created_at"], name="governance__share_i_74d06a_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='auditentry',
-            index=models.Index(fields=['job', '-created_at'], name='governance__job_id_e03b8c_idx'),
+            model_name="auditentry",
+            index=models.Index(fields=["job", "-created_at"], name="governance__job_id_e03b8c_idx"),
         ),
         migrations.AddIndex(
-            model_name='auditentry',
-            index=models.Index(fields=['queue', '-created_at'], name='governance__queue_i_e2797a_idx'),
+            model_name="auditentry",
+            index=models.Index(
+                fields=["queue", "-created_at"], name="governance__queue_i_e2797a_idx"
+            ),
         ),
     ]

@@ -4,30 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0002_audit_append_only'),
+        ("governance", "0002_audit_append_only"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='agent',
-            field=models.CharField(blank=True, default='', max_length=100),
+            model_name="job",
+            name="agent",
+            field=models.CharField(blank=True, default="", max_length=100),
         ),
         migrations.AddField(
-            model_name='job',
-            name='claimed_at',
+            model_name="job",
+            name="claimed_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='job',
-            name='run',
+            model_name="job",
+            name="run",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name='job',
-            name='stop_requested_run',
+            model_name="job",
+            name="stop_requested_run",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
     ]

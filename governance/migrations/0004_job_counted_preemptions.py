@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0003_job_runs_and_agents'),
+        ("governance", "0003_job_runs_and_agents"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='counted_preemptions',
+            model_name="job",
+            name="counted_preemptions",
             field=models.PositiveIntegerField(default=0),
         ),
     ]

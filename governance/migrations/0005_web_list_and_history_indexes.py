@@ -5,19 +5,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0004_job_counted_preemptions'),
+        ("governance", "0004_job_counted_preemptions"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='auditentry',
-            index=models.Index(fields=['subject_type', 'subject_id', 'created_at'], name='audit_subject'),
+            model_name="auditentry",
+            index=models.Index(
+                fields=["subject_type", "subject_id", "created_at"], name="audit_subject"
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['-submitted_at', '-id'], name='job_submitted_desc'),
+            model_name="job",
+            index=models.Index(fields=["-submitted_at", "-id"], name="job_submitted_desc"),
         ),
     ]

@@ -5,23 +5,44 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0005_web_list_and_history_indexes'),
+        ("governance", "0005_web_list_and_history_indexes"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='auditentry',
-            index=models.Index(condition=models.Q(('event_type__in', ['job.admitted', 'job.preempted', 'job.failed', 'job.timed_out', 'job.completed', 'job.lost'])), fields=['-created_at', '-id'], name='audit_feed'),
+            model_name="auditentry",
+            index=models.Index(
+                condition=models.Q(
+                    (
+                        "event_type__in",
+                        [
+                            "job.admitted",
+                            "job.preempted",
+                            "job.failed",
+                            "job.timed_out",
+                            "job.completed",
+                            "job.lost",
+                        ],
+                    )
+                ),
+                fields=["-created_at", "-id"],
+                name="audit_feed",
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['queue', 'state', '-priority', 'submitted_at', 'id'], name='job_queue_state_order'),
+            model_name="job",
+            index=models.Index(
+                fields=["queue", "state", "-priority", "submitted_at", "id"],
+                name="job_queue_state_order",
+            ),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['queue', 'state', '-priority', 'started_at', 'id'], name='job_queue_state_started'),
+            model_name="job",
+            index=models.Index(
+                fields=["queue", "state", "-priority", "started_at", "id"],
+                name="job_queue_state_started",
+            ),
         ),
     ]

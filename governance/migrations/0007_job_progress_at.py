@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0006_web_queue_lists_and_feed_indexes'),
+        ("governance", "0006_web_queue_lists_and_feed_indexes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='progress_at',
+            model_name="job",
+            name="progress_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

@@ -6,50 +6,138 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0007_job_progress_at'),
+        ("governance", "0007_job_progress_at"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='auditentry',
-            name='event_type',
-            field=models.CharField(choices=[('team.created', 'Team Created'), ('team.updated', 'Team Updated'), ('team.membership_changed', 'Membership Changed'), ('instance_type.created', 'Instance Type Created'), ('instance_type.updated', 'Instance Type Updated'), ('queue.created', 'Queue Created'), ('queue.updated', 'Queue Updated'), ('queue.capacity_changed', 'Capacity Changed'), ('share.created', 'Share Created'), ('share.updated', 'Share Updated'), ('share.deleted', 'Share Deleted'), ('priority_definition.created', 'Priority Definition Created'), ('priority_definition.updated', 'Priority Definition Updated'), ('priority_definition.deleted', 'Priority Definition Deleted'), ('exception.filed', 'Exception Filed'), ('exception.approved', 'Exception Approved'), ('exception.rejected', 'Exception Rejected'), ('exception.withdrawn', 'Exception Withdrawn'), ('exception.expired', 'Exception Expired'), ('notification.preferences_changed', 'Notification Preferences Changed'), ('agreement.created', 'Agreement Created'), ('agreement.updated', 'Agreement Updated'), ('job.submitted', 'Job Submitted'), ('job.reprioritised', 'Job Reprioritised'), ('job.cancelled', 'Job Cancelled'), ('job.admitted', 'Job Admitted'), ('job.preempted', 'Job Preempted'), ('job.failed', 'Job Failed'), ('job.timed_out', 'Job Timed Out'), ('job.started', 'Job Started'), ('job.checkpointed', 'Job Checkpointed'), ('job.completed', 'Job Completed'), ('job.lost', 'Job Lost')], max_length=40),
+            model_name="auditentry",
+            name="event_type",
+            field=models.CharField(
+                choices=[
+                    ("team.created", "Team Created"),
+                    ("team.updated", "Team Updated"),
+                    ("team.membership_changed", "Membership Changed"),
+                    ("instance_type.created", "Instance Type Created"),
+                    ("instance_type.updated", "Instance Type Updated"),
+                    ("queue.created", "Queue Created"),
+                    ("queue.updated", "Queue Updated"),
+                    ("queue.capacity_changed", "Capacity Changed"),
+                    ("share.created", "Share Created"),
+                    ("share.updated", "Share Updated"),
+                    ("share.deleted", "Share Deleted"),
+                    ("priority_definition.created", "Priority Definition Created"),
+                    ("priority_definition.updated", "Priority Definition Updated"),
+                    ("priority_definition.deleted", "Priority Definition Deleted"),
+                    ("exception.filed", "Exception Filed"),
+                    ("exception.approved", "Exception Approved"),
+                    ("exception.rejected", "Exception Rejected"),
+                    ("exception.withdrawn", "Exception Withdrawn"),
+                    ("exception.expired", "Exception Expired"),
+                    ("notification.preferences_changed", "Notification Preferences Changed"),
+                    ("agreement.created", "Agreement Created"),
+                    ("agreement.updated", "Agreement Updated"),
+                    ("job.submitted", "Job Submitted"),
+                    ("job.reprioritised", "Job Reprioritised"),
+                    ("job.cancelled", "Job Cancelled"),
+                    ("job.admitted", "Job Admitted"),
+                    ("job.preempted", "Job Preempted"),
+                    ("job.failed", "Job Failed"),
+                    ("job.timed_out", "Job Timed Out"),
+                    ("job.started", "Job Started"),
+                    ("job.checkpointed", "Job Checkpointed"),
+                    ("job.completed", "Job Completed"),
+                    ("job.lost", "Job Lost"),
+                ],
+                max_length=40,
+            ),
         ),
         migrations.CreateModel(
-            name='NotificationPreference',
+            name="NotificationPreference",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('email_kinds', models.JSONField(blank=True, default=list)),
-                ('webhook_kinds', models.JSONField(blank=True, default=list)),
-                ('webhook_url', models.URLField(blank=True, default='', max_length=300)),
-                ('user', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='notification_preference', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("email_kinds", models.JSONField(blank=True, default=list)),
+                ("webhook_kinds", models.JSONField(blank=True, default=list)),
+                ("webhook_url", models.URLField(blank=True, default="", max_length=300)),
+                (
+                    "user",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="notification_preference",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Notification',
+            name="Notification",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('exception_needs_review', 'An exception needs review'), ('exception_decided', 'An exception was decided'), ('job_preempted', 'A job was preempted'), ('job_failed', 'A job failed'), ('share_changed', 'A share of your team changed'), ('agreement_review_due', 'An agreement reached its review date')], max_length=32)),
-                ('key', models.CharField(max_length=120)),
-                ('title', models.CharField(max_length=300)),
-                ('body', models.TextField(blank=True, default='')),
-                ('url', models.CharField(blank=True, default='', max_length=300)),
-                ('created_at', models.DateTimeField()),
-                ('read_at', models.DateTimeField(blank=True, null=True)),
-                ('email_due', models.BooleanField(default=False)),
-                ('emailed_at', models.DateTimeField(blank=True, null=True)),
-                ('webhook_due', models.BooleanField(default=False)),
-                ('webhook_sent_at', models.DateTimeField(blank=True, null=True)),
-                ('delivery_error', models.CharField(blank=True, default='', max_length=300)),
-                ('recipient', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='notifications', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("exception_needs_review", "An exception needs review"),
+                            ("exception_decided", "An exception was decided"),
+                            ("job_preempted", "A job was preempted"),
+                            ("job_failed", "A job failed"),
+                            ("share_changed", "A share of your team changed"),
+                            ("agreement_review_due", "An agreement reached its review date"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("key", models.CharField(max_length=120)),
+                ("title", models.CharField(max_length=300)),
+                ("body", models.TextField(blank=True, default="")),
+                ("url", models.CharField(blank=True, default="", max_length=300)),
+                ("created_at", models.DateTimeField()),
+                ("read_at", models.DateTimeField(blank=True, null=True)),
+                ("email_due", models.BooleanField(default=False)),
+                ("emailed_at", models.DateTimeField(blank=True, null=True)),
+                ("webhook_due", models.BooleanField(default=False)),
+                ("webhook_sent_at", models.DateTimeField(blank=True, null=True)),
+                ("delivery_error", models.CharField(blank=True, default="", max_length=300)),
+                (
+                    "recipient",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="notifications",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['recipient', 'read_at'], name='notification_unread'), models.Index(condition=models.Q(models.Q(('email_due', True), ('emailed_at__isnull', True)), models.Q(('webhook_due', True), ('webhook_sent_at__isnull', True)), _connector='OR'), fields=['created_at'], name='notification_undelivered')],
-                'constraints': [models.UniqueConstraint(fields=('recipient', 'key'), name='notification_once_per_recipient')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [
+                    models.Index(fields=["recipient", "read_at"], name="notification_unread"),
+                    models.Index(
+                        condition=models.Q(
+                            models.Q(("email_due", True), ("emailed_at__isnull", True)),
+                            models.Q(("webhook_due", True), ("webhook_sent_at__isnull", True)),
+                            _connector="OR",
+                        ),
+                        fields=["created_at"],
+                        name="notification_undelivered",
+                    ),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("recipient", "key"), name="notification_once_per_recipient"
+                    )
+                ],
             },
         ),
     ]

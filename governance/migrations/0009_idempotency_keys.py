@@ -8,28 +8,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0008_notifications'),
+        ("governance", "0008_notifications"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='IdempotencyKey',
+            name="IdempotencyKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255)),
-                ('endpoint', models.CharField(max_length=300)),
-                ('fingerprint', models.CharField(max_length=64)),
-                ('status', models.PositiveSmallIntegerField()),
-                ('body', models.JSONField(encoder=django.core.serializers.json.DjangoJSONEncoder)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=255)),
+                ("endpoint", models.CharField(max_length=300)),
+                ("fingerprint", models.CharField(max_length=64)),
+                ("status", models.PositiveSmallIntegerField()),
+                ("body", models.JSONField(encoder=django.core.serializers.json.DjangoJSONEncoder)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['created_at'], name='idempotency_key_created')],
-                'constraints': [models.UniqueConstraint(fields=('user', 'key'), name='idempotency_key_per_user')],
+                "indexes": [models.Index(fields=["created_at"], name="idempotency_key_created")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("user", "key"), name="idempotency_key_per_user")
+                ],
             },
         ),
     ]

@@ -3,7 +3,6 @@
 from django.db import migrations, models
 
 
-
 # A tamper-evident audit trail. Each entry's hash covers the previous entry's hash and the
 # entry's own content, so changing, removing or inserting a row breaks the chain from
 # there on (``manage.py audit_verify`` names the first broken link).
@@ -108,33 +107,38 @@ $$ LANGUAGE plpgsql;
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0009_idempotency_keys'),
+        ("governance", "0009_idempotency_keys"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AuditChainHead',
+            name="AuditChainHead",
             fields=[
-                ('id', models.SmallIntegerField(default=1, primary_key=True, serialize=False)),
-                ('last_seq', models.BigIntegerField(default=0)),
-                ('last_hash', models.CharField(default='0000000000000000000000000000000000000000000000000000000000000000', max_length=64)),
+                ("id", models.SmallIntegerField(default=1, primary_key=True, serialize=False)),
+                ("last_seq", models.BigIntegerField(default=0)),
+                (
+                    "last_hash",
+                    models.CharField(
+                        default="0000000000000000000000000000000000000000000000000000000000000000",
+                        max_length=64,
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='auditentry',
-            name='chain_seq',
+            model_name="auditentry",
+            name="chain_seq",
             field=models.BigIntegerField(blank=True, editable=False, null=True),
         ),
         migrations.AddField(
-            model_name='auditentry',
-            name='hash',
+            model_name="auditentry",
+            name="hash",
             field=models.CharField(blank=True, editable=False, max_length=64, null=True),
         ),
         migrations.AddField(
-            model_name='auditentry',
-            name='prev_hash',
+            model_name="auditentry",
+            name="prev_hash",
             field=models.CharField(blank=True, editable=False, max_length=64, null=True),
         ),
         migrations.RunSQL(FORWARD, BACKWARD),

@@ -4,15 +4,58 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0012_audit_user_events'),
+        ("governance", "0012_audit_user_events"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='auditentry',
-            name='event_type',
-            field=models.CharField(choices=[('team.created', 'Team Created'), ('team.updated', 'Team Updated'), ('team.membership_changed', 'Membership Changed'), ('instance_type.created', 'Instance Type Created'), ('instance_type.updated', 'Instance Type Updated'), ('queue.created', 'Queue Created'), ('queue.updated', 'Queue Updated'), ('queue.capacity_changed', 'Capacity Changed'), ('share.created', 'Share Created'), ('share.updated', 'Share Updated'), ('share.deleted', 'Share Deleted'), ('priority_definition.created', 'Priority Definition Created'), ('priority_definition.updated', 'Priority Definition Updated'), ('priority_definition.deleted', 'Priority Definition Deleted'), ('exception.filed', 'Exception Filed'), ('exception.approved', 'Exception Approved'), ('exception.rejected', 'Exception Rejected'), ('exception.withdrawn', 'Exception Withdrawn'), ('exception.expired', 'Exception Expired'), ('notification.preferences_changed', 'Notification Preferences Changed'), ('agreement.created', 'Agreement Created'), ('agreement.updated', 'Agreement Updated'), ('job.submitted', 'Job Submitted'), ('job.reprioritised', 'Job Reprioritised'), ('job.cancelled', 'Job Cancelled'), ('job.admitted', 'Job Admitted'), ('job.preempted', 'Job Preempted'), ('job.failed', 'Job Failed'), ('job.timed_out', 'Job Timed Out'), ('job.started', 'Job Started'), ('job.checkpointed', 'Job Checkpointed'), ('job.completed', 'Job Completed'), ('job.lost', 'Job Lost'), ('user.created', 'User Created'), ('user.updated', 'User Updated'), ('user.roles_changed', 'User Roles Changed'), ('user.deactivated', 'User Deactivated'), ('user.reactivated', 'User Reactivated'), ('user.token_created', 'Token Created'), ('user.token_revoked', 'Token Revoked')], max_length=40),
+            model_name="auditentry",
+            name="event_type",
+            field=models.CharField(
+                choices=[
+                    ("team.created", "Team Created"),
+                    ("team.updated", "Team Updated"),
+                    ("team.membership_changed", "Membership Changed"),
+                    ("instance_type.created", "Instance Type Created"),
+                    ("instance_type.updated", "Instance Type Updated"),
+                    ("queue.created", "Queue Created"),
+                    ("queue.updated", "Queue Updated"),
+                    ("queue.capacity_changed", "Capacity Changed"),
+                    ("share.created", "Share Created"),
+                    ("share.updated", "Share Updated"),
+                    ("share.deleted", "Share Deleted"),
+                    ("priority_definition.created", "Priority Definition Created"),
+                    ("priority_definition.updated", "Priority Definition Updated"),
+                    ("priority_definition.deleted", "Priority Definition Deleted"),
+                    ("exception.filed", "Exception Filed"),
+                    ("exception.approved", "Exception Approved"),
+                    ("exception.rejected", "Exception Rejected"),
+                    ("exception.withdrawn", "Exception Withdrawn"),
+                    ("exception.expired", "Exception Expired"),
+                    ("notification.preferences_changed", "Notification Preferences Changed"),
+                    ("agreement.created", "Agreement Created"),
+                    ("agreement.updated", "Agreement Updated"),
+                    ("job.submitted", "Job Submitted"),
+                    ("job.reprioritised", "Job Reprioritised"),
+                    ("job.cancelled", "Job Cancelled"),
+                    ("job.admitted", "Job Admitted"),
+                    ("job.preempted", "Job Preempted"),
+                    ("job.failed", "Job Failed"),
+                    ("job.timed_out", "Job Timed Out"),
+                    ("job.started", "Job Started"),
+                    ("job.checkpointed", "Job Checkpointed"),
+                    ("job.completed", "Job Completed"),
+                    ("job.lost", "Job Lost"),
+                    ("user.created", "User Created"),
+                    ("user.updated", "User Updated"),
+                    ("user.roles_changed", "User Roles Changed"),
+                    ("user.deactivated", "User Deactivated"),
+                    ("user.reactivated", "User Reactivated"),
+                    ("user.token_created", "Token Created"),
+                    ("user.token_revoked", "Token Revoked"),
+                ],
+                max_length=40,
+            ),
         ),
     ]

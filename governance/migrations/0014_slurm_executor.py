@@ -5,82 +5,198 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0013_audit_event_types'),
+        ("governance", "0013_audit_event_types"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='program',
+            model_name="job",
+            name="program",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AlterField(
-            model_name='auditentry',
-            name='event_type',
-            field=models.CharField(choices=[('team.created', 'Team Created'), ('team.updated', 'Team Updated'), ('team.membership_changed', 'Membership Changed'), ('instance_type.created', 'Instance Type Created'), ('instance_type.updated', 'Instance Type Updated'), ('queue.created', 'Queue Created'), ('queue.updated', 'Queue Updated'), ('queue.capacity_changed', 'Capacity Changed'), ('share.created', 'Share Created'), ('share.updated', 'Share Updated'), ('share.deleted', 'Share Deleted'), ('priority_definition.created', 'Priority Definition Created'), ('priority_definition.updated', 'Priority Definition Updated'), ('priority_definition.deleted', 'Priority Definition Deleted'), ('exception.filed', 'Exception Filed'), ('exception.approved', 'Exception Approved'), ('exception.rejected', 'Exception Rejected'), ('exception.withdrawn', 'Exception Withdrawn'), ('exception.expired', 'Exception Expired'), ('notification.preferences_changed', 'Notification Preferences Changed'), ('agreement.created', 'Agreement Created'), ('agreement.updated', 'Agreement Updated'), ('job.submitted', 'Job Submitted'), ('job.reprioritised', 'Job Reprioritised'), ('job.cancelled', 'Job Cancelled'), ('job.admitted', 'Job Admitted'), ('job.preempted', 'Job Preempted'), ('job.failed', 'Job Failed'), ('job.timed_out', 'Job Timed Out'), ('job.started', 'Job Started'), ('job.checkpointed', 'Job Checkpointed'), ('job.completed', 'Job Completed'), ('job.lost', 'Job Lost'), ('user.created', 'User Created'), ('user.updated', 'User Updated'), ('user.roles_changed', 'User Roles Changed'), ('user.deactivated', 'User Deactivated'), ('user.reactivated', 'User Reactivated'), ('user.token_created', 'Token Created'), ('user.token_revoked', 'Token Revoked'), ('queue.slurm_config_changed', 'Slurm Config Changed'), ('executor.failed', 'Executor Failed'), ('executor.paused', 'Executor Paused'), ('executor.resumed', 'Executor Resumed')], max_length=40),
+            model_name="auditentry",
+            name="event_type",
+            field=models.CharField(
+                choices=[
+                    ("team.created", "Team Created"),
+                    ("team.updated", "Team Updated"),
+                    ("team.membership_changed", "Membership Changed"),
+                    ("instance_type.created", "Instance Type Created"),
+                    ("instance_type.updated", "Instance Type Updated"),
+                    ("queue.created", "Queue Created"),
+                    ("queue.updated", "Queue Updated"),
+                    ("queue.capacity_changed", "Capacity Changed"),
+                    ("share.created", "Share Created"),
+                    ("share.updated", "Share Updated"),
+                    ("share.deleted", "Share Deleted"),
+                    ("priority_definition.created", "Priority Definition Created"),
+                    ("priority_definition.updated", "Priority Definition Updated"),
+                    ("priority_definition.deleted", "Priority Definition Deleted"),
+                    ("exception.filed", "Exception Filed"),
+                    ("exception.approved", "Exception Approved"),
+                    ("exception.rejected", "Exception Rejected"),
+                    ("exception.withdrawn", "Exception Withdrawn"),
+                    ("exception.expired", "Exception Expired"),
+                    ("notification.preferences_changed", "Notification Preferences Changed"),
+                    ("agreement.created", "Agreement Created"),
+                    ("agreement.updated", "Agreement Updated"),
+                    ("job.submitted", "Job Submitted"),
+                    ("job.reprioritised", "Job Reprioritised"),
+                    ("job.cancelled", "Job Cancelled"),
+                    ("job.admitted", "Job Admitted"),
+                    ("job.preempted", "Job Preempted"),
+                    ("job.failed", "Job Failed"),
+                    ("job.timed_out", "Job Timed Out"),
+                    ("job.started", "Job Started"),
+                    ("job.checkpointed", "Job Checkpointed"),
+                    ("job.completed", "Job Completed"),
+                    ("job.lost", "Job Lost"),
+                    ("user.created", "User Created"),
+                    ("user.updated", "User Updated"),
+                    ("user.roles_changed", "User Roles Changed"),
+                    ("user.deactivated", "User Deactivated"),
+                    ("user.reactivated", "User Reactivated"),
+                    ("user.token_created", "Token Created"),
+                    ("user.token_revoked", "Token Revoked"),
+                    ("queue.slurm_config_changed", "Slurm Config Changed"),
+                    ("executor.failed", "Executor Failed"),
+                    ("executor.paused", "Executor Paused"),
+                    ("executor.resumed", "Executor Resumed"),
+                ],
+                max_length=40,
+            ),
         ),
         migrations.AlterField(
-            model_name='jobqueue',
-            name='executor',
-            field=models.CharField(choices=[('simulated', 'Simulated fleet'), ('agent', 'External agents'), ('slurm', 'Slurm cluster')], default='simulated', max_length=16),
+            model_name="jobqueue",
+            name="executor",
+            field=models.CharField(
+                choices=[
+                    ("simulated", "Simulated fleet"),
+                    ("agent", "External agents"),
+                    ("slurm", "Slurm cluster"),
+                ],
+                default="simulated",
+                max_length=16,
+            ),
         ),
         migrations.CreateModel(
-            name='SlurmQueueConfig',
+            name="SlurmQueueConfig",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('account', models.CharField(blank=True, default='', max_length=64)),
-                ('qos', models.CharField(blank=True, default='', max_length=64)),
-                ('grace_seconds', models.PositiveIntegerField(default=10)),
-                ('paused_since', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('failures', models.PositiveIntegerField(default=0)),
-                ('retry_at', models.DateTimeField(blank=True, null=True)),
-                ('queue', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='slurm', to='governance.jobqueue')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("account", models.CharField(blank=True, default="", max_length=64)),
+                ("qos", models.CharField(blank=True, default="", max_length=64)),
+                ("grace_seconds", models.PositiveIntegerField(default=10)),
+                ("paused_since", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True, default="")),
+                ("failures", models.PositiveIntegerField(default=0)),
+                ("retry_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "queue",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="slurm",
+                        to="governance.jobqueue",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='SlurmRun',
+            name="SlurmRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('run', models.PositiveIntegerField()),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('state', models.CharField(choices=[('SUBMITTING', 'Submitting'), ('SUBMITTED', 'Submitted'), ('STOPPING', 'Stopping'), ('ENDED', 'Ended')], default='SUBMITTING', max_length=12)),
-                ('slurm_job_id', models.BigIntegerField(blank=True, null=True)),
-                ('partition', models.CharField(blank=True, default='', max_length=64)),
-                ('stdout', models.CharField(blank=True, default='', max_length=1024)),
-                ('stderr', models.CharField(blank=True, default='', max_length=1024)),
-                ('slurm_state', models.CharField(blank=True, default='', max_length=32)),
-                ('exit_code', models.IntegerField(blank=True, null=True)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('retry_at', models.DateTimeField(blank=True, null=True)),
-                ('started_seen', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField()),
-                ('signalled_at', models.DateTimeField(blank=True, null=True)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='slurm_runs', to='governance.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("run", models.PositiveIntegerField()),
+                ("name", models.CharField(max_length=100, unique=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("SUBMITTING", "Submitting"),
+                            ("SUBMITTED", "Submitted"),
+                            ("STOPPING", "Stopping"),
+                            ("ENDED", "Ended"),
+                        ],
+                        default="SUBMITTING",
+                        max_length=12,
+                    ),
+                ),
+                ("slurm_job_id", models.BigIntegerField(blank=True, null=True)),
+                ("partition", models.CharField(blank=True, default="", max_length=64)),
+                ("stdout", models.CharField(blank=True, default="", max_length=1024)),
+                ("stderr", models.CharField(blank=True, default="", max_length=1024)),
+                ("slurm_state", models.CharField(blank=True, default="", max_length=32)),
+                ("exit_code", models.IntegerField(blank=True, null=True)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                ("retry_at", models.DateTimeField(blank=True, null=True)),
+                ("started_seen", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField()),
+                ("signalled_at", models.DateTimeField(blank=True, null=True)),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="slurm_runs",
+                        to="governance.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['job', 'run'],
-                'indexes': [models.Index(fields=['state'], name='governance__state_ced4aa_idx')],
-                'constraints': [models.UniqueConstraint(fields=('job', 'run'), name='slurm_run_unique_run')],
+                "ordering": ["job", "run"],
+                "indexes": [models.Index(fields=["state"], name="governance__state_ced4aa_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("job", "run"), name="slurm_run_unique_run")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='SlurmTypeConfig',
+            name="SlurmTypeConfig",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('partition', models.CharField(blank=True, default='', max_length=64)),
-                ('feature', models.CharField(blank=True, default='', max_length=64)),
-                ('gpus_per_instance', models.PositiveIntegerField(default=1)),
-                ('gres_name', models.CharField(default='gpu', max_length=32)),
-                ('instance_type', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='governance.instancetype')),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='slurm_types', to='governance.jobqueue')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("partition", models.CharField(blank=True, default="", max_length=64)),
+                ("feature", models.CharField(blank=True, default="", max_length=64)),
+                ("gpus_per_instance", models.PositiveIntegerField(default=1)),
+                ("gres_name", models.CharField(default="gpu", max_length=32)),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="governance.instancetype",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="slurm_types",
+                        to="governance.jobqueue",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['queue', 'instance_type__name'],
-                'constraints': [models.UniqueConstraint(fields=('queue', 'instance_type'), name='slurm_type_unique_per_queue')],
+                "ordering": ["queue", "instance_type__name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("queue", "instance_type"), name="slurm_type_unique_per_queue"
+                    )
+                ],
             },
         ),
     ]

@@ -6,62 +6,155 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0015_signals_whatif'),
+        ("governance", "0015_signals_whatif"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='auditentry',
-            name='event_type',
-            field=models.CharField(choices=[('team.created', 'Team Created'), ('team.updated', 'Team Updated'), ('team.membership_changed', 'Membership Changed'), ('instance_type.created', 'Instance Type Created'), ('instance_type.updated', 'Instance Type Updated'), ('queue.created', 'Queue Created'), ('queue.updated', 'Queue Updated'), ('queue.capacity_changed', 'Capacity Changed'), ('share.created', 'Share Created'), ('share.updated', 'Share Updated'), ('share.deleted', 'Share Deleted'), ('priority_definition.created', 'Priority Definition Created'), ('priority_definition.updated', 'Priority Definition Updated'), ('priority_definition.deleted', 'Priority Definition Deleted'), ('exception.filed', 'Exception Filed'), ('exception.approved', 'Exception Approved'), ('exception.rejected', 'Exception Rejected'), ('exception.withdrawn', 'Exception Withdrawn'), ('exception.expired', 'Exception Expired'), ('notification.preferences_changed', 'Notification Preferences Changed'), ('agreement.created', 'Agreement Created'), ('agreement.updated', 'Agreement Updated'), ('job.submitted', 'Job Submitted'), ('job.reprioritised', 'Job Reprioritised'), ('job.cancelled', 'Job Cancelled'), ('job.admitted', 'Job Admitted'), ('job.preempted', 'Job Preempted'), ('job.failed', 'Job Failed'), ('job.timed_out', 'Job Timed Out'), ('job.started', 'Job Started'), ('job.checkpointed', 'Job Checkpointed'), ('job.completed', 'Job Completed'), ('job.lost', 'Job Lost'), ('user.created', 'User Created'), ('user.updated', 'User Updated'), ('user.roles_changed', 'User Roles Changed'), ('user.deactivated', 'User Deactivated'), ('user.reactivated', 'User Reactivated'), ('user.token_created', 'Token Created'), ('user.token_revoked', 'Token Revoked'), ('plan.created', 'Plan Created'), ('plan.resized', 'Plan Resized'), ('plan.ended', 'Plan Ended')], max_length=40),
+            model_name="auditentry",
+            name="event_type",
+            field=models.CharField(
+                choices=[
+                    ("team.created", "Team Created"),
+                    ("team.updated", "Team Updated"),
+                    ("team.membership_changed", "Membership Changed"),
+                    ("instance_type.created", "Instance Type Created"),
+                    ("instance_type.updated", "Instance Type Updated"),
+                    ("queue.created", "Queue Created"),
+                    ("queue.updated", "Queue Updated"),
+                    ("queue.capacity_changed", "Capacity Changed"),
+                    ("share.created", "Share Created"),
+                    ("share.updated", "Share Updated"),
+                    ("share.deleted", "Share Deleted"),
+                    ("priority_definition.created", "Priority Definition Created"),
+                    ("priority_definition.updated", "Priority Definition Updated"),
+                    ("priority_definition.deleted", "Priority Definition Deleted"),
+                    ("exception.filed", "Exception Filed"),
+                    ("exception.approved", "Exception Approved"),
+                    ("exception.rejected", "Exception Rejected"),
+                    ("exception.withdrawn", "Exception Withdrawn"),
+                    ("exception.expired", "Exception Expired"),
+                    ("notification.preferences_changed", "Notification Preferences Changed"),
+                    ("agreement.created", "Agreement Created"),
+                    ("agreement.updated", "Agreement Updated"),
+                    ("job.submitted", "Job Submitted"),
+                    ("job.reprioritised", "Job Reprioritised"),
+                    ("job.cancelled", "Job Cancelled"),
+                    ("job.admitted", "Job Admitted"),
+                    ("job.preempted", "Job Preempted"),
+                    ("job.failed", "Job Failed"),
+                    ("job.timed_out", "Job Timed Out"),
+                    ("job.started", "Job Started"),
+                    ("job.checkpointed", "Job Checkpointed"),
+                    ("job.completed", "Job Completed"),
+                    ("job.lost", "Job Lost"),
+                    ("user.created", "User Created"),
+                    ("user.updated", "User Updated"),
+                    ("user.roles_changed", "User Roles Changed"),
+                    ("user.deactivated", "User Deactivated"),
+                    ("user.reactivated", "User Reactivated"),
+                    ("user.token_created", "Token Created"),
+                    ("user.token_revoked", "Token Revoked"),
+                    ("plan.created", "Plan Created"),
+                    ("plan.resized", "Plan Resized"),
+                    ("plan.ended", "Plan Ended"),
+                ],
+                max_length=40,
+            ),
         ),
         migrations.CreateModel(
-            name='CapacityPlan',
+            name="CapacityPlan",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('count', models.PositiveIntegerField()),
-                ('start', models.DateTimeField()),
-                ('end', models.DateTimeField()),
-                ('hourly_price', models.DecimalField(decimal_places=4, default=0, max_digits=10)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('instance_type', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='governance.instancetype')),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='plans', to='governance.jobqueue')),
-                ('share', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='plans', to='governance.share')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("count", models.PositiveIntegerField()),
+                ("start", models.DateTimeField()),
+                ("end", models.DateTimeField()),
+                ("hourly_price", models.DecimalField(decimal_places=4, default=0, max_digits=10)),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="governance.instancetype",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="plans",
+                        to="governance.jobqueue",
+                    ),
+                ),
+                (
+                    "share",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="plans",
+                        to="governance.share",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['queue__name', 'start', 'name'],
+                "ordering": ["queue__name", "start", "name"],
             },
         ),
         migrations.AddField(
-            model_name='job',
-            name='plan',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='jobs', to='governance.capacityplan'),
+            model_name="job",
+            name="plan",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="jobs",
+                to="governance.capacityplan",
+            ),
         ),
         migrations.AddIndex(
-            model_name='capacityplan',
-            index=models.Index(fields=['queue', 'end'], name='governance__queue_i_bb4d9c_idx'),
+            model_name="capacityplan",
+            index=models.Index(fields=["queue", "end"], name="governance__queue_i_bb4d9c_idx"),
         ),
         migrations.AddIndex(
-            model_name='capacityplan',
-            index=models.Index(fields=['share', 'end'], name='governance__share_i_bb655f_idx'),
+            model_name="capacityplan",
+            index=models.Index(fields=["share", "end"], name="governance__share_i_bb655f_idx"),
         ),
         migrations.AddConstraint(
-            model_name='capacityplan',
-            constraint=models.UniqueConstraint(fields=('queue', 'name'), name='plan_unique_name_in_queue'),
+            model_name="capacityplan",
+            constraint=models.UniqueConstraint(
+                fields=("queue", "name"), name="plan_unique_name_in_queue"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='capacityplan',
-            constraint=models.CheckConstraint(condition=models.Q(('end__gt', models.F('start'))), name='plan_end_after_start'),
+            model_name="capacityplan",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("end__gt", models.F("start"))), name="plan_end_after_start"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='capacityplan',
-            constraint=models.CheckConstraint(condition=models.Q(('hourly_price__gte', 0)), name='plan_price_gte_0'),
+            model_name="capacityplan",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("hourly_price__gte", 0)), name="plan_price_gte_0"
+            ),
         ),
     ]

@@ -5,53 +5,120 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0016_plans'),
+        ("governance", "0016_plans"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='UsageLevel',
+            name="UsageLevel",
             fields=[
-                ('queue', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, serialize=False, to='governance.jobqueue')),
-                ('since', models.DateTimeField()),
-                ('levels', models.JSONField(default=list)),
-                ('pending', models.JSONField(default=list)),
+                (
+                    "queue",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        serialize=False,
+                        to="governance.jobqueue",
+                    ),
+                ),
+                ("since", models.DateTimeField()),
+                ("levels", models.JSONField(default=list)),
+                ("pending", models.JSONField(default=list)),
             ],
         ),
         migrations.CreateModel(
-            name='JobForecast',
+            name="JobForecast",
             fields=[
-                ('job', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, serialize=False, to='governance.job')),
-                ('estimated_at', models.DateTimeField()),
-                ('estimated_start', models.DateTimeField()),
-                ('position', models.PositiveIntegerField()),
-                ('basis', models.CharField(max_length=300)),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='governance.jobqueue')),
-                ('share', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='governance.share')),
+                (
+                    "job",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        serialize=False,
+                        to="governance.job",
+                    ),
+                ),
+                ("estimated_at", models.DateTimeField()),
+                ("estimated_start", models.DateTimeField()),
+                ("position", models.PositiveIntegerField()),
+                ("basis", models.CharField(max_length=300)),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="governance.jobqueue",
+                    ),
+                ),
+                (
+                    "share",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="governance.share",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['queue', 'estimated_at'], name='governance__queue_i_66e008_idx')],
+                "indexes": [
+                    models.Index(
+                        fields=["queue", "estimated_at"], name="governance__queue_i_66e008_idx"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='UsageRollup',
+            name="UsageRollup",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('width', models.PositiveIntegerField()),
-                ('start', models.DateTimeField()),
-                ('own', models.FloatField(default=0)),
-                ('borrowed', models.FloatField(default=0)),
-                ('lent', models.FloatField(default=0)),
-                ('idle', models.FloatField(default=0)),
-                ('instance_type', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='governance.instancetype')),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='governance.jobqueue')),
-                ('share', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='governance.share')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("width", models.PositiveIntegerField()),
+                ("start", models.DateTimeField()),
+                ("own", models.FloatField(default=0)),
+                ("borrowed", models.FloatField(default=0)),
+                ("lent", models.FloatField(default=0)),
+                ("idle", models.FloatField(default=0)),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="governance.instancetype",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="governance.jobqueue",
+                    ),
+                ),
+                (
+                    "share",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="governance.share",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['queue', 'width', 'start'], name='usage_rollup_queue'), models.Index(fields=['width', 'start'], name='usage_rollup_window')],
-                'constraints': [models.UniqueConstraint(fields=('share', 'instance_type', 'width', 'start'), name='usage_rollup_bucket')],
+                "indexes": [
+                    models.Index(fields=["queue", "width", "start"], name="usage_rollup_queue"),
+                    models.Index(fields=["width", "start"], name="usage_rollup_window"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("share", "instance_type", "width", "start"),
+                        name="usage_rollup_bucket",
+                    )
+                ],
             },
         ),
     ]

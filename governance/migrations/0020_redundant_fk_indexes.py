@@ -11,9 +11,8 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0019_slurm_job_id_index'),
+        ("governance", "0019_slurm_job_id_index"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
@@ -21,34 +20,78 @@ class Migration(migrations.Migration):
         migrations.SeparateDatabaseAndState(
             state_operations=[
                 migrations.AlterField(
-                    model_name='auditentry',
-                    name='actor',
-                    field=models.ForeignKey(blank=True, db_index=False, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL),
+                    model_name="auditentry",
+                    name="actor",
+                    field=models.ForeignKey(
+                        blank=True,
+                        db_index=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
                 ),
                 migrations.AlterField(
-                    model_name='auditentry',
-                    name='job',
-                    field=models.ForeignKey(blank=True, db_constraint=False, db_index=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='governance.job'),
+                    model_name="auditentry",
+                    name="job",
+                    field=models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        db_index=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="governance.job",
+                    ),
                 ),
                 migrations.AlterField(
-                    model_name='auditentry',
-                    name='queue',
-                    field=models.ForeignKey(blank=True, db_constraint=False, db_index=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='governance.jobqueue'),
+                    model_name="auditentry",
+                    name="queue",
+                    field=models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        db_index=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="governance.jobqueue",
+                    ),
                 ),
                 migrations.AlterField(
-                    model_name='auditentry',
-                    name='share',
-                    field=models.ForeignKey(blank=True, db_constraint=False, db_index=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='governance.share'),
+                    model_name="auditentry",
+                    name="share",
+                    field=models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        db_index=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="governance.share",
+                    ),
                 ),
                 migrations.AlterField(
-                    model_name='auditentry',
-                    name='team',
-                    field=models.ForeignKey(blank=True, db_constraint=False, db_index=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='governance.team'),
+                    model_name="auditentry",
+                    name="team",
+                    field=models.ForeignKey(
+                        blank=True,
+                        db_constraint=False,
+                        db_index=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="governance.team",
+                    ),
                 ),
                 migrations.AlterField(
-                    model_name='jobevent',
-                    name='job',
-                    field=models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='events', to='governance.job'),
+                    model_name="jobevent",
+                    name="job",
+                    field=models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="governance.job",
+                    ),
                 ),
             ],
             database_operations=[

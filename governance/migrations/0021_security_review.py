@@ -135,26 +135,44 @@ def grant_app_role(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0020_redundant_fk_indexes'),
+        ("governance", "0020_redundant_fk_indexes"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='notification',
-            name='kind',
-            field=models.CharField(choices=[('exception_needs_review', 'An exception needs review'), ('exception_decided', 'An exception was decided'), ('job_preempted', 'A job was preempted'), ('job_failed', 'A job failed'), ('share_changed', 'A share of your team changed'), ('agreement_review_due', 'An agreement reached its review date'), ('agreement_evidence_moved', 'Evidence attached to your agreement was moved to another')], max_length=32),
+            model_name="notification",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("exception_needs_review", "An exception needs review"),
+                    ("exception_decided", "An exception was decided"),
+                    ("job_preempted", "A job was preempted"),
+                    ("job_failed", "A job failed"),
+                    ("share_changed", "A share of your team changed"),
+                    ("agreement_review_due", "An agreement reached its review date"),
+                    (
+                        "agreement_evidence_moved",
+                        "Evidence attached to your agreement was moved to another",
+                    ),
+                ],
+                max_length=32,
+            ),
         ),
         migrations.CreateModel(
-            name='AuditCheckpoint',
+            name="AuditCheckpoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('chain_seq', models.BigIntegerField(unique=True)),
-                ('chain_hash', models.CharField(max_length=64)),
-                ('key_id', models.CharField(max_length=16)),
-                ('mac', models.CharField(max_length=64)),
-                ('created_at', models.DateTimeField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("chain_seq", models.BigIntegerField(unique=True)),
+                ("chain_hash", models.CharField(max_length=64)),
+                ("key_id", models.CharField(max_length=16)),
+                ("mac", models.CharField(max_length=64)),
+                ("created_at", models.DateTimeField()),
             ],
         ),
         migrations.RunSQL(FORWARD, BACKWARD),

@@ -5,76 +5,161 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('governance', '0023_change_requests'),
+        ("governance", "0024_slurm_isolation"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='agreementversion',
-            name='promises',
+            model_name="agreementversion",
+            name="promises",
             field=models.JSONField(default=list),
         ),
         migrations.AddField(
-            model_name='agreementversion',
-            name='review',
+            model_name="agreementversion",
+            name="review",
             field=models.BooleanField(default=False),
         ),
         migrations.AlterField(
-            model_name='notification',
-            name='kind',
-            field=models.CharField(choices=[('exception_needs_review', 'An exception needs review'), ('exception_decided', 'An exception was decided'), ('job_preempted', 'A job was preempted'), ('job_failed', 'A job failed'), ('share_changed', 'A share of your team changed'), ('agreement_review_due', 'An agreement reached its review date'), ('agreement_review_soon', "An agreement's review date is near"), ('promise_broken', 'A promise of an agreement was broken')], max_length=32),
+            model_name="notification",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("exception_needs_review", "An exception needs review"),
+                    ("exception_decided", "An exception was decided"),
+                    ("job_preempted", "A job was preempted"),
+                    ("job_failed", "A job failed"),
+                    ("share_changed", "A share of your team changed"),
+                    ("agreement_review_due", "An agreement reached its review date"),
+                    ("agreement_review_soon", "An agreement's review date is near"),
+                    ("promise_broken", "A promise of an agreement was broken"),
+                ],
+                max_length=32,
+            ),
         ),
         migrations.CreateModel(
-            name='Promise',
+            name="Promise",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('figure', models.CharField(max_length=100)),
-                ('comparison', models.CharField(max_length=2)),
-                ('threshold', models.FloatField()),
-                ('window_days', models.PositiveSmallIntegerField()),
-                ('added_in_version', models.PositiveIntegerField()),
-                ('removed_in_version', models.PositiveIntegerField(blank=True, null=True)),
-                ('state', models.CharField(blank=True, choices=[('kept', 'Kept'), ('broken', 'Broken'), ('no_data', 'No data')], default='', max_length=8)),
-                ('value', models.FloatField(blank=True, null=True)),
-                ('evaluated_at', models.DateTimeField(blank=True, null=True)),
-                ('window_start', models.DateTimeField(blank=True, null=True)),
-                ('window_stop', models.DateTimeField(blank=True, null=True)),
-                ('agreement', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='promises', to='governance.agreement')),
-                ('queue', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='promises', to='governance.jobqueue')),
-                ('share', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='promises', to='governance.share')),
-                ('team', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='promises', to='governance.team')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("figure", models.CharField(max_length=100)),
+                ("comparison", models.CharField(max_length=2)),
+                ("threshold", models.FloatField()),
+                ("window_days", models.PositiveSmallIntegerField()),
+                ("added_in_version", models.PositiveIntegerField()),
+                ("removed_in_version", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "state",
+                    models.CharField(
+                        blank=True,
+                        choices=[("kept", "Kept"), ("broken", "Broken"), ("no_data", "No data")],
+                        default="",
+                        max_length=8,
+                    ),
+                ),
+                ("value", models.FloatField(blank=True, null=True)),
+                ("evaluated_at", models.DateTimeField(blank=True, null=True)),
+                ("window_start", models.DateTimeField(blank=True, null=True)),
+                ("window_stop", models.DateTimeField(blank=True, null=True)),
+                (
+                    "agreement",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="promises",
+                        to="governance.agreement",
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="promises",
+                        to="governance.jobqueue",
+                    ),
+                ),
+                (
+                    "share",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="promises",
+                        to="governance.share",
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="promises",
+                        to="governance.team",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['agreement', 'id'],
+                "ordering": ["agreement", "id"],
             },
         ),
         migrations.CreateModel(
-            name='PromiseEvaluation',
+            name="PromiseEvaluation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('window_start', models.DateTimeField()),
-                ('window_stop', models.DateTimeField()),
-                ('value', models.FloatField(blank=True, null=True)),
-                ('state', models.CharField(choices=[('kept', 'Kept'), ('broken', 'Broken'), ('no_data', 'No data')], max_length=8)),
-                ('evaluated_at', models.DateTimeField()),
-                ('promise', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='evaluations', to='governance.promise')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("window_start", models.DateTimeField()),
+                ("window_stop", models.DateTimeField()),
+                ("value", models.FloatField(blank=True, null=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("kept", "Kept"), ("broken", "Broken"), ("no_data", "No data")],
+                        max_length=8,
+                    ),
+                ),
+                ("evaluated_at", models.DateTimeField()),
+                (
+                    "promise",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="evaluations",
+                        to="governance.promise",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['promise', 'window_stop', 'id'],
+                "ordering": ["promise", "window_stop", "id"],
             },
         ),
         migrations.AddIndex(
-            model_name='promise',
-            index=models.Index(condition=models.Q(('removed_in_version__isnull', True)), fields=['state'], name='promise_active_state'),
+            model_name="promise",
+            index=models.Index(
+                condition=models.Q(("removed_in_version__isnull", True)),
+                fields=["state"],
+                name="promise_active_state",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='promise',
-            constraint=models.CheckConstraint(condition=models.Q(models.Q(('share__isnull', False), ('team__isnull', True)), models.Q(('share__isnull', True), ('team__isnull', False)), _connector='OR'), name='promise_share_or_team'),
+            model_name="promise",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    models.Q(("share__isnull", False), ("team__isnull", True)),
+                    models.Q(("share__isnull", True), ("team__isnull", False)),
+                    _connector="OR",
+                ),
+                name="promise_share_or_team",
+            ),
         ),
         migrations.AddIndex(
-            model_name='promiseevaluation',
-            index=models.Index(fields=['promise', 'window_stop'], name='promise_evaluation_window'),
+            model_name="promiseevaluation",
+            index=models.Index(fields=["promise", "window_stop"], name="promise_evaluation_window"),
         ),
     ]

@@ -28,7 +28,14 @@ from governance.models.notifications import (
 from governance.models.plans import CapacityPlan, PlanState
 from governance.models.priorities import PriorityDefinition
 from governance.models.shares import Policy, Share, ShareLimit
-from governance.models.slurm import SlurmQueueConfig, SlurmRun, SlurmRunState, SlurmTypeConfig
+from governance.models.slurm import (
+    SlurmDrift,
+    SlurmQueueConfig,
+    SlurmRun,
+    SlurmRunState,
+    SlurmTeamConfig,
+    SlurmTypeConfig,
+)
 from governance.models.teams import Membership, MembershipRole, Team
 from governance.models.whatif import WhatIf, WhatIfState
 
@@ -67,9 +74,11 @@ __all__ = [
     "Share",
     "ShareChangeRequest",
     "ShareLimit",
+    "SlurmDrift",
     "SlurmQueueConfig",
     "SlurmRun",
     "SlurmRunState",
+    "SlurmTeamConfig",
     "SlurmTypeConfig",
     "Team",
     "UsageLevel",

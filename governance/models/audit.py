@@ -82,6 +82,7 @@ class AuditEvent(models.TextChoices):
     EXECUTOR_FAILED = "executor.failed"
     EXECUTOR_PAUSED = "executor.paused"
     EXECUTOR_RESUMED = "executor.resumed"
+    EXECUTOR_DRIFT = "executor.drift"
 
 
 GENESIS_HASH = "0" * 64

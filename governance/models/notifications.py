@@ -21,6 +21,7 @@ class NotificationKind(models.TextChoices):
     )
     AGREEMENT_REVIEW_SOON = "agreement_review_soon", "An agreement's review date is near"
     PROMISE_BROKEN = "promise_broken", "A promise of an agreement was broken"
+    SLURM_DRIFT = "slurm_drift", "Slurm runs a job beyond what the product admitted"
 
 
 # By email unless the person says otherwise; job events are frequent, so in the app only.
@@ -34,6 +35,7 @@ EMAIL_BY_DEFAULT = (
     NotificationKind.AGREEMENT_EVIDENCE_MOVED,
     NotificationKind.AGREEMENT_REVIEW_SOON,
     NotificationKind.PROMISE_BROKEN,
+    NotificationKind.SLURM_DRIFT,
 )
 
 

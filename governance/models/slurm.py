@@ -7,6 +7,7 @@ from django.db import models
 
 from governance.models.capacity import InstanceType, JobQueue
 from governance.models.jobs import Job
+from governance.models.teams import Team
 
 
 class SlurmQueueConfig(models.Model):
@@ -25,9 +26,33 @@ class SlurmQueueConfig(models.Model):
     last_error = models.TextField(blank=True, default="")
     failures = models.PositiveIntegerField(default=0)
     retry_at = models.DateTimeField(null=True, blank=True)
+    # What the drift guard does with a Slurm job beyond what the product admitted on the
+    # queue's partitions: cancel it (the default) or only report it.
+    drift_report_only = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"Slurm config of {self.queue}"
+
+
+class SlurmTeamConfig(models.Model):
+    """Per queue and team: the Unix user the team's jobs run as (submitted and cancelled
+    as that user), and optionally the Slurm account and QOS they are charged to
+    (docs/slurm.md#security-model)."""
+
+    queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="slurm_teams")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    unix_user = models.CharField(max_length=32)
+    account = models.CharField(max_length=64, blank=True, default="")
+    qos = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        ordering = ["queue", "team__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "team"], name="slurm_team_unique_per_queue"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}: {self.team} as {self.unix_user}"
 
 
 class SlurmTypeConfig(models.Model):
@@ -77,6 +102,8 @@ class SlurmRun(models.Model):
     stderr = models.CharField(max_length=1024, blank=True, default="")
     slurm_state = models.CharField(max_length=32, blank=True, default="")
     exit_code = models.IntegerField(null=True, blank=True)
+    signal = models.IntegerField(null=True, blank=True)  # the signal that ended the job
+    unix_user = models.CharField(max_length=32, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
     retry_at = models.DateTimeField(null=True, blank=True)
     started_seen = models.BooleanField(default=False)
@@ -93,3 +120,36 @@ class SlurmRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (Slurm job {self.slurm_job_id})"
+
+
+class SlurmDrift(models.Model):
+    """A Slurm job on a queue's partitions beyond what the product admitted, as the drift
+    guard found it: a job the product did not submit, or a product job holding more than
+    its admission (docs/slurm.md#security-model). One row per Slurm job."""
+
+    queue = models.ForeignKey(JobQueue, on_delete=models.CASCADE, related_name="slurm_drifts")
+    slurm_job_id = models.BigIntegerField()
+    user = models.CharField(max_length=64, blank=True, default="")
+    partition = models.CharField(max_length=64, blank=True, default="")
+    # What was found, comma-separated: unknown (not the product's), gpus, nodes, array,
+    # exclusive (beyond the admission of the product's job).
+    kinds = models.CharField(max_length=100)
+    details = models.JSONField(default=dict)
+    run = models.ForeignKey(
+        SlurmRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    action = models.CharField(max_length=16)  # "cancelled" or "reported"
+    found_at = models.DateTimeField()
+    seen_at = models.DateTimeField()
+    gone_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-found_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "slurm_job_id"], name="slurm_drift_unique_per_job"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue}: Slurm job {self.slurm_job_id} ({self.kinds})"

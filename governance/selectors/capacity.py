@@ -41,7 +41,9 @@ from governance.models import (
     JobState,
     QueueCapacity,
     Share,
+    SlurmDrift,
     SlurmQueueConfig,
+    SlurmTeamConfig,
     SlurmTypeConfig,
 )
 from governance.models.shares import ShareLimit
@@ -147,14 +149,21 @@ def queues() -> QuerySet[JobQueue]:
 
 
 def slurm_mapping(queue: JobQueue) -> dict[str, Any]:
-    """How a queue maps onto Slurm: account, QOS, grace and per type its partition,
-    feature, GPUs per instance and gres name (what SLURM_CONFIG_CHANGED audits)."""
+    """How a queue maps onto Slurm: account, QOS, grace, per type its partition, feature,
+    GPUs per instance and gres name, per team its Unix user (and account, QOS), and
+    whether the drift guard only reports (what SLURM_CONFIG_CHANGED audits)."""
     config = SlurmQueueConfig.objects.filter(queue=queue).first()
     types = SlurmTypeConfig.objects.filter(queue=queue).select_related("instance_type")
+    teams = SlurmTeamConfig.objects.filter(queue=queue).select_related("team")
     return {
         "account": config.account if config else "",
         "qos": config.qos if config else "",
         "grace_seconds": config.grace_seconds if config else 10,
+        "drift_report_only": config.drift_report_only if config else False,
+        "teams": {
+            t.team.name: {"user": t.unix_user, "account": t.account, "qos": t.qos}
+            for t in sorted(teams, key=lambda t: t.team.name)
+        },
         "types": {
             t.instance_type.name: {
                 "partition": t.partition,
@@ -176,6 +185,11 @@ def slurm_config(queue: JobQueue) -> dict[str, Any]:
         "last_error": config.last_error if config else "",
         "failures": config.failures if config else 0,
     }
+
+
+def slurm_drifts(queue: JobQueue, limit: int = 50) -> list[SlurmDrift]:
+    """What the drift guard found on the queue's partitions, newest first."""
+    return list(SlurmDrift.objects.filter(queue=queue)[:limit])
 
 
 def capacity_of(queue: JobQueue) -> dict[str, int]:

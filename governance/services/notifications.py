@@ -132,6 +132,14 @@ def reviewers() -> set[int]:
     return set(users.values_list("pk", flat=True))
 
 
+def admins() -> set[int]:
+    """Everyone who administers the product."""
+    users = get_user_model().objects.filter(
+        Q(groups__name=roles.ADMIN_GROUP) | Q(is_superuser=True), is_active=True
+    )
+    return set(users.values_list("pk", flat=True))
+
+
 # --- reading and preferences ---------------------------------------------------------------
 
 
@@ -345,6 +353,20 @@ def job_stopped(job: Any, *, failed: bool, why: str, at: datetime) -> None:
     )
 
 
+def slurm_drift(queue: Any, slurm_job_id: int, what: str, at: datetime) -> None:
+    """The drift guard found a Slurm job beyond what the product admitted on a queue's
+    partitions (docs/slurm.md#security-model); admins hear, once per Slurm job."""
+    tell(
+        kind=NotificationKind.SLURM_DRIFT,
+        key=f"slurm.drift:{queue.pk}:{slurm_job_id}",
+        recipients=admins(),
+        title=f"Queue {queue.name}: Slurm job {slurm_job_id} beyond what was admitted",
+        body=what,
+        url=_path("web:queue-slurm", queue.pk),
+        at=at,
+    )
+
+
 def share_changed(share: Any, actor: AnyUser, reason: str, *, what: str = "changed") -> None:
     """A share of the team was created, ``changed`` (one event per saved version) or
     deleted; the team's leads and members hear, not the admin who did it."""
@@ -409,14 +431,6 @@ def agreements_due(*, today: Any = None) -> int:
                 )
             )
     return told
-
-
-def admins() -> set[int]:
-    """Everyone who may decide share change requests: admins."""
-    users = get_user_model().objects.filter(
-        Q(groups__name=roles.ADMIN_GROUP) | Q(is_superuser=True), is_active=True
-    )
-    return set(users.values_list("pk", flat=True))
 
 
 def change_request_filed(cr: Any, actor: AnyUser) -> None:

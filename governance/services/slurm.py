@@ -22,14 +22,17 @@ from governance.models import (
     InstanceType,
     JobQueue,
     QueueCapacity,
+    SlurmDrift,
     SlurmQueueConfig,
     SlurmRun,
+    SlurmTeamConfig,
     SlurmTypeConfig,
+    Team,
 )
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.selectors.capacity import slurm_mapping
-from governance.services import audit, hooks
+from governance.services import audit, hooks, notifications
 from governance.services.capacity import capacity_map
 from governance.services.errors import Errors, NotFound
 from governance.services.kit import is_int, require_admin
@@ -38,6 +41,8 @@ from governance.services.kit import is_int, require_admin
 # partition may be a list ("gpu-a,gpu-b": Slurm starts the job in whichever has room).
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 SLURM_NAMES = re.compile(r"^[A-Za-z0-9_.\-]+(,[A-Za-z0-9_.\-]+)*$")
+# A Unix user name (POSIX portable, as useradd takes it); never root.
+UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MAX_GPUS_PER_INSTANCE = 1024
 MAX_GRACE_SECONDS = 3600
@@ -168,15 +173,24 @@ config_snapshot = slurm_mapping
 def slurm_config_set(
     *, actor: AnyUser, queue: JobQueue | int, config: Mapping[str, Any], reason: str = ""
 ) -> dict[str, Any]:
-    """Set how a queue maps onto Slurm: ``account``, ``qos``, ``grace_seconds`` and
-    ``types`` (``{type: {partition, feature, gpus_per_instance, gres_name}}``, replacing the
-    map). Each type needs a partition or a feature. Audited as SLURM_CONFIG_CHANGED."""
+    """Set how a queue maps onto Slurm: ``account``, ``qos``, ``grace_seconds``, ``types``
+    (``{type: {partition, feature, gpus_per_instance, gres_name}}``, replacing the map),
+    ``teams`` (``{team: {user, account, qos}}``: the Unix user each team's jobs run as,
+    replacing the map) and ``drift_report_only``. Each type needs a partition or a
+    feature. Audited as SLURM_CONFIG_CHANGED."""
     require_admin(actor, "configure Slurm queues")
     errors = Errors()
     if not isinstance(config, Mapping):
         errors.add("slurm", "Give an object with account, qos, grace_seconds and types.")
         errors.raise_if_any()
-    unknown = set(config) - {"account", "qos", "grace_seconds", "types"}
+    unknown = set(config) - {
+        "account",
+        "qos",
+        "grace_seconds",
+        "types",
+        "teams",
+        "drift_report_only",
+    }
     for key in sorted(map(str, unknown)):
         errors.add(key, "Unknown field.")
     queue_id = queue if isinstance(queue, int) else queue.pk
@@ -223,10 +237,18 @@ def slurm_config_set(
                 "gpus_per_instance": gpus,
                 "gres_name": gres,
             }
+        clean_teams = _clean_teams(errors, config.get("teams", before["teams"]))
+        report_only = config.get("drift_report_only", before["drift_report_only"])
+        if not isinstance(report_only, bool):
+            errors.add("drift_report_only", "true or false.")
         errors.raise_if_any()
         row, _ = SlurmQueueConfig.objects.get_or_create(queue=locked)
         row.account, row.qos, row.grace_seconds = account, qos, grace
-        row.save(update_fields=["account", "qos", "grace_seconds"])
+        row.drift_report_only = report_only
+        row.save(update_fields=["account", "qos", "grace_seconds", "drift_report_only"])
+        SlurmTeamConfig.objects.filter(queue=locked).exclude(team__in=list(clean_teams)).delete()
+        for team, spec in clean_teams.items():
+            SlurmTeamConfig.objects.update_or_create(queue=locked, team=team, defaults=spec)
         existing = {t.instance_type_id: t for t in SlurmTypeConfig.objects.filter(queue=locked)}
         for itype, spec in clean_types.items():
             found = existing.pop(itype.pk, None) or SlurmTypeConfig(
@@ -249,6 +271,46 @@ def slurm_config_set(
         )
         hooks.queue_changed(locked.pk)
     return after
+
+
+def _clean_teams(errors: Errors, value: Any) -> dict[Team, dict[str, str]]:
+    """``{team name: {"user", "account", "qos"}}``: each team's Unix user (not root) and
+    optional Slurm account and QOS; one Unix user per team."""
+    if not isinstance(value, Mapping):
+        errors.add("teams", 'A map of team to {"user", "account", "qos"}.')
+        return {}
+    known = {t.name: t for t in Team.objects.filter(name__in=[str(k) for k in value])}
+    clean: dict[Team, dict[str, str]] = {}
+    users: dict[str, str] = {}
+    for name, spec in value.items():
+        label = str(name)[:64]
+        if label not in known:
+            errors.add("teams", f"{label}: no such team.")
+            continue
+        if not isinstance(spec, Mapping):
+            errors.add("teams", f"{label}: an object with user, account and qos.")
+            continue
+        extra = set(spec) - {"user", "account", "qos"}
+        if extra:
+            errors.add("teams", f"{label}: unknown keys {', '.join(sorted(map(str, extra)))}.")
+        user = spec.get("user")
+        if not isinstance(user, str) or not UNIX_USER.match(user) or user == "root":
+            errors.add(
+                "teams",
+                f"{label}: user: a Unix user name (a-z, digits, '_', '-'; 32 at most), not root.",
+            )
+            continue
+        if user in users:
+            errors.add("teams", f"{label}: user {user} already runs the jobs of {users[user]}.")
+            continue
+        users[user] = label
+        sub = Errors()
+        account = _slurm_name(sub, "teams", spec.get("account"))
+        qos = _slurm_name(sub, "teams", spec.get("qos"))
+        for message in sub.messages("teams"):
+            errors.add("teams", f"{label}: {message}")
+        clean[known[label]] = {"unix_user": user, "account": account, "qos": qos}
+    return clean
 
 
 def queue_capacity_observed(
@@ -345,6 +407,100 @@ def executor_resume(*, queue_id: int, now: datetime) -> None:
                 queue_id=queue_id,
                 at=now,
             )
+
+
+DRIFT_WORDS = {
+    "unknown": "not submitted by the product",
+    "gpus": "more GPUs than admitted",
+    "nodes": "more nodes than admitted",
+    "array": "an array",
+    "exclusive": "exclusive nodes",
+}
+
+
+def slurm_drift_found(
+    *,
+    queue_id: int,
+    found: list[tuple[Mapping[str, Any], SlurmRun | None, list[str]]],
+    report_only: bool,
+    now: datetime,
+) -> list[SlurmDrift]:
+    """What the executor's drift guard found on the queue's partitions in one pass
+    (docs/slurm.md#security-model): ``found`` holds each Slurm job (as the executor lists
+    it), the product's run it carries if any, and what is beyond the admission. A job
+    found for the first time is recorded (the queue's Slurm page lists it), audited as
+    EXECUTOR_DRIFT by the system with what was found, and told to admins; a job found
+    before is not again. Jobs no longer found are marked gone. Returns the new rows."""
+    ids = [int(job["job_id"]) for job, _, _ in found]
+    SlurmDrift.objects.filter(queue_id=queue_id, gone_at__isnull=True).exclude(
+        slurm_job_id__in=ids
+    ).update(gone_at=now)
+    if not found:
+        return []
+    known = set(
+        SlurmDrift.objects.filter(queue_id=queue_id, slurm_job_id__in=ids).values_list(
+            "slurm_job_id", flat=True
+        )
+    )
+    SlurmDrift.objects.filter(queue_id=queue_id, slurm_job_id__in=ids).update(
+        seen_at=now, gone_at=None
+    )
+    new: list[SlurmDrift] = []
+    queue = JobQueue.objects.get(pk=queue_id)
+    action = "reported" if report_only else "cancelled"
+    for job, slurm_run, kinds in found:
+        sid = int(job["job_id"])
+        if sid in known:
+            continue
+        details: dict[str, Any] = {
+            "slurm_job_id": sid,
+            "user": str(job.get("user", ""))[:64],
+            "name": str(job.get("name", ""))[:200],
+            "partition": str(job.get("partition", ""))[:64],
+            "state": str(job.get("job_state", ""))[:32],
+            "gpus": int(job.get("gpus") or 0),
+            "nodes": int(job.get("nodes") or 0),
+            "array": bool(job.get("array")),
+            "exclusive": bool(job.get("exclusive")),
+            "found": kinds,
+            "job": slurm_run.job_id if slurm_run is not None else None,
+            "action": action,
+        }
+        drift = SlurmDrift.objects.create(
+            queue=queue,
+            slurm_job_id=sid,
+            user=str(job.get("user", ""))[:64],
+            partition=str(job.get("partition", ""))[:64],
+            kinds=",".join(kinds),
+            details=details,
+            run=slurm_run,
+            action=action,
+            found_at=now,
+            seen_at=now,
+        )
+        new.append(drift)
+        whose = (
+            f"the product's job {slurm_run.job_id} (run {slurm_run.run})"
+            if slurm_run is not None
+            else "a job the product did not submit"
+        )
+        what = (
+            f"Slurm job {sid} of user {details['user'] or '?'} on {details['partition']}, "
+            f"{whose}, holds or asks for {details['gpus']} GPUs on {details['nodes']} nodes: "
+            f"{', '.join(DRIFT_WORDS.get(k, k) for k in kinds)}. "
+            + ("Reported only (the queue's setting)." if report_only else "Cancelled.")
+        )
+        audit.record(
+            event_type=AuditEvent.EXECUTOR_DRIFT,
+            actor=None,
+            subject=queue,
+            after=details,
+            reason=what,
+            queue_id=queue_id,
+            at=now,
+        )
+        notifications.slurm_drift(queue, sid, what, now)
+    return new
 
 
 MAX_SLURM_JOB_ID = 2**32 - 1

@@ -124,5 +124,6 @@ def queue_slurm(request: HttpRequest, queue_id: int) -> HttpResponse:
         "form": form,
         "may_edit": may_edit,
         "health": capacity_selectors.slurm_config(queue),
+        "drifts": capacity_selectors.slurm_drifts(queue),
     }
     return render(request, "queues/slurm.html", context, status=status)

@@ -16,7 +16,15 @@ from governance.services import jobs as job_services
 from governance.services import slurm as slurm_services
 from governance.services.errors import Errors, PermissionDenied, ValidationFailed
 from scheduler.executors.slurm import submit
-from scheduler.executors.slurm.cli import exit_status, node_gpus, node_usable
+from scheduler.executors.slurm.cli import (
+    Finished,
+    _finished_lines,
+    exit_status,
+    node_gpus,
+    node_usable,
+    requested_gpus,
+    tres_gpus,
+)
 from tests.factories import TeamFactory, make_admin, make_member, make_queue, make_share
 
 G5 = "ml.g5.xlarge"
@@ -91,15 +99,22 @@ def test_a_job_asks_slurm_for_nothing_beyond_what_the_product_admitted() -> None
     # Comments sbatch does not read stay allowed.
     harmless = "#!/bin/sh\n# SBATCH is not read\n  #SBATCH indented: neither\necho\n"
     assert clean({"script": harmless})[1] == {}
-    # A job stored before these rules: its directives become plain comments, its SBATCH_
-    # variables are dropped, and sbatch ignores #PBS and #BSUB lines.
+    # Whatever a job holds (a job stored before these rules, a prefix another Slurm reads),
+    # sbatch reads the product's wrapper: the same for every job but for its program's
+    # path, which holds none of the job's text. The program is a file of its own; SBATCH_
+    # and SLURM_ variables are dropped from the job's env.
+    program = "#!/bin/sh\n#SBATCH --array=0-9\n#SLURM --exclusive\n#PBS -N x\necho\n"
     sub = build(
         {
-            "script": "#!/bin/sh\n#SBATCH --array=0-9\n#PBS -N x\necho\n",
+            "script": program,
             "env": {"SBATCH_ARRAY_INX": "0-9", "SLURM_CONF": "/x", "A": "1"},
+            "workdir": "/w\n#SBATCH --exclusive",
         }
     )
-    assert sub.script == "#!/bin/sh\n# SBATCH --array=0-9\n# PBS -N x\necho\n"
+    assert sub.program == program and sub.program_path == "/out/gov-1-r1.program"
+    assert sub.script == submit.WRAPPER.replace("{program}", "/out/gov-1-r1.program")
+    assert "#SBATCH" not in sub.script and "--exclusive" not in sub.script
+    assert sub.env["GOV_WORKDIR"] == "/w\n#SBATCH --exclusive"
     assert "SBATCH_ARRAY_INX" not in sub.env and "SLURM_CONF" not in sub.env
     assert sub.env["A"] == "1"
     assert "--ignore-pbs" in sub.options
@@ -118,8 +133,8 @@ def test_the_batch_script_quotes_every_argument() -> None:
         resume_work=30.0,
         time_limit_seconds=600,
     )
-    assert sub.script.splitlines()[1] == f"exec {shlex.join(argv)}"
-    assert shlex.split(sub.script.splitlines()[1])[1:] == argv
+    assert sub.program.splitlines()[1] == f"exec {shlex.join(argv)}"
+    assert shlex.split(sub.program.splitlines()[1])[1:] == argv
     for option in (
         "--job-name=gov-1-r2",
         "--no-requeue",
@@ -140,6 +155,13 @@ def test_slurm_answers_are_read() -> None:
     assert exit_status({"exit_code": 3 << 8}) == (3, None)
     assert exit_status({"exit_code": 9}) == (None, 9)
     assert exit_status({"exit_code": {"return_code": 2, "signal": {"id": 0}}}) == (2, 0)
+    # sacct's "0:9" is signal 9, not exit code 0; "0:0" is exit code 0 and no signal.
+    assert _finished_lines("12|FAILED|0:9\n12.batch|FAILED|0:9\n")[12] == Finished("FAILED", 0, 9)
+    assert _finished_lines("13|COMPLETED|0:0\n")[13] == Finished("COMPLETED", 0, None)
+    assert tres_gpus("cpu=2,mem=1G,node=1,billing=2,gres/gpu=4") == 4
+    assert tres_gpus("cpu=2,gres/gpu:a100=2,gres/gpu:h100=1") == 3
+    assert requested_gpus({"tres-per-task": "gres:gpu:2", "NumTasks": "3"}) == 6
+    assert requested_gpus({"tres-per-node": "gres/gpu:4", "NumNodes": "2"}) == 8
     assert node_gpus({"gres": "gpu:a100:4(S:0-1),gpu:2"}, "gpu") == 6
     assert node_gpus({"gres": "mps:100"}, "gpu") == 0
     assert node_usable({"state": "idle", "state_flags": []})
@@ -183,6 +205,65 @@ def test_the_mapping_is_set_by_admins_validated_and_audited() -> None:
     assert entry.after["account"] == "ml" and entry.reason == "new cluster"
     slurm_services.slurm_config_set(actor=admin, queue=queue, config={"types": {}})
     assert not SlurmTypeConfig.objects.filter(queue=queue).exists()
+
+
+@pytest.mark.django_db
+def test_each_team_is_mapped_to_a_unix_user_of_its_own_never_root() -> None:
+    queue = make_queue("s", {G5: 4})
+    admin = make_admin()
+    TeamFactory(name="a"), TeamFactory(name="b")
+    for teams, message in (
+        ({"a": {"user": "root"}}, "not root"),
+        ({"a": {"user": "Bad User"}}, "Unix user name"),
+        ({"a": {"user": "gov-a"}, "b": {"user": "gov-a"}}, "already runs the jobs of"),
+        ({"nope": {"user": "gov-a"}}, "no such team"),
+        ({"a": {"user": "gov-a", "qos": "bad qos"}}, "letters, digits"),
+        ({"a": {"user": "gov-a", "shell": "x"}}, "unknown keys"),
+    ):
+        with pytest.raises(ValidationFailed) as refused:
+            slurm_services.slurm_config_set(actor=admin, queue=queue, config={"teams": teams})
+        assert any(message in m for m in refused.value.errors["teams"]), refused.value.errors
+    with pytest.raises(ValidationFailed) as refused:
+        slurm_services.slurm_config_set(
+            actor=admin, queue=queue, config={"drift_report_only": "yes"}
+        )
+    assert "drift_report_only" in refused.value.errors
+    after = slurm_services.slurm_config_set(
+        actor=admin,
+        queue=queue,
+        config={
+            "teams": {"a": {"user": "gov-a", "account": "acct-a"}, "b": {"user": "gov-b"}},
+            "drift_report_only": True,
+        },
+    )
+    assert after["teams"] == {
+        "a": {"user": "gov-a", "account": "acct-a", "qos": ""},
+        "b": {"user": "gov-b", "account": "", "qos": ""},
+    }
+    assert after["drift_report_only"] is True
+    # Other changes keep the teams; a new map replaces them.
+    assert (
+        slurm_services.slurm_config_set(actor=admin, queue=queue, config={"grace_seconds": 3})[
+            "teams"
+        ]
+        == after["teams"]
+    )
+    after = slurm_services.slurm_config_set(
+        actor=admin, queue=queue, config={"teams": {"b": {"user": "gov-b"}}}
+    )
+    assert list(after["teams"]) == ["b"]
+    entry = (
+        AuditEntry.objects.filter(event_type=AuditEvent.SLURM_CONFIG_CHANGED).order_by("id").last()
+    )
+    assert entry is not None and list(entry.after["teams"]) == ["b"]
+    response = APIClient()
+    response.force_authenticate(admin)
+    got = response.patch(
+        f"/api/queues/{queue.pk}/slurm/",
+        {"teams": {"a": {"user": "root"}}},
+        format="json",
+    )
+    assert got.status_code == 400 and "teams" in got.json()
 
 
 @pytest.mark.django_db

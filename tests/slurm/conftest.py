@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from governance.models import Policy, SlurmQueueConfig, SlurmTypeConfig
+from governance.models import Policy, SlurmQueueConfig, SlurmTeamConfig, SlurmTypeConfig
 from governance.models.capacity import Executor
-from scheduler.executors.slurm import sync
+from scheduler.executors.slurm import identity, sync
 from scheduler.executors.slurm.cli import Cli, SlurmError
 from tests.factories import (
     InstanceTypeFactory,
@@ -36,6 +38,8 @@ CONF = os.environ.get("SLURM_CONF") or str(ROOT / "var" / "slurm" / "slurm.conf"
 NODES = ("sa1", "sa2", "sb1", "sb2")
 TYPE_A = "ml.g5.12xlarge"  # partition gpu-a, one GPU per instance: 8 instances
 TYPE_B = "ml.g5.48xlarge"  # partition gpu-b, one GPU per instance: 8 instances
+# The Unix users scripts/slurm/start creates for the tests' two teams.
+USER_A, USER_B = "gov-team-a", "gov-team-b"
 
 
 def _reachable() -> str:
@@ -57,22 +61,31 @@ def slurm_cli() -> Cli:
 
 
 @pytest.fixture
-def slurm_env(slurm_cli: Cli, settings: Any, tmp_path: Path, db: None) -> Iterator[Any]:
-    """The executor's settings for one test: its own job name prefix and directories; its
-    Slurm jobs cancelled and every node resumed at the end."""
+def slurm_env(slurm_cli: Cli, settings: Any, db: None) -> Iterator[Any]:
+    """The executor's settings for one test: its own job name prefix and directories (in
+    a directory the teams' users may traverse, as the data folder is); its Slurm jobs
+    cancelled and every node resumed at the end."""
+    for user in (USER_A, USER_B):
+        try:
+            identity.resolve(user)
+        except identity.IdentityError as exc:
+            pytest.skip(f"{exc}: scripts/slurm/start creates the tests' team users (as root)")
     prefix = f"t{uuid.uuid4().hex[:8]}"
+    base = Path(tempfile.mkdtemp(prefix="gov-slurm-test-"))
+    base.chmod(0o711)
     settings.SLURM_CONF = CONF
     settings.SLURM_JOB_PREFIX = prefix
-    settings.SLURM_OUTPUT_DIR = str(tmp_path / "out")
-    settings.SLURM_CHECKPOINT_DIR = str(tmp_path / "ckpt")
+    settings.SLURM_OUTPUT_DIR = str(base / "out")
+    settings.SLURM_CHECKPOINT_DIR = str(base / "ckpt")
     _resume_nodes(slurm_cli)  # a previous test or run may have left one down
     try:
-        yield SimpleNamespace(cli=slurm_cli, prefix=prefix)
+        yield SimpleNamespace(cli=slurm_cli, prefix=prefix, base=base)
     finally:
         for job in _jobs(slurm_cli, prefix):
             with contextlib.suppress(SlurmError):
                 slurm_cli.cancel(int(job["job_id"]))
         _resume_nodes(slurm_cli)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
@@ -91,6 +104,8 @@ def slurm(slurm_env: Any) -> Any:
             gpus_per_instance=1,
         )
     owner_team, borrower_team = TeamFactory(name="owners"), TeamFactory(name="borrowers")
+    SlurmTeamConfig.objects.create(queue=queue, team=owner_team, unix_user=USER_A)
+    SlurmTeamConfig.objects.create(queue=queue, team=borrower_team, unix_user=USER_B)
     owner = make_share(queue, owner_team, "owners", {TYPE_A: 4, TYPE_B: 4}, policy=Policy.LEND)
     borrower = make_share(
         queue,
@@ -104,6 +119,7 @@ def slurm(slurm_env: Any) -> Any:
         queue=queue,
         cli=slurm_env.cli,
         prefix=slurm_env.prefix,
+        base=slurm_env.base,
         owner=owner,
         borrower=borrower,
         owner_user=make_member(owner_team, "owner_user"),

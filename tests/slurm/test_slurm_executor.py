@@ -27,9 +27,9 @@ from governance.models import (
     SlurmTypeConfig,
 )
 from governance.services import jobs as job_services
-from scheduler.executors.slurm import sync
+from scheduler.executors.slurm import identity, sync
 from scheduler.executors.slurm.cli import Cli, SlurmUnreachable
-from tests.slurm.conftest import CONF, ROOT, TYPE_A, TYPE_B, drive
+from tests.slurm.conftest import CONF, ROOT, TYPE_A, TYPE_B, USER_A, drive
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
@@ -148,7 +148,9 @@ def test_the_job_and_the_product_never_share_their_environments(
     assert seen["GOV_JOB_ID"] == str(job.pk)
     assert seen["MODE"] == "fast, with a comma"
     assert seen["PATH"] == path  # the job's own
-    assert seen["HOME"] == os.environ["HOME"]
+    # It runs as its team's user, and sees that user's name and home, not the product's.
+    assert seen["USER"] == seen["LOGNAME"] == USER_A
+    assert seen["HOME"] == identity.resolve(USER_A).home
     assert seen["SLURM_JOB_ID"] == str(run.slurm_job_id)
     for secret in ("SLURM_HOOK_TOKEN", "SECRET_KEY", "DATABASE_URL", "REDIS_URL"):
         assert secret not in seen
@@ -276,8 +278,8 @@ def test_a_run_slurm_no_longer_knows_is_reported_lost_and_requeued(slurm: Any) -
 class LosesAnswers(Cli):
     """The real sbatch, whose answer is lost on the way back (as after a timeout)."""
 
-    def sbatch(self, script: str, options: Any, env: Any) -> int:
-        super().sbatch(script, options, env)
+    def sbatch(self, script: str, options: Any, env: Any, **user: Any) -> int:
+        super().sbatch(script, options, env, **user)
         raise SlurmUnreachable("sbatch did not answer within 5 s")
 
 

@@ -83,8 +83,25 @@ class SlurmUnreachable(SlurmError):
     """The controller could not be reached or did not answer in time."""
 
 
-# squeue -O fields of ``Cli.jobs``: "|" after each, no width (nothing is cut short).
-QUEUE_FORMAT = "JobID:|,State:|,Partition:|,exit_code:|,Name:"
+# squeue -O fields of ``Cli.jobs``: "|" after each, no width (nothing is cut short); the
+# name last, as it may hold the separator.
+QUEUE_FIELDS = (
+    "JobID",
+    "State",
+    "Partition",
+    "exit_code",
+    "UserName",
+    "NumNodes",
+    "tres-alloc",
+    "tres-per-job",
+    "tres-per-node",
+    "tres-per-task",
+    "NumTasks",
+    "ArrayTaskID",
+    "OverSubscribe",
+    "Name",
+)
+QUEUE_FORMAT = ",".join(f"{name}:|" for name in QUEUE_FIELDS[:-1]) + f",{QUEUE_FIELDS[-1]}:"
 
 
 @dataclass(frozen=True)
@@ -150,8 +167,18 @@ class Cli:
             raise SlurmError(f"{tool}: {message}")
         return done.stdout
 
-    def sbatch(self, script: str, options: Sequence[str], env: Mapping[str, str]) -> int:
-        """Submit a batch script (on stdin) with ``--parsable``; the Slurm job id.
+    def sbatch(
+        self,
+        script: str,
+        options: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        uid: int | None = None,
+        gid: int | None = None,
+    ) -> int:
+        """Submit a batch script (on stdin) with ``--parsable``; the Slurm job id. With
+        ``uid`` and ``gid`` the job is the user's and runs as that user (``--uid``,
+        ``--gid``: the product runs as root or as Slurm's SlurmUser).
 
         The job's environment is ``SUBMIT_ENV`` of this process's environment and ``env``,
         nothing else, handed to sbatch in a file (``--export-file``, NUL-separated, so any
@@ -168,7 +195,12 @@ class Cli:
             fd = handle.fileno()
             out = self.run(
                 "sbatch",
-                ["--parsable", f"--export-file={fd}", *options],
+                [
+                    "--parsable",
+                    f"--export-file={fd}",
+                    *([f"--uid={uid}", f"--gid={gid}"] if uid is not None else []),
+                    *options,
+                ],
                 stdin=script,
                 submit=True,
                 pass_fds=(fd,),
@@ -178,27 +210,43 @@ class Cli:
             raise SlurmError(f"sbatch answered {out.strip()[:200]!r}, not a job id")
         return int(match.group(1))
 
-    def jobs(self) -> list[dict[str, Any]]:
-        """The jobs of this user the controller knows, in every state, with the fields a
-        pass needs: ``job_id``, ``job_state``, ``partition``, ``exit_code`` (the raw wait
-        status, as ``--json`` gives it) and ``name``. Text output: on a controller holding
-        a few hundred jobs ``squeue --json`` takes about ten times as long, and it would
-        list every user's jobs (it ignores -t and -u)."""
-        out = self.run("squeue", ["--me", "-h", "-a", "-t", "all", "-O", QUEUE_FORMAT])
+    def jobs(self, partitions: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The jobs the controller knows, of every user, in every state (of ``partitions``
+        when given), with the fields a pass needs: ``job_id``, ``job_state``,
+        ``partition``, ``exit_code`` (the raw wait status, as ``--json`` gives it),
+        ``user``, ``nodes``, ``gpus`` (given or asked for), ``tasks``, ``array`` (an array
+        task), ``exclusive`` and ``name``. Every user's: the product's jobs run as the
+        teams' users (docs/slurm.md#security-model), and the drift guard looks at the
+        jobs it did not submit. Text output: on a controller holding a few hundred jobs
+        ``squeue --json`` takes about ten times as long."""
+        args = ["-h", "-a", "-t", "all", "-O", QUEUE_FORMAT]
+        if partitions:
+            args.append(f"--partition={','.join(partitions)}")
+        out = self.run("squeue", args)
         found = []
+        width = len(QUEUE_FIELDS)
         for line in out.splitlines():
-            # The name comes last and is split off last: it may hold the separator.
-            parts = line.split("|", 4)
-            if len(parts) < 5 or not parts[0].strip().isdigit():
+            parts = line.split("|", width - 1)
+            if len(parts) < width or not parts[0].strip().isdigit():
                 continue
-            code = parts[3].strip()
+            row = dict(zip(QUEUE_FIELDS, (p.strip() for p in parts[:-1]), strict=False))
+            code = row["exit_code"]
+            alloc = row["tres-alloc"] if row["tres-alloc"] not in ("(null)", "N/A") else ""
             found.append(
                 {
                     "job_id": int(parts[0]),
-                    "job_state": parts[1].strip(),
-                    "partition": parts[2].strip(),
+                    "job_state": row["State"],
+                    "partition": row["Partition"],
                     "exit_code": int(code) if code.isdigit() else None,
-                    "name": parts[4],
+                    "user": row["UserName"],
+                    "nodes": int(row["NumNodes"]) if row["NumNodes"].isdigit() else 0,
+                    "tasks": int(row["NumTasks"]) if row["NumTasks"].isdigit() else 0,
+                    # What it was given, when Slurm accounts GPUs as a TRES; else what it
+                    # asked for (which Slurm gives in full, or not at all).
+                    "gpus": max(tres_gpus(alloc), requested_gpus(row)),
+                    "array": row["ArrayTaskID"] not in ("", "N/A"),
+                    "exclusive": row["OverSubscribe"].upper() == "NO",
+                    "name": parts[-1],
                 }
             )
         return found
@@ -251,9 +299,49 @@ def _finished_lines(out: str) -> dict[int, Finished]:
         found[int(parts[0])] = Finished(
             state=parts[1].split()[0] if parts[1] else "",
             exit_code=int(code) if code.isdigit() else None,
-            signal=int(sig) if sig.isdigit() else None,
+            # "0:9": killed by signal 9 ("0" after the colon is no signal).
+            signal=int(sig) if sig.isdigit() and int(sig) else None,
         )
     return found
+
+
+def tres_gpus(tres: str, gres_name: str = "gpu") -> int:
+    """GPUs in a TRES list (``cpu=2,node=1,gres/gpu=4``, ``gres/gpu:a100=2``...): the
+    untyped count when given (typed ones are part of it), else the typed ones summed."""
+    plain = 0
+    typed = 0
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if not value.isdigit():
+            continue
+        if key == f"gres/{gres_name}":
+            plain = max(plain, int(value))
+        elif key.startswith(f"gres/{gres_name}:"):
+            typed += int(value)
+    return plain or typed
+
+
+def _per(value: str, gres_name: str = "gpu") -> int:
+    """GPUs in one squeue ``tres-per-*`` field (``gres:gpu:2``, ``gres/gpu:2``, ``gpu:2``)."""
+    total = 0
+    for item in value.split(","):
+        parts = item.replace("gres/", "gres:").split(":")
+        if parts and parts[0] == "gres":
+            parts = parts[1:]
+        if parts and parts[0] == gres_name and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def requested_gpus(row: Mapping[str, str]) -> int:
+    """The GPUs a pending job asks for, from its ``tres-per-*`` fields."""
+    nodes = int(row["NumNodes"]) if row.get("NumNodes", "").isdigit() else 1
+    tasks = int(row["NumTasks"]) if row.get("NumTasks", "").isdigit() else 1
+    return max(
+        _per(row.get("tres-per-job", "")),
+        _per(row.get("tres-per-node", "")) * max(1, nodes),
+        _per(row.get("tres-per-task", "")) * max(1, tasks),
+    )
 
 
 def job_state(job: Mapping[str, Any]) -> str:

@@ -1,18 +1,22 @@
 """One pass of the slurm executor over one queue (``sync_queue``).
 
-A pass reads Slurm (``squeue`` for its jobs, ``sacct -c`` for jobs gone from
-squeue, ``sinfo --json`` for nodes), then, in DESIGN's order within an instant:
+A pass reads Slurm (``squeue`` for every user's jobs, ``sacct -c`` for jobs gone from
+squeue, ``sinfo --json`` for nodes), then, in this order within an instant:
 
 1. reports what each Slurm job did through the run services (completed, failed with its
-   exit code, node failure as ``capacity_lost``, unknown to Slurm as lost) and confirms
-   the end of runs the product stopped;
-2. sets each type's capacity from the usable nodes, so a node going down reaches the
-   engine as lost capacity and a node coming back as new capacity;
-3. runs the queue's scheduling cycle (``scheduler.bridge.run_cycle``): 1 to 3 and the rows
+   exit code or signal, node failure as ``capacity_lost``, unknown to Slurm as lost) and
+   confirms the end of runs the product stopped;
+2. the drift guard (``_drift``, regular passes): jobs on the queue's partitions beyond
+   what the product admitted are recorded, and the GPUs they hold set aside;
+3. sets each type's capacity from the usable nodes (read again when a run's node failed)
+   less those GPUs, so a node going down reaches the engine as lost capacity before
+   anything is admitted, and a node coming back as new capacity;
+4. runs the queue's scheduling cycle (``scheduler.bridge.run_cycle``): 1 to 4 and the rows
    of the runs to submit are the cycle's one transaction;
-4. stops runs the product preempted or cancelled (a signal first, a cancel after the
-   grace period) and submits each new admission (one ``sbatch`` per run, its row written
-   with the admission so a lost answer is found again by the job's name, never
+5. cancels what the drift guard found (unless the queue only reports), stops runs the
+   product preempted or cancelled (a signal first, a cancel after the grace period) and
+   submits each new admission as its team's Unix user (one ``sbatch`` per run, its row
+   written with the admission so a lost answer is found again by the job's name, never
    submitted twice); then records sbatch's answers, and the starts it saw.
 
 If Slurm cannot be reached the pass changes nothing and the executor pauses (the pages
@@ -23,8 +27,11 @@ completion hook's pass (``hook_pass``) before, as the hooks of one wave wait on 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +43,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from governance.models import (
@@ -47,6 +55,7 @@ from governance.models import (
     SlurmQueueConfig,
     SlurmRun,
     SlurmRunState,
+    SlurmTeamConfig,
     SlurmTypeConfig,
 )
 from governance.models.capacity import Executor
@@ -56,7 +65,7 @@ from governance.services.errors import ServiceError
 from governance.services.kit import job_event
 from scheduler import bridge
 from scheduler.engine import Decision
-from scheduler.executors.slurm import submit
+from scheduler.executors.slurm import identity, submit
 from scheduler.executors.slurm.cli import (
     TERMINAL_STATES,
     Cli,
@@ -98,6 +107,10 @@ class SyncResult:
     lost: int = 0
     stopped: int = 0
     capacity: dict[str, int] | None = None
+    nodes_lost: bool = False  # a run ended as its node failed: capacity is read again
+    drift: list[int] = field(default_factory=list)
+    """Slurm jobs the drift guard found beyond what the product admitted."""
+    drift_cancels: list[int] = field(default_factory=list)  # of those, the ones it cancels
     cycle: bridge.CycleResult | None = None
     errors: list[str] = field(default_factory=list)
     ended: list[int] = field(default_factory=list)
@@ -369,8 +382,21 @@ def _pass(
 
         def report() -> None:
             _report(seen, result)
-            if seen.nodes is not None:
-                result.capacity = _observe_capacity(queue_id, seen.nodes, seen.now)
+            nodes = seen.nodes
+            mappings = None
+            held: dict[str, int] = {}
+            if seen.slurm.read and not hook:
+                mappings = _mappings(queue_id)  # read once for the guard and the capacity
+                held = _drift(queue_id, seen, result, mappings)
+            if result.nodes_lost:
+                # A node failed under a run: capacity as Slurm has it now, before the
+                # cycle admits anything (the nodes read with the queue may predate it).
+                try:
+                    nodes = cli.sinfo_nodes()
+                except SlurmError as exc:
+                    result.errors.append(str(exc))
+            if nodes is not None:
+                result.capacity = _observe_capacity(queue_id, nodes, seen.now, held, mappings)
 
         plan = _Plan(queue_id, seen.config, seen.active)
         result.cycle = bridge.run_cycle(
@@ -379,6 +405,7 @@ def _pass(
         if hook:  # the reports are in: only this hook's node waits for the submissions
             releasing.release()
         now = timezone.now()
+        _cancel_drift(cli, result)
         _stop(queue_id, cli, seen.config, seen.slurm, now, result, plan.stops)
         submitted = _submit(cli, seen.slurm, now, result, plan)
     finally:
@@ -401,9 +428,10 @@ class _Plan:
         self.config = config
         self.active = active
         self.stops: list[SlurmRun] = []
-        self.todo: list[tuple[Job, SlurmRun, submit.Submission | None]] = []
+        self.todo: list[tuple[Job, SlurmRun, submit.Submission | str]] = []
         self.retries: list[tuple[Job, SlurmRun]] = []
         self.mappings: dict[int, SlurmTypeConfig] = {}
+        self.teams: dict[int, SlurmTeamConfig] = {}  # share id -> its team's Unix user
         self.speeds: dict[int, float] = {}  # instance type id -> speed
 
     def write(self, loaded: bridge.Loaded, decisions: list[Decision]) -> None:
@@ -437,6 +465,12 @@ class _Plan:
         self.mappings = {
             m.instance_type_id: m for m in SlurmTypeConfig.objects.filter(queue_id=self.queue_id)
         }
+        self.teams = {  # one query: the teams' users by the queue's shares
+            share_id: SlurmTeamConfig(unix_user=user, account=account, qos=qos)
+            for share_id, user, account, qos in SlurmTeamConfig.objects.filter(
+                queue_id=self.queue_id, team__shares__queue_id=self.queue_id
+            ).values_list("team__shares__id", "unix_user", "account", "qos")
+        }
         self.speeds = {
             loaded.type_ids[name]: float(spec.speed)
             for name, spec in loaded.engine.instance_types.items()
@@ -456,10 +490,17 @@ class _Plan:
         # Written with the admissions: a submission whose answer is lost is found again.
         SlurmRun.objects.bulk_create(new_runs)
 
-    def prepare(self, job: Job, slurm_run: SlurmRun) -> submit.Submission | None:
+    def prepare(self, job: Job, slurm_run: SlurmRun) -> submit.Submission | str:
         type_id = job.instance_type_id
         mapping = self.mappings.get(type_id) if type_id else None
-        return _prepare(job, slurm_run, mapping, self.config, self.speeds.get(type_id or 0, 1.0))
+        return _prepare(
+            job,
+            slurm_run,
+            mapping,
+            self.teams.get(job.share_id),
+            self.config,
+            self.speeds.get(type_id or 0, 1.0),
+        )
 
 
 def _running_runs(loaded: bridge.Loaded, decisions: list[Decision]) -> dict[int, int]:
@@ -498,26 +539,26 @@ def _submit(
             continue  # not submitted blind: the next pass looks again
         sub = plan.prepare(job, slurm_run)
         todo.append((job, slurm_run, sub))
-        if sub is not None:
+        if not isinstance(sub, str):
             retried.append(slurm_run)
     if not todo:
         return []
     # The attempt is counted before sbatch is called.
-    SlurmRun.objects.bulk_update(retried, ["attempts", "stdout", "partition"])
+    SlurmRun.objects.bulk_update(retried, ["attempts", "stdout", "partition", "unix_user"])
 
-    def call(item: tuple[Job, SlurmRun, submit.Submission | None]) -> int | SlurmError | None:
+    def call(item: tuple[Job, SlurmRun, submit.Submission | str]) -> int | SlurmError | None:
         sub = item[2]
-        if sub is None:
+        if isinstance(sub, str):
             return None
         try:
-            return cli.sbatch(sub.script, sub.options, sub.env)
+            return cli.sbatch(sub.script, sub.options, sub.env, uid=sub.uid, gid=sub.gid)
         except SlurmError as exc:
             return exc
 
     answers = list(_threads().map(call, todo))
     submitted: list[SlurmRun] = []
     for (job, slurm_run, sub), answer in zip(todo, answers, strict=True):
-        if sub is not None and isinstance(answer, int):
+        if not isinstance(sub, str) and isinstance(answer, int):
             _adopt(slurm_run, answer, slurm_run.partition, save=False)
             submitted.append(slurm_run)
             result.submitted += 1
@@ -688,8 +729,8 @@ def _find_again(slurm_run: SlurmRun, slurm: _SlurmJobs) -> bool:
     """Adopt the Slurm job an earlier sbatch made under the run's name, whose answer was
     lost; False when Slurm lists none."""
     found = slurm.by_name.get(slurm_run.name)
-    if found is None:
-        return False
+    if found is None or (slurm_run.unix_user and found.get("user") != slurm_run.unix_user):
+        return False  # none, or a job of another user under the run's name
     _adopt(slurm_run, int(found["job_id"]), str(found.get("partition", "")))
     return True
 
@@ -725,15 +766,23 @@ def _status(
     return None, None, None
 
 
-ENDED_FIELDS = ["state", "slurm_state", "exit_code", "ended_at"]
+ENDED_FIELDS = ["state", "slurm_state", "exit_code", "signal", "ended_at"]
 
 
 def _end(
-    slurm_run: SlurmRun, state: str | None, code: int | None, now: datetime, *, save: bool = True
+    slurm_run: SlurmRun,
+    state: str | None,
+    code: int | None,
+    now: datetime,
+    *,
+    save: bool = True,
+    sig: int | None = None,
 ) -> None:
     slurm_run.state = SlurmRunState.ENDED
     slurm_run.slurm_state = state or "UNKNOWN"
-    slurm_run.exit_code = code
+    # A job a signal ended has no exit code of its own (sacct says "0:9"): its signal is.
+    slurm_run.exit_code = None if sig else code
+    slurm_run.signal = sig or None
     slurm_run.ended_at = now
     if save:
         slurm_run.save(update_fields=ENDED_FIELDS)
@@ -794,13 +843,14 @@ def _follow(
             slurm_run.slurm_state = state
             slurm_run.save(update_fields=["slurm_state"])
         return
-    if state == "COMPLETED" and code == 0:
+    if state == "COMPLETED" and code == 0 and not sig:
         _end(slurm_run, state, code, now, save=False)
         completions.append(slurm_run)  # the caller reports them all at once
         return
-    _end(slurm_run, state, code, now)
-    how = f"exit code {code}" if code is not None else f"signal {sig}"
+    _end(slurm_run, state, code, now, sig=sig)
+    how = _how(code, sig)
     if state in LOST_MACHINES:
+        result.nodes_lost = True
         runs.run_capacity_lost(
             job_id=job.pk,
             run=slurm_run.run,
@@ -831,15 +881,170 @@ def _follow(
         result.failed += 1
 
 
+# Slurm states of a job that holds, or waits for, resources of the governed partitions.
+DRIFT_STATES = frozenset(
+    {"PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "REQUEUED", "RESIZING"}
+)
+HOLDING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING"})
+
+
+def _mappings(queue_id: int) -> list[SlurmTypeConfig]:
+    return list(SlurmTypeConfig.objects.filter(queue_id=queue_id).select_related("instance_type"))
+
+
+def _drift(
+    queue_id: int, seen: _Seen, result: SyncResult, mappings: list[SlurmTypeConfig]
+) -> dict[str, int]:
+    """The drift guard, in the cycle's transaction before the capacity it gives: compare
+    what Slurm runs on the queue's partitions with what the product admitted. A job the
+    product did not submit, or a product job whose allocation exceeds its admission (more
+    GPUs or nodes than its instances, an array, exclusive nodes), is recorded once
+    (``slurm_services.slurm_drift_found``: audited, shown, told to admins) and cancelled
+    after the commit unless the queue only reports; a product run found so fails, as
+    its job no longer runs as admitted. Returns the GPUs such jobs hold, by type name."""
+    by_partition: dict[str, SlurmTypeConfig] = {}
+    for mapping in mappings:
+        for partition in mapping.partition.split(","):
+            if partition:
+                by_partition.setdefault(partition, mapping)
+    live = [
+        j
+        for j in seen.slurm.by_id.values()
+        if j.get("job_state") in DRIFT_STATES
+        and set(str(j.get("partition", "")).split(",")) & set(by_partition)
+    ]
+    runs_by_id = {r.slurm_job_id: r for r in seen.active if r.slurm_job_id}
+    unsure = [j["job_id"] for j in live if j["job_id"] not in runs_by_id]
+    if unsure:  # the product's, ended or of another queue: not drift, unless exceeding
+        for other in SlurmRun.objects.filter(slurm_job_id__in=unsure).select_related("job"):
+            runs_by_id.setdefault(other.slurm_job_id or 0, other)
+    lost_answers = {r.name: r for r in seen.active if r.slurm_job_id is None}
+    by_type = {m.instance_type_id: m for m in mappings}
+    held: dict[str, int] = {}
+    found: list[tuple[dict[str, Any], SlurmRun | None, list[str], int]] = []
+    for job in live:
+        slurm_run = runs_by_id.get(job["job_id"])
+        gpus = int(job.get("gpus") or 0)
+        if slurm_run is None:
+            waiting = lost_answers.get(str(job.get("name")))
+            if waiting is not None and job.get("user") == waiting.unix_user:
+                continue  # a submission whose answer was lost: found again by its name
+            kinds, excess = ["unknown"], gpus
+        else:
+            if slurm_run.state in (SlurmRunState.ENDED, SlurmRunState.STOPPING):
+                continue  # being stopped, or its end confirmed: it goes
+            if slurm_run.job.queue_id != queue_id:
+                continue  # another queue's, on a partition both map: its own pass looks
+            kinds, excess = _beyond(slurm_run, job, by_type)
+        if not kinds:
+            continue
+        found.append((job, slurm_run, kinds, excess))
+        if job.get("job_state") in HOLDING_STATES and excess:
+            mapping = by_partition[str(job["partition"]).split(",")[0]]
+            held[mapping.instance_type.name] = held.get(mapping.instance_type.name, 0) + excess
+    report_only = seen.config.drift_report_only
+    for job, slurm_run, kinds, _ in found:
+        result.drift.append(job["job_id"])
+        if not report_only:
+            result.drift_cancels.append(job["job_id"])
+        if slurm_run is not None and not report_only:
+            _end_beyond(slurm_run, job, kinds, seen.now, result)
+    slurm_services.slurm_drift_found(
+        queue_id=queue_id,
+        found=[(job, slurm_run, kinds) for job, slurm_run, kinds, _ in found],
+        report_only=report_only,
+        now=seen.now,
+    )
+    return held
+
+
+def _beyond(
+    slurm_run: SlurmRun, job: dict[str, Any], by_type: dict[int, SlurmTypeConfig]
+) -> tuple[list[str], int]:
+    """What a product job's Slurm allocation holds beyond its admission, and the GPUs
+    beyond it."""
+    product_job = slurm_run.job
+    count = int(product_job.preferences[product_job.preference or 0]["count"])
+    mapping = by_type.get(product_job.instance_type_id or 0)
+    per = mapping.gpus_per_instance if mapping is not None else 0
+    gpus = int(job.get("gpus") or 0)
+    kinds = []
+    if gpus > count * per:
+        kinds.append("gpus")
+    if int(job.get("nodes") or 0) > count:
+        kinds.append("nodes")
+    if job.get("array"):
+        kinds.append("array")
+    if job.get("exclusive"):
+        kinds.append("exclusive")
+    return kinds, max(0, gpus - count * per) if kinds else 0
+
+
+def _end_beyond(
+    slurm_run: SlurmRun, job: dict[str, Any], kinds: list[str], now: datetime, result: SyncResult
+) -> None:
+    """A product run whose Slurm job exceeds its admission fails: the job was changed
+    behind the product's back (the drift guard cancels it after the commit)."""
+    sid = job["job_id"]
+    try:
+        runs.run_fail(
+            actor=None,
+            job_id=slurm_run.job_id,
+            run=slurm_run.run,
+            now=now,
+            message=(
+                f"Slurm job {sid} holds more than the product admitted "
+                f"({', '.join(kinds)}): the drift guard cancelled it "
+                "(docs/slurm.md#security-model)."
+            ),
+        )
+    except ServiceError as exc:
+        log.info("drift of %s: the run's end was refused: %s", slurm_run.name, exc)
+        return
+    _end(slurm_run, "CANCELLED", None, now)
+    result.failed += 1
+
+
+def _cancel_drift(cli: Cli, result: SyncResult) -> None:
+    """Cancel the jobs the drift guard found, once what it found is committed."""
+    for sid in result.drift_cancels:
+        try:
+            cli.cancel(sid)
+        except SlurmError as exc:  # the next pass finds it again
+            result.errors.append(str(exc))
+
+
+def _how(code: int | None, sig: int | None) -> str:
+    """How a Slurm job ended, in words: a signal, the wrapper's missing working directory,
+    or an exit code."""
+    if sig:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"signal {sig} ({name})"
+    if code == submit.WORKDIR_EXIT:
+        return (
+            f"exit code {code}: its working directory does not exist or cannot be entered "
+            "on its node (the product's wrapper says so in the job's output)"
+        )
+    return f"exit code {code}" if code is not None else "no exit code"
+
+
 def _observe_capacity(
-    queue_id: int, nodes: list[dict[str, Any]], now: datetime
+    queue_id: int,
+    nodes: list[dict[str, Any]],
+    now: datetime,
+    held: dict[str, int] | None = None,
+    mappings: list[SlurmTypeConfig] | None = None,
 ) -> dict[str, int] | None:
-    """Each mapped type's capacity from the usable nodes of its partition/feature."""
+    """Each mapped type's capacity from the usable nodes of its partition/feature, less
+    the GPUs jobs beyond the product's admissions hold there (``held``, by type name:
+    capacity the product cannot use, never booked twice)."""
+    held = held or {}
     capacity: dict[str, int] = {}
     unusable: set[str] = set()
-    for mapping in SlurmTypeConfig.objects.filter(queue_id=queue_id).select_related(
-        "instance_type"
-    ):
+    for mapping in _mappings(queue_id) if mappings is None else mappings:
         count = 0
         for node in nodes:
             partitions = node.get("partitions") or []
@@ -855,6 +1060,9 @@ def _observe_capacity(
                 count += node_gpus(node, mapping.gres_name) // mapping.gpus_per_instance
             else:
                 count += 1
+        taken = held.get(mapping.instance_type.name, 0)
+        if taken and mapping.gpus_per_instance:
+            count = max(0, count - math.ceil(taken / mapping.gpus_per_instance))
         capacity[mapping.instance_type.name] = count
     if not capacity:
         return None
@@ -866,11 +1074,13 @@ def _observe_capacity(
     if stored == capacity:
         return None  # the usual pass: nothing to lock or write
     nodes_text = ", ".join(sorted(unusable)) if unusable else "none"
+    held_text = ", ".join(f"{gpus} GPUs of {name}" for name, gpus in sorted(held.items()))
     return slurm_services.queue_capacity_observed(
         queue_id=queue_id,
         capacity=capacity,
         now=now,
-        explanation=f"Capacity as Slurm reports it; unusable nodes: {nodes_text}.",
+        explanation=f"Capacity as Slurm reports it; unusable nodes: {nodes_text}"
+        + (f"; held by jobs beyond the product's admissions: {held_text}." if held else "."),
     )
 
 
@@ -929,64 +1139,103 @@ def _stop(
             )
 
 
+@cache
+def _team_dirs_of(
+    user: str, output_base: str, checkpoint_base: str
+) -> tuple[identity.Identity, str, str]:
+    ident = identity.resolve(user)
+    output_dir = identity.owned_dir(identity.base_dir(output_base), ident.user, ident)
+    team_ckpt = identity.owned_dir(identity.base_dir(checkpoint_base), ident.user, ident)
+    return ident, output_dir, team_ckpt
+
+
+def _team_dirs(user: str) -> tuple[identity.Identity, str, str]:
+    """A team's Unix user and its output and checkpoint directories (made and put right on
+    first use in this process, then kept: a pass submits many runs of a few teams). A
+    directory gone meanwhile is made again."""
+    key = (user, settings.SLURM_OUTPUT_DIR, settings.SLURM_CHECKPOINT_DIR)
+    found = _team_dirs_of(*key)
+    if not (os.path.isdir(found[1]) and os.path.isdir(found[2])):
+        _team_dirs_of.cache_clear()
+        found = _team_dirs_of(*key)
+    return found
+
+
 def _prepare(
     job: Job,
     slurm_run: SlurmRun,
     mapping: SlurmTypeConfig | None,
+    team: SlurmTeamConfig | None,
     config: SlurmQueueConfig,
     speed: float,
-) -> submit.Submission | None:
-    """The sbatch call of a run (None without a mapping for its type); counts the attempt
-    on the row, which the caller writes. ``speed``: the run's instance type's."""
+) -> submit.Submission | str:
+    """The sbatch call of a run, its program written in its team's directory; or why it
+    cannot be submitted (no mapping for its type, no Unix user for its team, a working
+    directory that does not exist). Counts the attempt on the row, which the caller
+    writes. ``speed``: the run's instance type's."""
     if mapping is None:
-        return None
+        type_name = job.instance_type.name if job.instance_type else "?"
+        return f"no Slurm mapping for instance type {type_name}"
+    if team is None:
+        return (
+            "the job's team has no Unix user in the queue's Slurm mapping: its jobs do not "
+            "run as the product's user (docs/slurm.md#security-model)"
+        )
+    workdir = (job.program or {}).get("workdir")
+    if workdir and settings.SLURM_CHECK_WORKDIR and not os.path.isdir(workdir):
+        return f"the working directory {workdir} does not exist"
     count = int(job.preferences[job.preference or 0]["count"])
     limit = None
     if job.duration is not None:
         limit = max(0.0, job.duration - job.checkpoint_work) / speed * 1.5 + 60
-    checkpoint_dir = os.path.join(settings.SLURM_CHECKPOINT_DIR, str(job.pk))
-    output_dir = settings.SLURM_OUTPUT_DIR
-    for path in (checkpoint_dir, output_dir):
-        os.makedirs(path, exist_ok=True)
-    sub = submit.build(
-        name=slurm_run.name,
-        job_id=job.pk,
-        run=job.run,
-        count=count,
-        mapping=submit.TypeMapping(
-            partition=mapping.partition,
-            feature=mapping.feature,
-            gpus_per_instance=mapping.gpus_per_instance,
-            gres_name=mapping.gres_name,
-        ),
-        program=job.program or {},
-        account=config.account,
-        qos=config.qos,
-        output_dir=output_dir,
-        checkpoint_dir=checkpoint_dir,
-        resume_work=job.checkpoint_work,
-        time_limit_seconds=limit,
-    )
+    try:
+        ident, output_dir, team_ckpt = _team_dirs(team.unix_user)
+        checkpoint_dir = identity.owned_dir(team_ckpt, str(job.pk), ident)
+        sub = submit.build(
+            name=slurm_run.name,
+            job_id=job.pk,
+            run=job.run,
+            count=count,
+            mapping=submit.TypeMapping(
+                partition=mapping.partition,
+                feature=mapping.feature,
+                gpus_per_instance=mapping.gpus_per_instance,
+                gres_name=mapping.gres_name,
+            ),
+            program=job.program or {},
+            account=team.account or config.account,
+            qos=team.qos or config.qos,
+            output_dir=output_dir,
+            checkpoint_dir=checkpoint_dir,
+            resume_work=job.checkpoint_work,
+            time_limit_seconds=limit,
+            user_env=ident.env(),
+        )
+        identity.write_program(output_dir, os.path.basename(sub.program_path), sub.program, ident)
+    except identity.IdentityError as exc:
+        return f"the team's Unix user cannot run it: {exc}"
+    except (OSError, ValueError) as exc:
+        return f"the team's directories could not be prepared: {exc}"
     slurm_run.attempts += 1
     slurm_run.stdout = sub.stdout
     slurm_run.partition = mapping.partition
-    return sub
+    slurm_run.unix_user = ident.user
+    return dataclasses.replace(sub, uid=ident.uid, gid=ident.gid)
 
 
 def _record(
     job: Job,
     slurm_run: SlurmRun,
-    sub: submit.Submission | None,
+    sub: submit.Submission | str,
     answer: int | SlurmError | None,
     now: datetime,
     result: SyncResult,
 ) -> None:
-    """A run that was not submitted: its type has no Slurm mapping (it fails), or sbatch
+    """A run that was not submitted: it cannot be (``sub`` says why: it fails), or sbatch
     failed (audited, retried with backoff, failed after repeated refusals). Answers with a
     Slurm job id are recorded by the caller, all at once."""
-    if sub is None:
-        type_name = job.instance_type.name if job.instance_type else "?"
-        _give_up(job, slurm_run, now, f"no Slurm mapping for instance type {type_name}", result)
+    if isinstance(sub, str):
+        _give_up(job, slurm_run, now, sub, result)
         return
     exc = answer if isinstance(answer, SlurmError) else SlurmError("no answer")
     refused = not isinstance(exc, SlurmUnreachable)
@@ -1012,22 +1261,28 @@ def _give_up(job: Job, slurm_run: SlurmRun, now: datetime, why: str, result: Syn
 def _checkpoints(queue_id: int, now: datetime) -> None:
     """Checkpoints a job wrote (``$GOV_CHECKPOINT_DIR/progress``: the work units its last
     checkpoint saved), reported as the run's checkpoints (docs/slurm.md)."""
-    for job in Job.objects.filter(queue_id=queue_id, state=JobState.RUNNING).only(
-        "id", "run", "checkpoint_work", "duration"
+    # The running jobs with the Unix user of their current run (one query).
+    for job_id, run, work, duration, user in (
+        SlurmRun.objects.filter(
+            job__queue_id=queue_id, job__state=JobState.RUNNING, run=F("job__run")
+        )
+        .exclude(unix_user="")
+        .values_list("job_id", "run", "job__checkpoint_work", "job__duration", "unix_user")
     ):
-        path = os.path.join(settings.SLURM_CHECKPOINT_DIR, str(job.pk), "progress")
+        # The team's own directory (docs/slurm.md#security-model): no other team can
+        # write there, and a link the team left there is not followed.
+        path = os.path.join(settings.SLURM_CHECKPOINT_DIR, user, str(job_id), "progress")
         try:
-            with open(path, encoding="ascii") as handle:
-                saved = float(handle.read(64).strip() or "nan")
+            saved = float(identity.read_small(path).strip() or "nan")
         except (OSError, ValueError, UnicodeDecodeError):
             continue
-        if not saved > job.checkpoint_work:
+        if not saved > work:
             continue
-        if job.duration is not None:
-            saved = min(saved, float(job.duration))
+        if duration is not None:
+            saved = min(saved, float(duration))
         try:
             runs.run_report(
-                actor=None, job_id=job.pk, run=job.run, kind="checkpoint", now=now, work=saved
+                actor=None, job_id=job_id, run=run, kind="checkpoint", now=now, work=saved
             )
         except ServiceError as exc:
-            log.info("checkpoint of job %s refused: %s", job.pk, exc)
+            log.info("checkpoint of job %s refused: %s", job_id, exc)
