@@ -46,6 +46,7 @@ class AuditEvent(models.TextChoices):
     EXCEPTION_REJECTED = "exception.rejected"
     EXCEPTION_WITHDRAWN = "exception.withdrawn"
     EXCEPTION_EXPIRED = "exception.expired"
+    EXCEPTION_CLOSED = "exception.closed"
     NOTIFICATION_PREFERENCES_CHANGED = "notification.preferences_changed"
     AGREEMENT_CREATED = "agreement.created"
     AGREEMENT_UPDATED = "agreement.updated"

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 
 from governance import roles
 from governance.models import ExceptionState, PriorityException
+from governance.models.jobs import ACTIVE_STATES
 from governance.selectors import web_governance as sel
 from governance.services import exceptions as exception_services
 from governance.services.errors import ServiceError
@@ -44,9 +45,15 @@ def _can_withdraw(user: Any, exc: PriorityException) -> bool:
     )
 
 
+def _job_ended(exc: PriorityException) -> bool:
+    """A job exception whose job is no longer pending or running: moot, not decidable."""
+    return exc.job is not None and exc.job.state not in ACTIVE_STATES
+
+
 def _can_decide(user: Any, exc: PriorityException) -> bool:
     return (
         exc.state == ExceptionState.PENDING
+        and not _job_ended(exc)
         and roles.can_decide_exceptions(user)
         and exc.requester_id != user.pk
     )
@@ -153,6 +160,7 @@ def _render_detail(
         "form": form,
         "history": history,
         "may_decide": _can_decide(request.user, exc),
+        "job_ended": _job_ended(exc),
         "may_withdraw": _can_withdraw(request.user, exc),
         "own_request": exc.requester_id == request.user.pk,
     }
