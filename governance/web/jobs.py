@@ -117,10 +117,10 @@ def _detail(
         "may_manage": may_manage,
         "priority_form": priority_form or ReprioritiseForm(initial={"priority": job.priority}),
         "cancel_form": cancel_form or CancelForm(),
-        "max_priority": (
-            priority_selectors.max_usable_priority(request.user, job.share.team_id)
+        "priority_allowance": (
+            priority_selectors.allowance_words(request.user, job.share.team_id)
             if may_manage
-            else None
+            else ""
         ),
         "band": priority_selectors.band_for(job.priority),
         # The exceptions filed for this job, whatever their state (newest first).
