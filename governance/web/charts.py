@@ -27,8 +27,8 @@ LAYERS = (
 )
 # Time-axis tick spacings (seconds) to choose from: the smallest that gives at most
 # MAX_TICKS ticks over the window.
-TICK_STEPS = (300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200, 86400)
-TICK_STEPS += (2 * 86400, 5 * 86400, 7 * 86400)
+TICK_STEPS: tuple[int, ...] = (300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200)
+TICK_STEPS += (86400, 2 * 86400, 5 * 86400, 7 * 86400)
 MAX_TICKS = 7
 
 
