@@ -123,3 +123,29 @@ def test_the_share_forms_offer_as_many_rows_as_they_promise() -> None:
         page = admin.get(url).content.decode()
         assert "up to 5 instance types" in page, url
         assert 'name="limit_type_4"' in page and 'name="limit_type_5"' not in page, url
+
+
+def test_saving_an_unchanged_share_says_nothing_was_saved() -> None:
+    from governance.models import AuditEntry
+    from tests.web.test_shares import form_data
+
+    world = aws_world()
+    admin = client_for(world.admin)
+    entries = AuditEntry.objects.count()
+    response = admin.post(f"/shares/{world.medium.pk}/edit/", form_data(world.medium), follow=True)
+    body = response.content.decode()
+    assert "Nothing to save: share aws-medium already has these values" in body
+    assert " saved" not in body.replace("Nothing to save", "")
+    assert AuditEntry.objects.count() == entries
+    response = admin.post(
+        f"/shares/{world.medium.pk}/edit/",
+        form_data(world.medium, limit_count_0=2),
+        follow=True,
+    )
+    assert "Share aws-medium saved as version 2." in response.content.decode()
+
+
+def test_the_exception_form_says_its_times_are_utc() -> None:
+    world = aws_world()
+    page = client_for(world.lead_vision).get("/exceptions/new/").content.decode()
+    assert "Expires at (UTC)" in page and "Wanted by (UTC, optional)" in page
