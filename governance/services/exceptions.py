@@ -128,7 +128,8 @@ def exception_file(
                 errors.add("team", f"Share {share_obj} does not belong to team {team_obj.name}.")
         if not is_int(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
             errors.add(
-                "priority", f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}."
+                "priority",
+                f"The priority must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}.",
             )
         else:
             highest = priority_selectors.max_usable_priority(actor, team_obj)

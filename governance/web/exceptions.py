@@ -19,7 +19,7 @@ from governance.models.jobs import ACTIVE_STATES
 from governance.selectors import web_governance as sel
 from governance.services import exceptions as exception_services
 from governance.services.errors import ServiceError
-from governance.web.errors import apply_service_errors
+from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_governance import (
     DecisionForm,
     ExceptionFileForm,
@@ -117,19 +117,23 @@ def exception_new(request: HttpRequest) -> HttpResponse:
     form = ExceptionFileForm(request.POST or None, jobs=jobs, shares=shares, initial=initial)
     status = 200
     if request.method == "POST":
-        if form.is_valid():
+
+        def file() -> PriorityException:
             data = form.cleaned_data
+            return exception_services.exception_file(
+                actor=request.user,
+                team=form.team_id() or 0,
+                job=data.get("job"),
+                share=data.get("share"),
+                priority=data.get("priority"),  # type: ignore[arg-type]  # None: refused
+                justification=data.get("justification") or "",
+                wanted_by=data.get("wanted_by"),
+                expires_at=data.get("expires_at"),
+            )
+
+        if form.is_valid():
             try:
-                exc = exception_services.exception_file(
-                    actor=request.user,
-                    team=form.team_id() or 0,
-                    job=data["job"],
-                    share=data["share"],
-                    priority=data["priority"],
-                    justification=data["justification"],
-                    wanted_by=data["wanted_by"],
-                    expires_at=data["expires_at"],
-                )
+                exc = file()
             except ServiceError as error:
                 apply_service_errors(form, error)
                 status = error.status
@@ -137,6 +141,7 @@ def exception_new(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"Exception {exc.pk} filed; a reviewer will decide it.")
                 return redirect("web:exception", exc.pk)
         else:
+            check_with_service(form, file)
             status = 400
     return render(request, "exceptions/new.html", {"form": form}, status=status)
 
