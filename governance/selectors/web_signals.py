@@ -55,6 +55,7 @@ class Chart:
 class Cell:
     text: str
     href: str
+    group: str = ""  # its column's name, for the stacked rows of a narrow screen
 
 
 @dataclass
@@ -257,7 +258,10 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
         return FigureRow(
             name,
             words,
-            [Cell(text(fig), href(scope)) for (_, scope), fig in zip(scopes, groups, strict=True)],
+            [
+                Cell(text(fig), href(scope), label)
+                for (label, scope), fig in zip(scopes, groups, strict=True)
+            ],
         )
 
     def finished(fig: dict[str, Any]) -> str:

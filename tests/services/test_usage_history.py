@@ -194,8 +194,9 @@ def test_pages_show_the_history(live: Any, client: Any) -> None:
     # The share page's figures are the share's own: a lent 0.025 instance-hours, no
     # borrowing (b's 0.05 are not in it).
     figures = page[page.index('class="history-figures') :]
-    assert 'lent out</td><td class="num">0.00</td><td class="num">0.0</td>' not in figures
-    assert 'borrowed</td><td class="num">0.00</td><td class="num">0.0</td>' in figures
+    assert 'lent out</td><td class="num">0.00</td><td class="num">0 h</td>' not in figures
+    assert '<td class="num">2 min</td>' in figures  # lent: 0.025 instance-hours
+    assert 'borrowed</td><td class="num">0.00</td><td class="num">0 h</td>' in figures
 
 
 def test_rebuild_from_recorded_events_matches_what_the_cycles_wrote(live: Any) -> None:

@@ -33,7 +33,9 @@ def cells(html: str, signal: str) -> list[tuple[str, str]]:
     assert row, signal
     return [
         (unescape(href), text)
-        for href, text in re.findall(r'<td><a href="([^"]+)">([^<]*)</a></td>', row.group(0))
+        for href, text in re.findall(
+            r'<td class="wide" data-label="[^"]*"><a href="([^"]+)">([^<]*)</a></td>', row.group(0)
+        )
     ]
 
 
