@@ -113,3 +113,20 @@ def test_whatif_form_reports_the_window_with_the_proposal(sign_in: Any) -> None:
     assert "A whole number from 0 to" in text
     assert "Must be -1 (unlimited) or a percent" in text
     assert "shares." not in text and "capacity." not in text  # no code names
+
+
+def test_band_form_reports_a_taken_name_with_a_bad_range(sign_in: Any) -> None:
+    from governance.models import PriorityDefinition
+
+    taken = PriorityDefinition.objects.order_by("min_priority").first()
+    assert taken is not None
+    page = sign_in("admin")
+    page.goto("/priorities/new/")
+    page.evaluate("document.querySelector('main form').noValidate = true")
+    page.fill("#id_name", taken.name)  # taken: only the service knows
+    page.fill("#id_min_priority", "10000")  # the form's own bound
+    page.fill("#id_max_priority", "20")
+    page.locator("main form button.primary").click()
+    expect(page.locator("#id_min_priority_errors")).to_be_visible()
+    assert "already exists" in messages_beside(page, "id_name")
+    assert "9999" in messages_beside(page, "id_min_priority")
