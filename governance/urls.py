@@ -1,6 +1,9 @@
 """URL map: the REST API under /api/, the HTMX pages at the root."""
 
+from typing import Any
+
 from django.contrib import admin
+from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponseRedirect
 from django.templatetags.static import static
@@ -16,6 +19,16 @@ handler404 = "governance.guards.page_not_found"
 handler500 = "governance.guards.server_error"
 
 
+class SignInView(auth_views.LoginView):
+    """Django's sign-in, telling an empty installation (no user at all yet) how to make
+    its first admin (docs/admin-guide.md), since nobody could sign in otherwise."""
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        context["no_users_yet"] = not get_user_model().objects.exists()
+        return context
+
+
 def favicon(request: HttpRequest) -> HttpResponseRedirect:
     """Browsers ask for /favicon.ico whatever the page's <link rel="icon"> says: send
     them to the static file (served by whitenoise, or runserver in development)."""
@@ -29,7 +42,7 @@ urlpatterns = [
     path("metrics", metrics, name="metrics"),
     # Sign-in and password-reset POSTs are limited per address (THROTTLE_SIGN_IN_RATE,
     # shared with the token endpoint, and THROTTLE_PASSWORD_RESET_RATE).
-    path("login/", posts_per_address("sign_in")(auth_views.LoginView.as_view()), name="login"),
+    path("login/", posts_per_address("sign_in")(SignInView.as_view()), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Django's password reset by email (the console backend prints the mail in development).
     path(

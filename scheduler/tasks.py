@@ -14,7 +14,7 @@ from governance.selectors.agreements import queue_promises
 from governance.selectors.capacity import queue_ids
 from governance.services import runs
 from governance.services import whatif as whatif_services
-from governance.services.exceptions import exception_expire_due
+from governance.services.exceptions import exception_close_moot, exception_expire_due
 from scheduler import bridge, history, triggers, whatif
 
 log = logging.getLogger(__name__)
@@ -55,8 +55,10 @@ def cycle_now(queue_id: int) -> bridge.CycleResult:
 
 @shared_task(ignore_result=True)
 def safety_net() -> None:
-    """Beat's periodic pass: expire exceptions, declare lost runs, schedule every queue."""
+    """Beat's periodic pass: expire exceptions, close those whose job ended, declare lost
+    runs, schedule every queue."""
     exception_expire_due()
+    exception_close_moot()
     declare_lost_runs()
     for queue_id in queue_ids():
         schedule_queue.apply_async((queue_id,), retry=False)

@@ -340,11 +340,11 @@ def wait_for_port(host: str, port: int, supervisord: subprocess.Popen[bytes]) ->
     raise RuntimeError(f"the web server did not listen on port {port} in time")
 
 
-def banner(host: str, port: int, var: Path) -> None:
+def banner(host: str, port: int, var: Path, *, with_demo: bool = True) -> None:
     shown = "localhost" if host in LOOPBACK else f"[{host}]" if ":" in host else host
     lines = [f"GPU share governance is running at http://{shown}:{port}/"]
     logins_file = var / "demo_logins.txt"
-    if logins_file.exists():
+    if logins_file.exists() and with_demo:
         lines.append("Demo logins, for a local demo only (their passwords are their names):")
         lines += [f"  {line}" for line in logins_file.read_text().splitlines() if line.strip()]
         if host not in LOOPBACK:
@@ -352,10 +352,22 @@ def banner(host: str, port: int, var: Path) -> None:
                 f"WARNING: HOST={host} lets other machines reach these logins; use them "
                 "only on a network you trust, or start with DEMO=0 and create real users."
             )
+    if not with_demo:
+        lines += first_admin_hint(var)
     lines.append(f"Processes: .venv/bin/supervisorctl -c {var / 'supervisord.conf'} status")
     lines.append("Press Ctrl-C to stop everything.")
     width = max(len(line) for line in lines)
     print("\n" + "=" * width, *lines, "=" * width + "\n", sep="\n", flush=True)
+
+
+def first_admin_hint(var: Path) -> list[str]:
+    """How to make the first admin of an empty installation (DEMO=0), as the sign-in page
+    also says while nobody can sign in (docs/admin-guide.md)."""
+    return [
+        "Empty installation: nobody can sign in until the first admin exists. In another",
+        "shell (docs/admin-guide.md):",
+        f"  DATA_DIR={var} .venv/bin/python manage.py create_admin NAME --email EMAIL",
+    ]
 
 
 def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -445,7 +457,7 @@ def main() -> int:
                 for follower in followers:
                     follower.start()
                 wait_for_port(host, port, supervisord)
-                banner(host, port, var)
+                banner(host, port, var, with_demo=with_demo)
                 while supervisord.poll() is None:
                     time.sleep(0.5)
                 raise RuntimeError(f"supervisor exited with status {supervisord.returncode}")

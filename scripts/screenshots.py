@@ -248,10 +248,10 @@ def _shoot(base: str, names: set[str] | None, width: str, viewport: Any) -> list
             page.goto("/queues/")
             page.get_by_role("link", name="gpu-fleet").first.click()
             page.get_by_role("link", name=re.compile("What-if")).click()
-            row = page.locator("tr", has=page.get_by_text("language-pretraining"))
-            row.locator('input[name$="-borrow_limit"]').fill("0")
+            share = page.locator("fieldset", has=page.get_by_text("Share language-pretraining"))
+            share.locator('input[name$="-borrow_limit"]').fill("0")
             page.get_by_role("button", name="Run the what-if").click()
-            expect(page.locator(".whatif-compare")).to_be_visible(timeout=120_000)
+            expect(page.locator(".whatif-summary")).to_be_visible(timeout=120_000)
             save("whatif", page)
 
         def plans() -> None:

@@ -52,6 +52,7 @@ class AuditEvent(models.TextChoices):
     CHANGE_REQUEST_APPROVED = "change_request.approved"
     CHANGE_REQUEST_REJECTED = "change_request.rejected"
     CHANGE_REQUEST_WITHDRAWN = "change_request.withdrawn"
+    EXCEPTION_CLOSED = "exception.closed"
     NOTIFICATION_PREFERENCES_CHANGED = "notification.preferences_changed"
     AGREEMENT_CREATED = "agreement.created"
     AGREEMENT_UPDATED = "agreement.updated"

@@ -18,6 +18,9 @@ class ExceptionState(models.TextChoices):
     REJECTED = "rejected", "Rejected"
     WITHDRAWN = "withdrawn", "Withdrawn"
     EXPIRED = "expired", "Expired"
+    # A pending job exception whose job ended before anyone decided it: nothing is left
+    # to raise, so it is closed by the system, neither approved nor rejected.
+    CLOSED = "closed", "Closed: job ended"
 
 
 class PriorityException(models.Model):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from governance.models import PriorityDefinition, Team
+from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.roles import AnyUser, band_roles
 
 
@@ -44,3 +45,19 @@ def max_usable_priority(user: AnyUser, team: Team | int | None) -> int | None:
         .first()
     )
     return best
+
+
+def allowance_words(user: AnyUser, team: Team | int | None) -> str:
+    """What priority ``user`` may give a job of ``team`` without an exception, as the
+    job pages say it; the same rule as the job service's ``priority_refusal``."""
+    if not PriorityDefinition.objects.exists():
+        return (
+            f"No priority bands are defined yet, so any priority from {MIN_PRIORITY} to "
+            f"{MAX_PRIORITY} is allowed."
+        )
+    highest = max_usable_priority(user, team)
+    if highest is None:
+        return (
+            "You may use no priority band for this team: any priority needs an approved exception."
+        )
+    return f"You may use up to {highest} without an approved exception."

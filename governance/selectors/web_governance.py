@@ -67,11 +67,13 @@ def exceptions_listing(
 
 
 def review_queue() -> QuerySet[PriorityException]:
-    """Pending exceptions, oldest first: what reviewers decide next."""
+    """Pending exceptions, oldest first: what reviewers decide next. A job exception whose
+    job has ended is left out: nothing is left to decide (the system closes it)."""
     return (
         all_exceptions()
         .select_related("job__share", "share__queue")
         .filter(state=ExceptionState.PENDING)
+        .filter(Q(job__isnull=True) | Q(job__state__in=ACTIVE_STATES))
         .order_by("created_at", "id")
     )
 

@@ -24,7 +24,7 @@ REASON_WORDS = {
     "no_preemptible_victims": "nothing it may preempt frees enough",
     "own_quota_full": "its own limit is full and it cannot borrow",
     "borrow_limit_reached": "its borrow limit is reached",
-    "no_lendable_capacity": "nothing idle to borrow",
+    "no_lendable_capacity": "not enough free to borrow",
     "plan_not_active": "the capacity plan is not active now",
     "plan_too_small": "the capacity plan has fewer instances than asked",
     "plan_full": "the capacity plan's instances are all in use",

@@ -15,18 +15,15 @@ from typing import Any
 from urllib.parse import urlencode
 
 from governance.models import Share, Team
+from governance.templatetags.figures import count, duration, inst_hours, money, percent
 
-CHART_WIDTH = 720
-LABEL_WIDTH = 170
-BAR_AREA = 380
-ROW_HEIGHT = 26
-BAR_HEIGHT = 16
+# The ticks of a chart's scale: none, half and all of its largest bar.
+TICKS = (0.0, 0.5, 1.0)
 
 
 @dataclass
 class Segment:
-    x: float
-    width: float
+    width: float  # percent of the bar area
     css: str
     href: str
     title: str
@@ -36,31 +33,29 @@ class Segment:
 class BarRow:
     label: str
     label_href: str
-    y: int
     text: str
-    text_x: float
     segments: list[Segment] = field(default_factory=list)
-
-    @property
-    def text_y(self) -> int:
-        return self.y + BAR_HEIGHT - 3
 
 
 @dataclass
 class Chart:
+    """Bars drawn as HTML (they reflow at any width, their numbers never cut): a row per
+    group with its label, its bar and its figures written beside it, and a labelled scale
+    under the bars."""
+
     title: str
     note: str
     legend: list[tuple[str, str]]
     rows: list[BarRow]
-    height: int
-    width: int = CHART_WIDTH
-    label_width: int = LABEL_WIDTH
+    axis: str
+    ticks: list[tuple[float, str]]
 
 
 @dataclass
 class Cell:
     text: str
     href: str
+    group: str = ""  # its column's name, for the stacked rows of a narrow screen
 
 
 @dataclass
@@ -103,25 +98,6 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{value:,}{unit}"
 
 
-def _duration(seconds: Any) -> str:
-    if seconds is None:
-        return "—"
-    seconds = float(seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _pct(value: Any) -> str:
-    return "—" if value is None else f"{100 * float(value):.1f} %"
-
-
-def _money(value: Any) -> str:
-    return "—" if value is None else f"${float(value):,.2f}"
-
-
 def group_scopes(answer: dict[str, Any], queue_id: int) -> list[tuple[str, dict[str, Any]]]:
     """(label, filter for the jobs list and the audit trail) per group, the queue first."""
     key = "team" if answer["groups"] and "team" in answer["groups"][0] else "share"
@@ -143,24 +119,23 @@ def _bar_chart(
     note: str,
     legend: list[tuple[str, str]],
     rows: list[tuple[str, str, list[tuple[float, str, str, str]], str]],
+    *,
+    axis: str,
+    tick: Callable[[float], str],
 ) -> Chart:
-    """``rows``: (label, label link, [(value, css, link, title)], text beside the bar)."""
+    """``rows``: (label, label link, [(value, css, link, title)], text beside the bar);
+    ``axis`` names the scale's unit and ``tick`` writes a value on it."""
     largest = max((sum(v for v, *_ in parts) for _, _, parts, _ in rows), default=0.0)
-    scale = BAR_AREA / largest if largest > 0 else 0.0
     out = []
-    for index, (label, href, parts, text) in enumerate(rows):
-        y = 6 + index * ROW_HEIGHT
-        x = float(LABEL_WIDTH)
-        segments = []
-        for value, css, link, seg_title in parts:
-            width = value * scale
-            if width > 0:
-                segments.append(
-                    Segment(round(x, 2), max(1.0, round(width, 2)), css, link, seg_title)
-                )
-                x += width
-        out.append(BarRow(label, href, y, text, round(x + 6, 2), segments))
-    return Chart(title, note, legend, out, height=12 + len(rows) * ROW_HEIGHT)
+    for label, href, parts, text in rows:
+        segments = [
+            Segment(round(100 * value / largest, 2), css, link, f"{seg_title}")
+            for value, css, link, seg_title in parts
+            if value > 0 and largest > 0
+        ]
+        out.append(BarRow(label, href, text, segments))
+    ticks = [(100 * at, tick(at * largest)) for at in TICKS] if largest > 0 else []
+    return Chart(title, note, legend, out, axis=axis, ticks=ticks)
 
 
 def charts(answer: dict[str, Any], links: Links, queue_id: int) -> list[Chart]:
@@ -182,10 +157,10 @@ def charts(answer: dict[str, Any], links: Links, queue_id: int) -> list[Chart]:
                 label,
                 admitted,
                 [
-                    (own, "own", admitted, f"{own:.1f} instance-hours own"),
-                    (borrowed, "borrowed", admitted, f"{borrowed:.1f} instance-hours borrowed"),
+                    (own, "own", admitted, f"{inst_hours(own)} own"),
+                    (borrowed, "borrowed", admitted, f"{inst_hours(borrowed)} borrowed"),
                 ],
-                f"{own:,.1f} h own · {borrowed:,.1f} h borrowed",
+                f"{inst_hours(own)} own · {inst_hours(borrowed)} borrowed",
             )
         )
         wait = fig["wait_to_start"]["all"]
@@ -198,7 +173,7 @@ def charts(answer: dict[str, Any], links: Links, queue_id: int) -> list[Chart]:
                     (float(p50), "own", started, "median wait"),
                     (float(max(0, p90 - p50)), "wait-tail", started, "p90 beyond the median"),
                 ],
-                f"p50 {_duration(wait['p50'])} · p90 {_duration(wait['p90'])}",
+                f"p50 {duration(wait['p50'])} · p90 {duration(wait['p90'])}",
             )
         )
         suffered = fig["preemptions_suffered"]
@@ -224,7 +199,7 @@ def charts(answer: dict[str, Any], links: Links, queue_id: int) -> list[Chart]:
                     (cost["own"], "own", admitted, "own"),
                     (cost["borrowed"], "borrowed", admitted, "borrowed"),
                 ],
-                f"{_money(cost['own'])} own · {_money(cost['borrowed'])} borrowed",
+                f"{money(cost['own'])} own · {money(cost['borrowed'])} borrowed",
             )
         )
     return [
@@ -234,6 +209,8 @@ def charts(answer: dict[str, Any], links: Links, queue_id: int) -> list[Chart]:
             "turned into work. Bars link to the admissions behind them.",
             [("own", "own"), ("borrowed", "borrowed")],
             usage_rows,
+            axis="instance-hours",
+            tick=inst_hours,
         ),
         _bar_chart(
             "Wait to start",
@@ -241,18 +218,24 @@ def charts(answer: dict[str, Any], links: Links, queue_id: int) -> list[Chart]:
             "those jobs.",
             [("own", "median (p50)"), ("wait-tail", "up to p90")],
             wait_rows,
+            axis="wait",
+            tick=duration,
         ),
         _bar_chart(
             "Preemptions suffered",
             "Runs stopped in the window, by rule. Bars link to the audit entries.",
             [("borrowed", "reclaim"), ("lent", "higher priority"), ("lost", "capacity lost")],
             preempt_rows,
+            axis="runs stopped",
+            tick=count,
         ),
         _bar_chart(
             "Cost: own and borrowed",
             "Instance-seconds times the type's hourly price.",
             [("own", "own"), ("borrowed", "borrowed")],
             cost_rows,
+            axis="dollars",
+            tick=money,
         ),
     ]
 
@@ -275,7 +258,10 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
         return FigureRow(
             name,
             words,
-            [Cell(text(fig), href(scope)) for (_, scope), fig in zip(scopes, groups, strict=True)],
+            [
+                Cell(text(fig), href(scope), label)
+                for (label, scope), fig in zip(scopes, groups, strict=True)
+            ],
         )
 
     def finished(fig: dict[str, Any]) -> str:
@@ -286,7 +272,7 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
         )
 
     def pcts(block: dict[str, Any]) -> str:
-        return " / ".join(_duration(block[k]) for k in ("p50", "p90", "p99") if k in block)
+        return " / ".join(duration(block[k]) for k in ("p50", "p90", "p99") if k in block)
 
     def policy(fig: dict[str, Any]) -> str:
         changes = fig["policy_changes"]
@@ -302,8 +288,8 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
     def runtime(fig: dict[str, Any]) -> str:
         return (
             "; ".join(
-                f"{label}: {r['jobs']} jobs, p50 {_duration(r['run_time']['p50'])}, "
-                f"cost p50 {_money(r['cost_p50'])}"
+                f"{label}: {r['jobs']} jobs, p50 {duration(r['run_time']['p50'])}, "
+                f"cost p50 {money(r['cost_p50'])}"
                 for label, r in fig["runtime_by_choice"].items()
             )
             or "—"
@@ -344,25 +330,29 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
         row(
             "preemptions_suffered",
             "Runs of the group stopped, by rule",
-            lambda f: ", ".join(f"{v} {k}" for k, v in f["preemptions_suffered"].items()),
+            lambda f: ", ".join(
+                f"{v} {k.replace('_', ' ')}" for k, v in f["preemptions_suffered"].items()
+            ),
             lambda s: links.audit(s, "job.preempted"),
         ),
         row(
             "preemptions_caused",
             "Runs stopped for the group's jobs",
-            lambda f: ", ".join(f"{v} {k}" for k, v in f["preemptions_caused"].items()),
+            lambda f: ", ".join(
+                f"{v} {k.replace('_', ' ')}" for k, v in f["preemptions_caused"].items()
+            ),
             lambda s: links.audit({}, "job.preempted"),
         ),
         row(
             "lost_work",
             "Work lost by those preemptions",
-            lambda f: _duration(f["lost_work"]),
+            lambda f: duration(f["lost_work"]),
             lambda s: links.audit(s, "job.preempted"),
         ),
         row(
             "goodput",
             "Completed work / (completed work + lost work)",
-            lambda f: _pct(f["goodput"]),
+            lambda f: percent(f["goodput"]),
             lambda s: links.jobs(s, "finished", state="SUCCEEDED"),
         ),
         row(
@@ -386,7 +376,7 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
         row(
             "fallback_rate",
             "First starts not on the first choice",
-            lambda f: _pct(f["fallback_rate"]),
+            lambda f: percent(f["fallback_rate"]),
             lambda s: links.jobs(s, "started"),
         ),
         row(
@@ -400,7 +390,7 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
             "Instance-hours, own + borrowed, per type",
             lambda f: _types_text(
                 f["instance_seconds"],
-                lambda v: f"{v['own'] / 3600:,.1f} + {v['borrowed'] / 3600:,.1f} h",
+                lambda v: f"{inst_hours(v['own'] / 3600)} + {inst_hours(v['borrowed'] / 3600)}",
             ),
             lambda s: links.audit(s, "job.admitted"),
         ),
@@ -408,7 +398,7 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
             "cost",
             "Cost, own + borrowed",
             lambda f: (
-                f"{_money(f['cost']['total']['own'])} + {_money(f['cost']['total']['borrowed'])}"
+                f"{money(f['cost']['total']['own'])} + {money(f['cost']['total']['borrowed'])}"
             ),
             lambda s: links.audit(s, "job.admitted"),
         ),
@@ -416,14 +406,14 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
             "utilization",
             "Usage over the queue's capacity (borrowed part)",
             lambda f: _types_text(
-                f["utilization"], lambda v: f"{_pct(v['all'])} ({_pct(v['borrowed'])})"
+                f["utilization"], lambda v: f"{percent(v['all'])} ({percent(v['borrowed'])})"
             ),
             lambda s: links.audit(s, "job.admitted"),
         ),
         row(
             "idle_lendable_seconds",
             "Idle capacity x time while a job that fitted it waited",
-            lambda f: _types_text(f["idle_lendable_seconds"], lambda v: _duration(v)),
+            lambda f: _types_text(f["idle_lendable_seconds"], lambda v: duration(v)),
             lambda s: links.jobs(s, "submitted"),
         ),
         row(
@@ -440,7 +430,7 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
                 "Capacity plans: usage over count x active time",
                 lambda f: (
                     ", ".join(
-                        f"{name} {_pct(v)}" for name, v in sorted(f["plan_utilization"].items())
+                        f"{name} {percent(v)}" for name, v in sorted(f["plan_utilization"].items())
                     )
                     or "—"
                 ),
@@ -449,7 +439,7 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
             row(
                 "plan_first_rate",
                 "Jobs naming a plan first that started on it",
-                lambda f: _pct(f["plan_first_rate"]),
+                lambda f: percent(f["plan_first_rate"]),
                 lambda s: links.jobs(s, "started"),
             ),
         ]

@@ -65,7 +65,7 @@ def parse_window(params: Mapping[str, Any], *, now: datetime | None = None) -> W
     stop = stop or (start + DEFAULT_WINDOW if start else now)
     start = start or stop - DEFAULT_WINDOW
     if start >= stop:
-        raise ValidationFailed({"to": ["Must be after from."]})
+        raise ValidationFailed({"to": ["The end of the window must be after its start."]})
     if stop - start > timedelta(days=MAX_WINDOW_DAYS):
         raise ValidationFailed({"to": [f"The window may span at most {MAX_WINDOW_DAYS} days."]})
     return Window(start, stop)

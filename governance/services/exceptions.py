@@ -128,7 +128,8 @@ def exception_file(
                 errors.add("team", f"Share {share_obj} does not belong to team {team_obj.name}.")
         if not is_int(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
             errors.add(
-                "priority", f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}."
+                "priority",
+                f"The priority must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}.",
             )
         else:
             highest = priority_selectors.max_usable_priority(actor, team_obj)
@@ -207,6 +208,72 @@ def _check_decidable(actor: AnyUser, exc: PriorityException, now: datetime) -> N
         )
 
 
+def _close_moot(exc: PriorityException, job: Job, now: datetime) -> None:
+    """Close a pending exception whose job has ended (the system acts): there is nothing
+    left to raise, and neither "approved" nor "rejected" would say what happened."""
+    before = exception_snapshot(exc)
+    exc.state = ExceptionState.CLOSED
+    exc.save(update_fields=["state"])
+    audit.record(
+        event_type=AuditEvent.EXCEPTION_CLOSED,
+        actor=None,
+        subject=exc,
+        before=before,
+        after=exception_snapshot(exc),
+        reason=f"job {job.pk} ended ({job.get_state_display().lower()}) before a decision; "
+        "nothing left to raise",
+        at=now,
+        **_links(exc),
+    )
+
+
+def _moot_refusal(exc: PriorityException, job: Job) -> ValidationFailed:
+    return ValidationFailed(
+        {
+            "state": [
+                f"Job {job.pk} has ended ({job.get_state_display().lower()}), so there is "
+                f"nothing left to raise: exception {exc.pk} is now closed, neither approved "
+                "nor rejected."
+            ]
+        }
+    )
+
+
+def _decide_or_close(actor: AnyUser, exception: PriorityException | int) -> None:
+    """Before deciding: a pending job exception whose job has ended is closed as moot
+    (committed, with its audit entry) and the decision refused, saying so."""
+    with transaction.atomic():
+        exc = _lock(exception)
+        _check_decidable(actor, exc, timezone.now())
+        if exc.job_id is None:
+            return
+        job = lock_job(exc.job_id, "share")
+        if job.state in ACTIVE_STATES:
+            return
+        _close_moot(exc, job, timezone.now())
+    raise _moot_refusal(exc, job)
+
+
+def exception_close_moot(*, now: datetime | None = None) -> int:
+    """Close every pending job exception whose job has ended (run with the expiry by the
+    scheduler's periodic pass). Returns how many were closed; idempotent."""
+    now = now or timezone.now()
+    closed = 0
+    with transaction.atomic():
+        moot = (
+            PriorityException.objects.select_for_update(of=("self",), skip_locked=True)
+            .select_related("job", "job__share")
+            .filter(state=ExceptionState.PENDING, job__isnull=False)
+            .exclude(job__state__in=ACTIVE_STATES)
+            .order_by("id")
+        )
+        for exc in moot:
+            assert exc.job is not None
+            _close_moot(exc, exc.job, now)
+            closed += 1
+    return closed
+
+
 def exception_approve(
     *, actor: AnyUser, exception: PriorityException | int, note: str = ""
 ) -> PriorityException:
@@ -214,7 +281,9 @@ def exception_approve(
 
     A job exception raises the job to the requested priority at once (its previous
     priority is kept for the revert); a share exception only authorises later changes.
+    A job exception whose job has ended is closed instead, and the approval refused.
     """
+    _decide_or_close(actor, exception)
     with transaction.atomic():
         exc = _lock(exception)
         now = timezone.now()
@@ -222,10 +291,8 @@ def exception_approve(
         job: Job | None = None
         if exc.job_id is not None:
             job = lock_job(exc.job_id, "share")
-            if job.state not in ACTIVE_STATES:
-                raise ValidationFailed(
-                    {"job": [f"Job {job.pk} is {job.state}; there is nothing to raise any more."]}
-                )
+            if job.state not in ACTIVE_STATES:  # ended since the check above
+                raise _moot_refusal(exc, job)
         before = exception_snapshot(exc)
         exc.state = ExceptionState.APPROVED
         exc.decided_by_id = actor.pk
@@ -262,7 +329,9 @@ def exception_approve(
 def exception_reject(
     *, actor: AnyUser, exception: PriorityException | int, note: str = ""
 ) -> PriorityException:
-    """Reject a pending exception (reviewers and admins, never the requester)."""
+    """Reject a pending exception (reviewers and admins, never the requester). A job
+    exception whose job has ended is closed instead: rejecting would misstate why."""
+    _decide_or_close(actor, exception)
     with transaction.atomic():
         exc = _lock(exception)
         now = timezone.now()

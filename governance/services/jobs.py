@@ -147,7 +147,9 @@ def _resolve_preferences(
     share_plans = share_plans or {}
     now = now or timezone.now()
     if count is not None and (not is_int(count) or not 1 <= count <= limits.MAX_INSTANCES):
-        errors.add("count", f"count must be null or an integer from 1 to {limits.MAX_INSTANCES}.")
+        errors.add(
+            "count", f"The count must be empty or a whole number from 1 to {limits.MAX_INSTANCES}."
+        )
         count_ok = False
     else:
         count_ok = True
@@ -284,14 +286,30 @@ def _check_plan_preference(
     return "plan:" + plan_name
 
 
+_SECONDS_WORDS = {
+    "max_pending": "the longest wait to start (seconds)",
+    "checkpoint_interval": "the checkpoint interval (seconds of work)",
+    "duration": "the duration (seconds of work)",
+}
+
+
 def _optional_positive(errors: Errors, field: str, value: Any) -> None:
-    limits.check_int(errors, field, value, minimum=1, maximum=limits.MAX_SECONDS, nullable=True)
+    limits.check_int(
+        errors,
+        field,
+        value,
+        minimum=1,
+        maximum=limits.MAX_SECONDS,
+        nullable=True,
+        label=_SECONDS_WORDS.get(field),
+    )
 
 
 def _check_priority_range(errors: Errors, priority: Any) -> bool:
     if not is_int(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
         errors.add(
-            "priority", f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}."
+            "priority",
+            f"The priority must be a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}.",
         )
         return False
     return True
@@ -357,7 +375,7 @@ def job_submit(
         elif len(name) > NAME_MAX_LENGTH:
             errors.add("name", f"At most {NAME_MAX_LENGTH} characters.")
         if kind not in JobKind.values:
-            errors.add("kind", f"kind must be one of: {', '.join(JobKind.values)}.")
+            errors.add("kind", f"The kind must be one of: {', '.join(JobKind.values)}.")
         share_types = list(
             ShareLimit.objects.filter(share=share_obj)
             .order_by("instance_type__name")

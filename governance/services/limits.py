@@ -54,10 +54,13 @@ def check_int(
         return True
     if is_int(value) and minimum <= value <= maximum:
         return True
-    name = label or field
+    # In words, never the field's code name: "The count must be ..." (``label`` names it
+    # when its key does not read as words).
+    name = label or f"the {field.replace('_', ' ')}"
+    empty = "empty or " if nullable else ""
     errors.add(
         field,
-        f"{name} must be {'null or ' if nullable else ''}an integer from {minimum} to {maximum}.",
+        f"{name[0].upper()}{name[1:]} must be {empty}a whole number from {minimum} to {maximum}.",
     )
     return False
 

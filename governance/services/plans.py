@@ -55,7 +55,7 @@ def _clean_reason(errors: Errors, reason: Any, *, required: bool) -> str:
     if reason is None:
         reason = ""
     if not isinstance(reason, str):
-        errors.add("reason", "reason must be text.")
+        errors.add("reason", "The reason must be text.")
         return ""
     reason = reason.strip()
     if required and not reason:
@@ -67,12 +67,12 @@ def _clean_reason(errors: Errors, reason: Any, *, required: bool) -> str:
 
 def _clean_moment(errors: Errors, field: str, value: Any) -> datetime | None:
     if not isinstance(value, datetime):
-        errors.add(field, f"{field} must be a date and time, e.g. 2026-12-01T09:00:00Z.")
+        errors.add(field, f"The {field} must be a date and time, e.g. 2026-12-01T09:00:00Z.")
         return None
     if timezone.is_naive(value):
         value = timezone.make_aware(value, timezone.get_current_timezone())
     if not 2000 <= value.year <= 9000:
-        errors.add(field, f"{field} must be between the years 2000 and 9000.")
+        errors.add(field, f"The {field} must be between the years 2000 and 9000.")
         return None
     return value
 
@@ -83,10 +83,10 @@ def _clean_price(errors: Errors, value: Any) -> Decimal:
         if isinstance(value, bool) or not price.is_finite() or price < 0:
             raise InvalidOperation
     except (InvalidOperation, ValueError):
-        errors.add("hourly_price", "hourly_price must be a number >= 0 (per instance-hour).")
+        errors.add("hourly_price", "The price must be a number of 0 or more (per instance-hour).")
         return Decimal(0)
     if price >= MAX_PRICE:
-        errors.add("hourly_price", f"hourly_price must be below {MAX_PRICE}.")
+        errors.add("hourly_price", f"The price must be below {MAX_PRICE} per instance-hour.")
     return price.quantize(Decimal("0.0001"))
 
 
@@ -157,11 +157,11 @@ def plan_create(
         now = timezone.now()
         if clean_start is not None and clean_end is not None:
             if clean_end <= clean_start:
-                errors.add("end", "end must be after start.")
+                errors.add("end", "The end must be after the start.")
             elif clean_end - clean_start > timedelta(days=MAX_PLAN_DAYS):
                 errors.add("end", f"A plan lasts at most {MAX_PLAN_DAYS} days.")
             elif clean_end <= now:
-                errors.add("end", "end must be in the future: this plan would already be over.")
+                errors.add("end", "The end must be in the future: this plan would already be over.")
         price = _clean_price(errors, 0 if hourly_price is None else hourly_price)
         clean_reason = _clean_reason(errors, reason, required=False)
         errors.raise_if_any()

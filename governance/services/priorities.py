@@ -71,7 +71,7 @@ def _validate(values: dict[str, Any], errors: Errors, *, exclude_pk: int | None)
             errors.add(field, f"Must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}.")
             bounds_ok = False
     if bounds_ok and low > high:
-        errors.add("max_priority", f"Must be at least min_priority ({low}).")
+        errors.add("max_priority", f"Must be at least the lowest priority of the band ({low}).")
         bounds_ok = False
     if bounds_ok:
         overlapping = PriorityDefinition.objects.filter(

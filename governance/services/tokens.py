@@ -37,7 +37,14 @@ def token_create(*, actor: AnyUser, hours: int | None = None, via: str = "page")
         raise PermissionDenied({"detail": ["Sign in to create a token."]})
     errors = Errors()
     if hours is not None:
-        check_int(errors, "hours", hours, minimum=1, maximum=max_token_hours())
+        check_int(
+            errors,
+            "hours",
+            hours,
+            minimum=1,
+            maximum=max_token_hours(),
+            label="the token's lifetime in hours",
+        )
     errors.raise_if_any()
     ttl = timedelta(hours=hours if hours is not None else max_token_hours())
     with transaction.atomic():

@@ -78,18 +78,38 @@ def relative_time(t: datetime, now: datetime | None = None) -> str:
 
 
 SLOT = "<!--when-->"
+# What a slot holds: the time, or (time, is an estimated start).
+Slot = datetime | tuple[datetime, bool]
+# An estimated start this close (or already past) is the next scheduling cycle's: "just
+# now" or "in 20 seconds" would read as if it had started.
+NEXT_CYCLE_WORDS = "at the next scheduling cycle"
 
 
-def time_html(t: datetime) -> SafeString:
-    """``<time>`` with the relative words and the absolute time in its title."""
+def time_html(t: datetime, *, estimate: bool = False) -> SafeString:
+    """``<time>`` with the relative words and the absolute time in its title; with
+    ``estimate``, a start due within a minute (or past) reads NEXT_CYCLE_WORDS."""
     shown = timezone.localtime(t) if timezone.is_aware(t) else t
     # Escaped though none can hold markup: isoformat/strftime/words only.
     # The title names its time zone (the configured one, "UTC" by default).
     absolute = shown.strftime("%Y-%m-%d %H:%M:%S %Z").rstrip()
+    words = relative_time(t)
+    if estimate and (t - timezone.now()).total_seconds() < 60:
+        words = NEXT_CYCLE_WORDS
     return mark_safe(
-        f'<time datetime="{escape(shown.isoformat())}" '
-        f'title="{absolute}">{escape(relative_time(t))}</time>'
+        f'<time datetime="{escape(shown.isoformat())}" title="{absolute}">{escape(words)}</time>'
     )
+
+
+def _slot_or_html(
+    context: template.Context, t: datetime | None, estimate: bool
+) -> SafeString | str:
+    if not isinstance(t, datetime):
+        return ""
+    slots = context.get("when_slots")
+    if slots is not None:
+        slots.append((t, estimate) if estimate else t)
+        return mark_safe(SLOT)
+    return time_html(t, estimate=estimate)
 
 
 @register.simple_tag(name="when", takes_context=True)
@@ -97,22 +117,23 @@ def when(context: template.Context, t: datetime | None) -> SafeString | str:
     """The time as ``time_html``; when the context has a ``when_slots`` list (HTML to be
     cached), a SLOT marker instead, its time appended to the list: ``fill_slots``
     writes the words current at each serving."""
-    if not isinstance(t, datetime):
-        return ""
-    slots = context.get("when_slots")
-    if slots is not None:
-        slots.append(t)
-        return mark_safe(SLOT)
-    return time_html(t)
+    return _slot_or_html(context, t, False)
 
 
-def fill_slots(html: str, times: list[datetime]) -> SafeString:
+@register.simple_tag(name="estimated_start", takes_context=True)
+def estimated_start(context: template.Context, t: datetime | None) -> SafeString | str:
+    """A pending job's estimated start, as ``when`` but "at the next scheduling cycle"
+    when it is due within a minute or already past."""
+    return _slot_or_html(context, t, True)
+
+
+def fill_slots(html: str, times: list[Slot]) -> SafeString:
     """HTML rendered with ``when_slots``, each slot replaced by its time's ``time_html``."""
     parts = html.split(SLOT)
     if len(parts) != len(times) + 1:
         raise ValueError("the slots and their times do not match")
     out = [parts[0]]
     for t, part in zip(times, parts[1:], strict=True):
-        out.append(time_html(t))
+        out.append(time_html(t[0], estimate=t[1]) if isinstance(t, tuple) else time_html(t))
         out.append(part)
     return mark_safe("".join(out))

@@ -9,6 +9,7 @@ with each message beside its field and nothing stored. Admins only: anyone else 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from functools import wraps
 from typing import Any, cast
@@ -30,7 +31,7 @@ from governance.services import shares as share_services
 from governance.services import teams as team_services
 from governance.services import users as user_services
 from governance.services.errors import ServiceError
-from governance.web.errors import apply_service_errors
+from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_admin import (
     InstanceTypeForm,
     QueueForm,
@@ -59,6 +60,9 @@ def _save(form: forms.Form, call: Callable[[dict[str, Any]], Any]) -> tuple[Any,
     """Run ``call`` with the form's cleaned data when the form is valid; return what it
     gave (None when refused) and the status to answer with (400/403/... when refused)."""
     if not form.is_valid():
+        # Every problem at once: the service's rules on what did parse (a field that
+        # did not reads as empty), nothing stored.
+        check_with_service(form, lambda: call(defaultdict(str, form.cleaned_data)))
         return None, 400
     try:
         return call(form.cleaned_data), 200

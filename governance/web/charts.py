@@ -1,21 +1,23 @@
 """Usage history charts drawn on the server as SVG: no script, no library, no CDN.
 
-A chart is readable without hovering: its axes carry the scale and the window's start
-and end, and the figures it shows are written out beside it as averages and
+A chart is readable without hovering and at any width: its scale of instances and a time
+axis of round UTC times are HTML beside the plot (the plot stretches, the labels keep
+their size), and the figures it shows are written out beside it as averages and
 instance-hours. Areas are stacked in the order of the overview's bars: own use, borrowed,
 lent out (idle entitlement borrowers used), idle and not lent.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-WIDTH, HEIGHT = 640, 150
-LEFT, RIGHT, TOP, BOTTOM = 44, 8, 8, 22
+# The plot's own coordinates: it stretches to its box (preserveAspectRatio none), so the
+# labels are HTML beside it and stay readable at any width.
+WIDTH, HEIGHT = 640, 120
 # (figure, css class, label). "idle" is drawn net of "lent" (lent is part of idle).
 LAYERS = (
     ("own", "own", "own use"),
@@ -23,6 +25,11 @@ LAYERS = (
     ("lent", "lent", "lent out"),
     ("idle", "idle-lend", "idle, not lent"),
 )
+# Time-axis tick spacings (seconds) to choose from: the smallest that gives at most
+# MAX_TICKS ticks over the window.
+TICK_STEPS: tuple[int, ...] = (300, 600, 900, 1800, 3600, 7200, 10800, 14400, 21600, 43200)
+TICK_STEPS += (86400, 2 * 86400, 5 * 86400, 7 * 86400)
+MAX_TICKS = 7
 
 
 def _nice_max(value: float) -> float:
@@ -38,13 +45,30 @@ def _nice_max(value: float) -> float:
     return float(10 * magnitude)
 
 
-def _stamp(moment: datetime, step: int) -> str:
-    return moment.strftime("%b %d %H:%M" if step >= 900 else "%H:%M") + " UTC"
+def time_ticks(begin: datetime, end: datetime) -> list[tuple[float, str]]:
+    """(percent of the window, label) of the time axis: round UTC times (every 4 hours
+    over a day, every 10 minutes over an hour, every 5 days over 30), a day's date at
+    midnight and on daily ticks."""
+    span = (end - begin).total_seconds()
+    if span <= 0:
+        return []
+    step = next((s for s in TICK_STEPS if span / s <= MAX_TICKS), TICK_STEPS[-1])
+    first = -(-int(begin.timestamp()) // step) * step
+    ticks = []
+    for at in range(first, int(end.timestamp()) + 1, step):
+        moment = datetime.fromtimestamp(at, tz=UTC)
+        daily = step >= 86400 or (moment.hour == 0 and moment.minute == 0)
+        label = moment.strftime("%b %d") if daily else moment.strftime("%H:%M")
+        ticks.append((round(100 * (at - begin.timestamp()) / span, 2), label))
+    return ticks
 
 
-def usage_chart(series: dict[str, Any], *, step: int, title: str) -> SafeString:
-    """One type's history (``selectors.insight.usage_history``'s ``types`` entry) as an
-    SVG of stacked areas, with its axes."""
+def usage_chart(
+    series: dict[str, Any], *, begin: datetime, end: datetime, title: str
+) -> SafeString:
+    """One type's history (``selectors.insight.usage_history``'s ``types`` entry) as
+    stacked areas (SVG) with a labelled scale of instances and a time axis of round UTC
+    times (HTML, readable at any width)."""
     points = series["points"]
     if not points:
         return mark_safe("")
@@ -58,21 +82,24 @@ def usage_chart(series: dict[str, Any], *, step: int, title: str) -> SafeString:
             row.append(running)
         stacks.append(row)
     top = _nice_max(max(row[-1] for row in stacks))
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     n = len(points)
 
     def x(i: int) -> float:
-        return LEFT + plot_w * i / n
+        return WIDTH * i / n
 
     def y(value: float) -> float:
-        return TOP + plot_h * (1 - value / top)
+        return HEIGHT * (1 - value / top)
 
     parts = [
-        f'<svg class="history-chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-        f'xmlns="http://www.w3.org/2000/svg" aria-label="{escape(title)}">',
+        f'<div class="history-chart" role="img" aria-label="{escape(title)}">',
+        '<div class="hc-y" aria-hidden="true">',
+        f'<span style="top: 0%">{top:g}</span><span style="top: 50%">{top / 2:g}</span>',
+        '<span style="top: 100%">0</span></div>',
+        f'<svg class="hc-plot" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
+        'xmlns="http://www.w3.org/2000/svg" aria-hidden="true">',
         f"<title>{escape(title)}</title>",
     ]
-    # Whole pixels: the chart is 640 x 150, finer coordinates only cost bytes and time.
+    # Whole units: finer coordinates only cost bytes and time.
     xs = [str(round(x(i))) for i in range(n + 1)]
     for layer, (_, css, _label) in enumerate(LAYERS):
         if not any(row[layer] - (row[layer - 1] if layer else 0.0) > 0 for row in stacks):
@@ -93,17 +120,16 @@ def usage_chart(series: dict[str, Any], *, step: int, title: str) -> SafeString:
                 path.append(f"V{lower[i - 1]}")
         path.append("Z")
         parts.append(f'<path class="area {css}" d="{"".join(path)}"/>')
-    axis_y = TOP + plot_h
-    parts += [
-        f'<line class="axis" x1="{LEFT}" y1="{axis_y}" x2="{WIDTH - RIGHT}" y2="{axis_y}"/>',
-        f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{axis_y}"/>',
-        f'<line class="grid" x1="{LEFT}" y1="{TOP}" x2="{WIDTH - RIGHT}" y2="{TOP}"/>',
-        f'<text class="tick" x="{LEFT - 4}" y="{TOP + 4}" text-anchor="end">{top:g}</text>',
-        f'<text class="tick" x="{LEFT - 4}" y="{axis_y}" text-anchor="end">0</text>',
-        f'<text class="tick" x="{LEFT}" y="{HEIGHT - 6}">{_stamp(points[0]["at"], step)}</text>',
-        f'<text class="tick" x="{WIDTH - RIGHT}" y="{HEIGHT - 6}" text-anchor="end">now</text>',
-        "</svg>",
-    ]
+    for level in (0, HEIGHT // 2):
+        parts.append(f'<line class="grid" x1="0" y1="{level}" x2="{WIDTH}" y2="{level}"/>')
+    parts.append("</svg>")
+    parts.append('<div class="hc-x" aria-hidden="true">')
+    for at, label in time_ticks(begin, end):
+        edge = ' class="at-start"' if at < 6 else ' class="at-end"' if at > 94 else ""
+        parts.append(f'<span{edge} style="left: {at}%">{label}</span>')
+    parts.append("</div>")
+    parts.append('<div class="hc-unit" aria-hidden="true">instances</div>')
+    parts.append("</div>")
     return mark_safe("".join(parts))
 
 
@@ -128,7 +154,7 @@ def chart_rows(history: dict[str, Any], subject: str) -> list[dict[str, Any]]:
         rows.append(
             {
                 "name": series["name"],
-                "svg": usage_chart(series, step=history["step"], title=title),
+                "svg": usage_chart(series, begin=history["begin"], end=history["end"], title=title),
                 "figures": figures,
             }
         )

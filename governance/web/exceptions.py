@@ -15,11 +15,12 @@ from django.views.decorators.http import require_POST
 
 from governance import roles
 from governance.models import ExceptionState, PriorityException
+from governance.models.jobs import ACTIVE_STATES
 from governance.selectors import web_governance as sel
 from governance.services import exceptions as exception_services
 from governance.services.errors import ServiceError
 from governance.web import agreements as agreement_pages
-from governance.web.errors import apply_service_errors
+from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_governance import (
     DecisionForm,
     ExceptionFileForm,
@@ -45,9 +46,15 @@ def _can_withdraw(user: Any, exc: PriorityException) -> bool:
     )
 
 
+def _job_ended(exc: PriorityException) -> bool:
+    """A job exception whose job is no longer pending or running: moot, not decidable."""
+    return exc.job is not None and exc.job.state not in ACTIVE_STATES
+
+
 def _can_decide(user: Any, exc: PriorityException) -> bool:
     return (
         exc.state == ExceptionState.PENDING
+        and not _job_ended(exc)
         and roles.can_decide_exceptions(user)
         and exc.requester_id != user.pk
     )
@@ -113,19 +120,23 @@ def exception_new(request: HttpRequest) -> HttpResponse:
     form = ExceptionFileForm(request.POST or None, jobs=jobs, shares=shares, initial=initial)
     status = 200
     if request.method == "POST":
-        if form.is_valid():
+
+        def file() -> PriorityException:
             data = form.cleaned_data
+            return exception_services.exception_file(
+                actor=request.user,
+                team=form.team_id() or 0,
+                job=data.get("job"),
+                share=data.get("share"),
+                priority=data.get("priority"),  # type: ignore[arg-type]  # None: refused
+                justification=data.get("justification") or "",
+                wanted_by=data.get("wanted_by"),
+                expires_at=data.get("expires_at"),
+            )
+
+        if form.is_valid():
             try:
-                exc = exception_services.exception_file(
-                    actor=request.user,
-                    team=form.team_id() or 0,
-                    job=data["job"],
-                    share=data["share"],
-                    priority=data["priority"],
-                    justification=data["justification"],
-                    wanted_by=data["wanted_by"],
-                    expires_at=data["expires_at"],
-                )
+                exc = file()
             except ServiceError as error:
                 apply_service_errors(form, error)
                 status = error.status
@@ -133,6 +144,7 @@ def exception_new(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"Exception {exc.pk} filed; a reviewer will decide it.")
                 return redirect("web:exception", exc.pk)
         else:
+            check_with_service(form, file)
             status = 400
     return render(request, "exceptions/new.html", {"form": form}, status=status)
 
@@ -156,6 +168,7 @@ def _render_detail(
         "form": form,
         "history": history,
         "may_decide": _can_decide(request.user, exc),
+        "job_ended": _job_ended(exc),
         "may_withdraw": _can_withdraw(request.user, exc),
         "own_request": exc.requester_id == request.user.pk,
     }

@@ -86,7 +86,8 @@ class QueueForm(forms.Form):
     )
     executor = forms.ChoiceField(
         choices=Executor.choices,
-        help_text="Where admitted jobs run: the simulated fleet, or agents on your clusters.",
+        help_text="Where admitted jobs run: the simulated fleet, agents on your clusters, or "
+        "a Slurm cluster (docs/slurm.md).",
     )
     # Not an input: where the service's ``capacity`` errors are shown.
     capacity = forms.CharField(required=False, widget=forms.HiddenInput)

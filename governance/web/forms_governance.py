@@ -67,6 +67,10 @@ class ExceptionFileForm(forms.Form):
             **(kwargs.get("initial") or {}),
         }
         super().__init__(*args, **kwargs)
+        # The times typed are read in the site's time zone (UTC unless configured): say so.
+        zone = timezone.get_current_timezone_name()
+        self.fields["wanted_by"].label = f"Wanted by ({zone}, optional)"
+        self.fields["expires_at"].label = f"Expires at ({zone})"
         self.jobs = {j.pk: j for j in jobs}
         self.shares = {s.pk: s for s in shares}
         _choice_field(self, "job").choices = [("", "— no job (use a share) —")] + [

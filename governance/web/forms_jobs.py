@@ -193,13 +193,15 @@ class JobSubmitForm(forms.Form):
                 self.add_error(target_field, text)
 
     def service_kwargs(self) -> dict[str, Any]:
+        """The service's arguments; a field that did not parse is None (the service then
+        still checks the others: ``errors.check_with_service``)."""
         data = self.cleaned_data
         return {
-            "share": data["share"],
-            "name": data["name"],
-            "kind": data["kind"],
-            "priority": data["priority"],
-            "preferences": data["preference_list"],
+            "share": data.get("share"),
+            "name": data.get("name"),
+            "kind": data.get("kind"),
+            "priority": data.get("priority"),
+            "preferences": data.get("preference_list", []),
             "count": _optional_int(data.get("count")),
             "max_pending": _optional_int(data.get("max_pending")),
             "checkpoint_interval": _optional_int(data.get("checkpoint_interval")),

@@ -55,6 +55,7 @@ class ShareEditForm(forms.Form):
     version = forms.IntegerField(widget=forms.HiddenInput)
     # Not an input: where the service's ``limits`` errors are shown.
     limits = forms.CharField(required=False, widget=forms.HiddenInput)
+    max_limits = MAX_LIMITS_PER_SHARE
 
     def __init__(
         self, *args: Any, type_names: list[str], require_reason: bool = True, **kwargs: Any
@@ -62,9 +63,9 @@ class ShareEditForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.require_reason = require_reason
         choices = [("", "—")] + [(name, name) for name in type_names]
-        # One row more than a share may have when the queue has more types than that:
-        # filling it gets the service's "at most five" message instead of nowhere to type.
-        self.rows = LIMIT_ROWS + 1 if len(type_names) > LIMIT_ROWS else LIMIT_ROWS
+        # As many rows as a share may have limits (the legend says so); a row posted
+        # beyond them still gets the "at most" message (``clean``).
+        self.rows = LIMIT_ROWS
         for i in range(self.rows):
             self.fields[f"limit_type_{i}"] = forms.ChoiceField(
                 choices=choices, required=False, label=f"Type {i + 1}"

@@ -25,7 +25,7 @@ from governance.selectors import scheduling, web_jobs
 from governance.selectors import shares as share_selectors
 from governance.services import jobs as job_services
 from governance.services.errors import ServiceError
-from governance.web.errors import apply_service_errors
+from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_jobs import CancelForm, JobFilterForm, JobSubmitForm, ReprioritiseForm
 from governance.web.links import url_pattern
 
@@ -117,10 +117,10 @@ def _detail(
         "may_manage": may_manage,
         "priority_form": priority_form or ReprioritiseForm(initial={"priority": job.priority}),
         "cancel_form": cancel_form or CancelForm(),
-        "max_priority": (
-            priority_selectors.max_usable_priority(request.user, job.share.team_id)
+        "priority_allowance": (
+            priority_selectors.allowance_words(request.user, job.share.team_id)
             if may_manage
-            else None
+            else ""
         ),
         "band": priority_selectors.band_for(job.priority),
         # The exceptions filed for this job, whatever their state (newest first).
@@ -234,6 +234,11 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"Job {job.name} submitted.")
                 return redirect("web:job", job_id=job.pk)
         else:
+            check_with_service(
+                form,
+                lambda: job_services.job_submit(actor=request.user, **form.service_kwargs()),
+                form.apply_service_errors,
+            )
             status = 400
     else:
         initial: dict[str, Any] = {}

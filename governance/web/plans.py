@@ -3,6 +3,8 @@ with their usage; admins create, resize and end them through ``services.plans``.
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
@@ -11,12 +13,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from governance import roles
-from governance.models import Share
+from governance.models import CapacityPlan, Share
 from governance.selectors import capacity as capacity_selectors
 from governance.selectors import plans as plan_selectors
 from governance.services import plans as plan_services
 from governance.services.errors import ServiceError
-from governance.web.errors import apply_service_errors
+from governance.web.errors import apply_service_errors, check_with_service, field_words
 from governance.web.forms_plans import PlanCreateForm, PlanEndForm, PlanResizeForm
 
 
@@ -55,22 +57,26 @@ def plan_new(request: HttpRequest) -> HttpResponse:
     form = _create_form(request)
     status = 200
     if request.method == "POST":
-        if form.is_valid():
+
+        def create() -> CapacityPlan:
             data = form.cleaned_data
-            share = Share.objects.filter(pk=data["share"]).first()
+            share = Share.objects.filter(pk=data["share"]).first() if data.get("share") else None
+            return plan_services.plan_create(
+                actor=request.user,
+                queue=share.queue_id if share else None,
+                share=data.get("share"),
+                name=data.get("name") or "",
+                instance_type=data.get("instance_type") or "",
+                count=cast(int, data.get("count")),  # None: the service says so
+                start=data.get("start"),
+                end=data.get("end"),
+                hourly_price=data.get("hourly_price"),
+                reason=data.get("reason") or "",
+            )
+
+        if form.is_valid():
             try:
-                plan = plan_services.plan_create(
-                    actor=request.user,
-                    queue=share.queue_id if share else None,
-                    share=data["share"],
-                    name=data["name"],
-                    instance_type=data["instance_type"],
-                    count=data["count"],
-                    start=data["start"],
-                    end=data["end"],
-                    hourly_price=data.get("hourly_price"),
-                    reason=data.get("reason") or "",
-                )
+                plan = create()
             except ServiceError as exc:
                 apply_service_errors(form, exc)
                 status = exc.status
@@ -78,6 +84,7 @@ def plan_new(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"Capacity plan {plan.name} created.")
                 return redirect(f"/plans/#plan-{plan.pk}")
         else:
+            check_with_service(form, create)
             status = 400
     return render(request, "plans/new.html", {"form": form}, status=status)
 
@@ -88,7 +95,7 @@ def plan_resize(request: HttpRequest, plan_id: int) -> HttpResponse:
     form = PlanResizeForm(request.POST)
     if not form.is_valid():
         for field, problems in form.errors.items():
-            messages.error(request, f"{field}: {' '.join(str(e) for e in problems)}")
+            messages.error(request, f"{field_words(form, field)}: {' '.join(map(str, problems))}")
         return redirect(f"/plans/#plan-{plan_id}")
     try:
         plan = plan_services.plan_resize(
@@ -101,7 +108,7 @@ def plan_resize(request: HttpRequest, plan_id: int) -> HttpResponse:
         if exc.status == 403:
             return HttpResponseForbidden("Only admins resize capacity plans.")
         for field, errors in exc.errors.items():
-            messages.error(request, f"{field}: {' '.join(errors)}")
+            messages.error(request, f"{field_words(form, field)}: {' '.join(errors)}")
     else:
         messages.success(request, f"Plan {plan.name} now has {plan.count} instances.")
     return redirect(f"/plans/#plan-{plan_id}")
@@ -112,7 +119,7 @@ def plan_resize(request: HttpRequest, plan_id: int) -> HttpResponse:
 def plan_end(request: HttpRequest, plan_id: int) -> HttpResponse:
     form = PlanEndForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "reason: say why the plan ends (it goes to the audit trail).")
+        messages.error(request, "Reason: say why the plan ends (it goes to the audit trail).")
         return redirect(f"/plans/#plan-{plan_id}")
     try:
         plan = plan_services.plan_end(
@@ -122,7 +129,7 @@ def plan_end(request: HttpRequest, plan_id: int) -> HttpResponse:
         if exc.status == 403:
             return HttpResponseForbidden("Only admins end capacity plans.")
         for field, errors in exc.errors.items():
-            messages.error(request, f"{field}: {' '.join(errors)}")
+            messages.error(request, f"{field_words(form, field)}: {' '.join(errors)}")
     else:
         messages.success(
             request,

@@ -20,7 +20,7 @@ from governance.selectors import teams as team_selectors
 from governance.selectors import web_governance as sel
 from governance.services import priorities as priority_services
 from governance.services.errors import ServiceError
-from governance.web.errors import apply_service_errors
+from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_governance import PriorityDefinitionForm
 
 ROLE_LABELS = dict(BandRole.choices)
@@ -67,14 +67,16 @@ def priority_list(request: HttpRequest) -> HttpResponse:
 
 
 def _form_values(form: PriorityDefinitionForm) -> dict[str, Any]:
+    """The service's arguments; a field that did not parse is None (``check_with_service``
+    then still checks the others)."""
     data = form.cleaned_data
     return {
-        "name": data["name"],
-        "min_priority": data["min_priority"],
-        "max_priority": data["max_priority"],
-        "criteria": data["criteria"],
-        "usable_by": list(data["usable_by"]),
-        "exception_owner": data["exception_owner"] or None,
+        "name": data.get("name"),
+        "min_priority": data.get("min_priority"),
+        "max_priority": data.get("max_priority"),
+        "criteria": data.get("criteria") or "",
+        "usable_by": list(data.get("usable_by") or []),
+        "exception_owner": data.get("exception_owner") or None,
     }
 
 
@@ -97,6 +99,13 @@ def priority_new(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Band {band.name} created.")
                 return redirect("web:priorities")
+        else:
+            check_with_service(
+                form,
+                lambda: priority_services.priority_definition_create(
+                    actor=request.user, **_form_values(form)
+                ),
+            )
     return render(request, "priorities/form.html", {"form": form, "band": None}, status=status)
 
 
@@ -133,6 +142,16 @@ def priority_edit(request: HttpRequest, pk: int) -> HttpResponse:
             else:
                 messages.success(request, f"Band {form.cleaned_data['name']} saved.")
                 return redirect("web:priorities")
+        else:
+            check_with_service(
+                form,
+                lambda: priority_services.priority_definition_update(
+                    actor=request.user,
+                    definition=band.pk,
+                    changes=_form_values(form),
+                    reason=form.cleaned_data.get("reason") or "",
+                ),
+            )
     return render(request, "priorities/form.html", {"form": form, "band": band}, status=status)
 
 

@@ -11,7 +11,6 @@ writes the words current then. One helper, so no view carries its own cache plum
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any, TypeVar
 
 from django.http import HttpRequest
@@ -22,14 +21,14 @@ from governance.selectors import web_state
 from governance.templatetags import web_time
 
 K = TypeVar("K")
-Rendered = tuple[str, list[datetime]]
+Rendered = tuple[str, list[web_time.Slot]]
 
 
 def render_with_slots(
     template_name: str, context: Mapping[str, Any], request: HttpRequest | None = None
 ) -> Rendered:
     """The template's HTML with a slot per ``{% when %}``, and the slots' times."""
-    times: list[datetime] = []
+    times: list[web_time.Slot] = []
     html = render_to_string(template_name, {**context, "when_slots": times}, request=request)
     return html, times
 

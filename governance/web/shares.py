@@ -204,7 +204,7 @@ def share_edit(request: HttpRequest, share_id: int) -> HttpResponse:
         if form.is_valid():
             changes = form.changes()
             try:
-                share_services.share_update(
+                saved = share_services.share_update(
                     actor=request.user,
                     share=share.pk,
                     version=form.cleaned_data["version"],
@@ -227,7 +227,19 @@ def share_edit(request: HttpRequest, share_id: int) -> HttpResponse:
                 apply_service_errors(form, exc)
                 status = exc.status
             else:
-                messages.success(request, f"Share {share.name} saved.")
+                if saved.version == form.cleaned_data["version"]:
+                    # The service stores nothing when no value differs (no new version,
+                    # no audit entry): say so rather than "saved".
+                    messages.info(
+                        request,
+                        f"Nothing to save: share {share.name} already has these values "
+                        f"(version {saved.version} unchanged, nothing added to the audit "
+                        "trail).",
+                    )
+                else:
+                    messages.success(
+                        request, f"Share {share.name} saved as version {saved.version}."
+                    )
                 return redirect("web:share", share_id=share.pk)
         else:
             status = 400

@@ -22,6 +22,7 @@ from governance.web import (
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
 from governance.web import change_requests as change_request_pages
+from governance.web import docs as doc_pages
 from governance.web import exceptions as exception_pages
 from governance.web import notifications as notification_pages
 from governance.web import priorities as priority_pages
@@ -33,6 +34,8 @@ app_name = "web"
 urlpatterns: list = [
     # Overview (issue 5): usage bars and the decision feed, both live.
     path("", overview.overview, name="overview"),
+    # The guides (docs/*.md), readable before signing in.
+    path("docs/<str:name>/", doc_pages.doc_page, name="doc"),
     path("partials/usage/", overview.usage_partial, name="usage-partial"),
     path("partials/feed/", overview.feed_partial, name="feed-partial"),
     # Queues and shares.

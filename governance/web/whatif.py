@@ -5,7 +5,7 @@ the per-share differences, and the form that attaches it to an agreement as evid
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -21,6 +21,7 @@ from governance.selectors.windows import parse_window
 from governance.services import whatif as whatif_services
 from governance.services.errors import ServiceError
 from governance.services.shares import limits_map
+from governance.templatetags import figures
 
 COMPARED = [
     ("jobs_finished", "Jobs finished", lambda f: f["jobs_finished"]["total"], "n"),
@@ -40,17 +41,16 @@ COMPARED = [
 
 
 def _show(value: Any, kind: str) -> str:
-    if value is None:
-        return "—"
+    """A compared figure in the product's one way of writing it (templatetags.figures)."""
     if kind == "%":
-        return f"{100 * value:.1f} %"
+        return figures.percent(value)
     if kind == "$":
-        return f"${value:,.2f}"
+        return figures.money(value)
     if kind == "s":
-        return f"{value:,.0f} s" if abs(value) < 7200 else f"{value / 3600:,.1f} h"
+        return figures.duration(value)
     if kind == "h":
-        return f"{value:,.1f} h"
-    return f"{value:,}"
+        return figures.inst_hours(value)
+    return figures.count(value)
 
 
 def _queue_or_404(queue_id: int) -> JobQueue:
@@ -60,30 +60,83 @@ def _queue_or_404(queue_id: int) -> JobQueue:
     return queue
 
 
-def _form_rows(queue: JobQueue, data: Any = None, baseline: str | None = None) -> dict[str, Any]:
-    """The form's rows: every share as it is, or as the ``baseline`` sets it (shown only:
-    the shares themselves are not changed)."""
-    shares = list(Share.objects.filter(queue=queue).order_by("name"))
+def _form_rows(
+    queue: JobQueue,
+    data: Any = None,
+    errors: dict[str, list[str]] | None = None,
+    baseline: str | None = None,
+) -> dict[str, Any]:
+    """The form's fields: today's values, or as the ``baseline`` sets them (shown only: the
+    shares themselves are not changed), or what was sent (``data``) when it comes back
+    with ``errors``, each message beside the field it is about (service keys
+    ``shares.NAME.FIELD`` and ``capacity.TYPE``), the rest in ``general_errors``."""
+    errors = dict(errors or {})
+    shares = list(Share.objects.filter(queue=queue).select_related("team").order_by("name"))
     for share in shares:
         for field, value in whatif_services.BASELINES.get(baseline or "", {}).items():
             setattr(share, field, value)
     types = list(queue.capacities.select_related("instance_type").order_by("instance_type__name"))
+
+    def sent(name: str, default: Any) -> Any:
+        return data.get(name, default) if data is not None else default
+
     rows = []
     for share in shares:
+        prefix = f"share-{share.pk}-"
         limits = limits_map(share)
+        field_errors: dict[str, list[str]] = {}
+        for key in [k for k in errors if k.startswith(f"shares.{share.name}.")]:
+            field = key.removeprefix(f"shares.{share.name}.")
+            target = (
+                field if field in ("policy", "borrow_limit", "preemption_retries") else "limits"
+            )
+            field_errors.setdefault(target, []).extend(errors.pop(key))
         rows.append(
             {
                 "share": share,
-                "limits": [(c.instance_type.name, limits.get(c.instance_type.name)) for c in types],
+                "policy": sent(prefix + "policy", share.policy),
+                "borrow_limit": sent(prefix + "borrow_limit", share.borrow_limit),
+                "preemption_retries": sent(prefix + "preemption_retries", share.preemption_retries),
+                "in_share_preemption": (
+                    data.get(prefix + "in_share_preemption") == "on"
+                    if data is not None
+                    else share.in_share_preemption
+                ),
+                "limits": [
+                    {
+                        "name": c.instance_type.name,
+                        "value": sent(
+                            f"{prefix}limit-{c.instance_type.name}",
+                            limits.get(c.instance_type.name),
+                        ),
+                    }
+                    for c in types
+                ],
+                "errors": errors.pop(f"shares.{share.name}", []),
+                "field_errors": field_errors,
             }
         )
+    type_rows = [
+        {
+            "name": c.instance_type.name,
+            "count": sent(f"capacity-{c.instance_type.name}", c.count),
+            "errors": errors.pop(f"capacity.{c.instance_type.name}", []),
+        }
+        for c in types
+    ]
+    field_errors = {name: errors.pop(name) for name in ("from", "to") if name in errors}
     return {
         "share_rows": rows,
-        "types": [(c.instance_type.name, c.count) for c in types],
+        "types": type_rows,
         "policies": Policy.choices,
-        "data": data,
         "baseline": baseline if baseline in whatif_services.BASELINES else None,
         "baselines": list(whatif_services.BASELINE_LABELS.items()),
+        "field_errors": field_errors,
+        "general_errors": [
+            message if key in ("proposal", "detail", "non_field_errors") else f"{key}: {message}"
+            for key, messages in errors.items()
+            for message in messages
+        ],
     }
 
 
@@ -132,6 +185,11 @@ def _proposal(queue: JobQueue, post: Any) -> dict[str, Any]:
     }
 
 
+def _minute(moment: datetime) -> str:
+    """A time as the form shows it: to the minute, in UTC ("2026-12-01 09:00")."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
 @login_required
 def whatif_new(request: HttpRequest, queue_id: int) -> HttpResponse:
     queue = _queue_or_404(queue_id)
@@ -139,36 +197,75 @@ def whatif_new(request: HttpRequest, queue_id: int) -> HttpResponse:
     errors: dict[str, list[str]] = {}
     status = 400
     if request.method == "POST":
+        proposal = _proposal(queue, request.POST)
+        window = None
         try:
             window = parse_window(
                 {"from": request.POST.get("from"), "to": request.POST.get("to")}, now=now
             )
-            run = whatif_services.whatif_request(
-                actor=request.user,
-                queue=queue,
-                start=window.start,
-                stop=window.stop,
-                proposal=_proposal(queue, request.POST),
-            )
         except ServiceError as exc:
-            errors, status = exc.errors, exc.status
-        else:
+            errors.update(exc.errors)
+            status = exc.status
+        try:
+            if window is None:
+                # Every problem at once: the proposal is checked even when the window
+                # is wrong (by the same rules whatif_request applies).
+                whatif_services.clean_proposal(queue, proposal)
+            else:
+                run = whatif_services.whatif_request(
+                    actor=request.user,
+                    queue=queue,
+                    start=window.start,
+                    stop=window.stop,
+                    proposal=proposal,
+                )
+        except ServiceError as exc:
+            errors.update(exc.errors)
+            status = max(status, exc.status)
+        if not errors:
             scheduling.whatif_start(run.pk)
             return redirect("web:whatif", run.pk)
     context = {
         "queue": queue,
-        "errors": errors,
-        "from_value": request.POST.get("from") or (now - timedelta(days=1)).isoformat(),
-        "to_value": request.POST.get("to") or now.isoformat(),
+        "from_value": request.POST.get("from") or _minute(now - timedelta(days=1)),
+        "to_value": request.POST.get("to") or _minute(now),
         "may_request": whatif_services.may_request(request.user),
         "recent": WhatIf.objects.filter(queue=queue).order_by("-created_at", "-id")[:10],
         **_form_rows(
             queue,
             request.POST if request.method == "POST" else None,
+            errors,
             (request.POST if request.method == "POST" else request.GET).get("baseline"),
         ),
     }
     return render(request, "whatif/new.html", context, status=status if errors else 200)
+
+
+# What each compared figure means when it goes up, for the sentence per share: (word for
+# more, word for less), or None to say the figures only.
+_DIRECTION = {
+    "jobs_finished": ("more jobs finished", "fewer jobs finished"),
+    "wait_p50": ("longer median wait to start", "shorter median wait to start"),
+    "wait_p90": ("longer slow (p90) wait to start", "shorter slow (p90) wait to start"),
+    "turnaround_p50": ("longer median turnaround", "shorter median turnaround"),
+    "preemptions": ("more preemptions suffered", "fewer preemptions suffered"),
+    "goodput": ("higher goodput", "lower goodput"),
+    "cost": ("higher cost", "lower cost"),
+    "borrowed": ("more borrowed instance-hours", "fewer borrowed instance-hours"),
+}
+
+
+def _sentence(name: str, changes: list[tuple[str, str, str, bool]], promised: list[str]) -> str:
+    """One sentence of what changes for a share (or the whole queue): "background:
+    shorter median wait to start (39 min → 12 min), more jobs finished (3 → 5)."""
+    who = "The whole queue" if name == "(whole queue)" else f"Share {name}"
+    parts = [
+        f"{_DIRECTION[key][0 if up else 1]} ({before} → {after})"
+        for key, before, after, up in changes
+    ] + promised
+    if not parts:
+        return f"{who}: nothing changes."
+    return f"{who}: {', '.join(parts)}."
 
 
 def _comparison(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -180,33 +277,78 @@ def _comparison(result: dict[str, Any]) -> list[dict[str, Any]]:
     if result.get("recorded"):  # runs from before it was kept have none
         recorded = {"(whole queue)": result["recorded"]["queue"]}
         recorded.update({g["share"]: g for g in result["recorded"]["groups"]})
+    promises = result.get("promises") or []
     out = []
     for name, before in base.items():
         after = new.get(name)
         if after is None:
             continue
         rows = []
-        for _, label, pick, kind in COMPARED:
+        changes: list[tuple[str, str, str, bool]] = []
+        for key, label, pick, kind in COMPARED:
             a, b = pick(before), pick(after)
             change = None if a is None or b is None else b - a
             sign = "" if not change else ("+" if change > 0 else "-")
-            shown = _show(abs(change), kind) if change else "no change"
+            shown = _show(abs(change), kind) if change else "same"
+            was, now = _show(a, kind), _show(b, kind)
+            if change and was != now:
+                changes.append((key, was, now, change > 0))
             real = recorded.get(name)
             rows.append(
                 {
                     "label": label,
                     "recorded": None if real is None else _show(pick(real), kind),
-                    "before": _show(a, kind),
-                    "after": _show(b, kind),
+                    "before": was,
+                    "after": now,
                     "change": f"{sign}{shown}" if change is not None else "—",
                 }
             )
-        out.append({"name": name, "rows": rows, "recorded": name in recorded})
+        title = "Whole queue" if name == "(whole queue)" else f"Share {name}"
+        kept = _promise_changes(
+            p for p in promises if p["group_by"] == "share" and p["name"] == name
+        )
+        out.append(
+            {
+                "name": title,
+                "rows": rows,
+                "recorded": name in recorded,
+                "sentence": _sentence(name, changes, kept),
+            }
+        )
     return out
 
 
-# The figures a result's sentence per share speaks of, by their COMPARED key.
-SPOKEN = ("wait_p90", "turnaround_p50", "preemptions", "goodput", "cost", "jobs_finished")
+_FIELD_WORDS = {
+    "policy": "policy",
+    "borrow_limit": "borrow limit",
+    "limits": "limits",
+    "in_share_preemption": "in-share preemption",
+    "preemption_retries": "preemption retries",
+}
+
+
+def _proposal_words(proposal: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each share's proposed changes in words: "borrow limit 0 %, policy Lend"."""
+    policies = dict(Policy.choices)
+    out = []
+    for name, fields in (proposal.get("shares") or {}).items():
+        words = []
+        for key, value in fields.items():
+            if key == "policy":
+                value = policies.get(value, value)
+            elif key == "borrow_limit":
+                value = "unlimited" if value == -1 else f"{value} %"
+            elif key == "limits" and isinstance(value, dict):
+                value = ", ".join(f"{n} {c}" for n, c in value.items()) or "none"
+            elif key == "in_share_preemption":
+                value = "on" if value else "off"
+            elif key == "preemption_retries" and value is None:
+                value = "unlimited"
+            words.append(f"{_FIELD_WORDS.get(key, key)} {value}")
+        out.append((name, ", ".join(words)))
+    return out
+
+
 STATE_WORDS = {"kept": "kept", "broken": "broken", "no_data": "without data"}
 
 
@@ -214,39 +356,18 @@ def _promise_text(promise: dict[str, Any]) -> str:
     return f"“{promise['figure']} {promise['comparison']} {float(promise['threshold']):g}”"
 
 
-def _sentences(result: dict[str, Any]) -> list[str]:
-    """Per share (then per team with promises), in a sentence, what the proposal would
-    change: the figures that move and the promises whose state would change."""
-    before = {g["share"]: g for g in result["baseline"]["groups"]}
-    after = {g["share"]: g for g in result["proposed"]["groups"]}
+def _team_sentences(result: dict[str, Any]) -> list[str]:
+    """Per team with promises, in a sentence, which of its promises would change state
+    (a share's promises are in its own sentence, ``_comparison``)."""
     promises = result.get("promises") or []
     out = []
-    for name, old in before.items():
-        new = after.get(name)
-        if new is None:
-            continue
-        parts = []
-        for key, label, pick, kind in COMPARED:
-            if key not in SPOKEN:
-                continue
-            a, b = pick(old), pick(new)
-            if a == b or (a is None and b is None):
-                continue
-            parts.append(f"{label.lower()} from {_show(a, kind)} to {_show(b, kind)}")
-        parts += _promise_changes(
-            p for p in promises if p["group_by"] == "share" and p["name"] == name
-        )
-        out.append(
-            f"Share {name}: " + ("; ".join(parts) if parts else "nothing would change") + "."
-        )
-    teams = sorted({p["name"] for p in promises if p["group_by"] == "team"})
-    for team in teams:
+    for team in sorted({p["name"] for p in promises if p["group_by"] == "team"}):
         changes = _promise_changes(
             p for p in promises if p["group_by"] == "team" and p["name"] == team
         )
         out.append(
             f"Team {team}: "
-            + ("; ".join(changes) if changes else "its promises would hold as they did")
+            + (", ".join(changes) if changes else "its promises would hold as they did")
             + "."
         )
     return out
@@ -282,10 +403,12 @@ def _run_context(request: HttpRequest, run: WhatIf) -> dict[str, Any]:
     context: dict[str, Any] = {
         "run": run,
         "live": run.state in (WhatIfState.QUEUED, WhatIfState.RUNNING),
+        "proposal_words": _proposal_words(run.proposal or {}),
     }
     if run.state == WhatIfState.DONE and run.result:
         context["comparison"] = _comparison(run.result)
-        context["sentences"] = _sentences(run.result)
+        context["sentences"] = [g["sentence"] for g in context["comparison"]]
+        context["sentences"] += _team_sentences(run.result)
         context["promise_rows"] = _promise_rows(run.result)
         context["agreements"] = list(Agreement.objects.order_by("title").values_list("pk", "title"))
     return context

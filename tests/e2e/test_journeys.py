@@ -52,7 +52,7 @@ def test_admin_edits_a_share_sees_the_preview_saves_with_a_reason_and_finds_the_
     admin.get_by_label("Reason for this change (required)").fill(reason)
     admin.get_by_role("button", name="Save share").click()
     expect(admin).to_have_url(re.compile(rf"/shares/{share.pk}/$"))
-    expect(admin.locator(".messages")).to_contain_text("Share vision-training saved.")
+    expect(admin.locator(".messages")).to_contain_text("Share vision-training saved as version")
     share.refresh_from_db()
     assert share.borrow_limit == 50
 

@@ -1,7 +1,10 @@
-"""The layout at 400 px and 1400 px (issue 13), in headless Chromium: no page is wider
-than the window, the usage bars keep their numbers readable (no number under a bar, no
-two headers on top of each other), the limit marker sits where the limit is, and the
-navigation folds behind a Menu button on a narrow screen.
+"""The layout at 400 px and 1400 px (issues 13 and 33), in headless Chromium: every page
+fits its window (nothing wider, no action hidden off to the right or in a scrolling box),
+nothing is cut (text clipped by its box, a select too narrow for its choice, chart text
+past its chart), nothing overlaps (headers, numbers and bars, axis labels), messages are
+never squeezed into a narrow column; the usage bars keep their numbers readable, the
+limit marker sits where the limit is, and the navigation folds behind a Menu button on a
+narrow screen.
 
 The demo world is scheduled in this process (``bridge.run_cycle``), so the bars show
 running work; no worker is needed for pictures of a state.
@@ -22,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 WIDTHS = {"narrow": 400, "wide": 1400}
 
 # Run in the page: what is wrong with its layout, as sentences (empty when nothing is).
-LAYOUT_PROBLEMS = """
+LAYOUT_PROBLEMS = r"""
 () => {
   const problems = [];
   const root = document.scrollingElement;
@@ -65,6 +68,83 @@ LAYOUT_PROBLEMS = """
     for (let i = 0; i + 1 < cells.length; i++)
       if (overlap(box(cells[i]), box(cells[i + 1])))
         problems.push(`headers overlap: ${cells[i].textContent} / ${cells[i + 1].textContent}`);
+  }
+  const W = window.innerWidth;
+  const words = (el) => (el.textContent || el.value || "").trim().replace(/\s+/g, " ").slice(0, 40);
+  const visible = (el) => {
+    if (!shown(el)) return false;
+    for (let e = el; e; e = e.parentElement) {
+      const s = getComputedStyle(e);
+      if (s.display === "none" || s.visibility === "hidden") return false;
+      if (s.position === "absolute" && s.clip && s.clip !== "auto") return false;
+    }
+    return true;
+  };
+  const main = document.querySelector("main") || document.body;
+  // Actions off to the right of the window, or hidden in a box that scrolls sideways.
+  const actions = "button, input:not([type=hidden]), select, textarea, a.button, td:last-child a";
+  for (const el of main.querySelectorAll(actions)) {
+    if (!visible(el)) continue;
+    const r = box(el);
+    if (r.right > W + 1) {
+      problems.push(`off screen: ${el.tagName.toLowerCase()} "${words(el)}"`);
+      continue;
+    }
+    for (let p = el.parentElement; p && p !== main; p = p.parentElement) {
+      const s = getComputedStyle(p);
+      if (["auto", "scroll", "hidden"].includes(s.overflowX) && p.scrollWidth > p.clientWidth + 1) {
+        const pr = box(p);
+        if (r.right > pr.right + 1 || r.left < pr.left - 1)
+          problems.push(`hidden in a scrolling box: ${el.tagName.toLowerCase()} "${words(el)}"`);
+        break;
+      }
+    }
+  }
+  // Text cut by its box (an ellipsis, or overflow hidden).
+  for (const el of main.querySelectorAll("*")) {
+    if (el.closest("svg") || !visible(el)) continue;
+    const s = getComputedStyle(el);
+    if (!["hidden", "clip"].includes(s.overflowX) && s.textOverflow !== "ellipsis") continue;
+    if (el.scrollWidth > el.clientWidth + 1 && el.textContent.trim())
+      problems.push(`text cut: "${words(el)}" (${el.scrollWidth} px in ${el.clientWidth})`);
+  }
+  // A select too narrow for the choice it shows ("ml.p" for ml.p4d.24xlarge).
+  const pen = document.createElement("canvas").getContext("2d");
+  for (const sel of main.querySelectorAll("select:not([multiple])")) {
+    const chosen = sel.selectedOptions[0];
+    if (!visible(sel) || !chosen) continue;
+    const s = getComputedStyle(sel);
+    pen.font = `${s.fontWeight} ${s.fontSize} ${s.fontFamily}`;
+    const room = sel.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight) - 16;
+    if (pen.measureText(chosen.text).width > room + 1)
+      problems.push(`select cut: "${chosen.text}"`);
+  }
+  // Chart text past its chart; labels of an axis on top of each other.
+  for (const svg of main.querySelectorAll("svg")) {
+    if (!visible(svg)) continue;
+    for (const t of svg.querySelectorAll("text")) {
+      const r = box(t), sr = box(svg);
+      if (r.width && (r.right > sr.right + 1 || r.left < sr.left - 1))
+        problems.push(`chart text cut: "${words(t)}"`);
+    }
+  }
+  const axes = ".hc-x, .hc-y, .hbar-scale, .pt-axis, .legend";
+  for (const axis of main.querySelectorAll(axes)) {
+    const labels = [...axis.children].filter((c) => visible(c) && c.textContent.trim());
+    for (let i = 0; i < labels.length; i++)
+      for (let j = i + 1; j < labels.length; j++)
+        if (overlap(box(labels[i]), box(labels[j])))
+          problems.push(`labels overlap: "${words(labels[i])}" / "${words(labels[j])}"`);
+    for (const label of labels) {
+      const card = label.closest(".card") || main;
+      if (box(label).right > box(card).right + 1 || box(label).left < box(card).left - 1)
+        problems.push(`label past its card: "${words(label)}"`);
+    }
+  }
+  // Messages squeezed into a narrow column (one word a line).
+  for (const list of main.querySelectorAll(".errorlist")) {
+    if (visible(list) && box(list).width < 200)
+      problems.push(`message squeezed to ${Math.round(box(list).width)} px: "${words(list)}"`);
   }
   return problems;
 }
@@ -175,3 +255,166 @@ def test_navigation_folds_behind_a_menu_on_a_narrow_screen(layout_world: Any, si
     expect(page.get_by_role("link", name="Audit trail")).to_be_visible()
     expect(menu).to_be_hidden()
     assert Job.objects.filter(name="layout-too-big").exists()
+
+
+def _every_page() -> list[tuple[str, str]]:
+    """(who, path) of every page, each taken as a role that uses it."""
+    from django.contrib.auth import get_user_model
+
+    from governance.models import (
+        Agreement,
+        InstanceType,
+        PriorityDefinition,
+        PriorityException,
+        Team,
+        WhatIf,
+    )
+
+    queue = JobQueue.objects.get(name="gpu-fleet")
+    share = Share.objects.get(name="vision-training")
+    pending = Job.objects.filter(state="PENDING").order_by("pk").first()
+    running = Job.objects.filter(state="RUNNING").order_by("pk").first()
+    assert pending is not None and running is not None
+    ids = {
+        "team": Team.objects.order_by("pk").first().pk,
+        "exception": PriorityException.objects.order_by("pk").first().pk,
+        "agreement": Agreement.objects.order_by("pk").first().pk,
+        "band": PriorityDefinition.objects.order_by("pk").first().pk,
+        "type": InstanceType.objects.order_by("pk").first().pk,
+        "user": get_user_model().objects.get(username="lead-vision").pk,
+        "whatif": WhatIf.objects.get().pk,
+    }
+    return [
+        ("admin", "/"),
+        ("admin", "/queues/"),
+        ("admin", f"/queues/{queue.pk}/"),
+        ("admin", f"/shares/{share.pk}/"),
+        ("admin", f"/shares/{share.pk}/edit/"),
+        ("admin", "/plans/"),
+        ("admin", "/plans/new/"),
+        ("lead-vision", "/teams/"),
+        ("lead-vision", f"/teams/{ids['team']}/"),
+        ("admin", "/jobs/"),
+        ("lead-vision", "/jobs/new/"),
+        ("admin", f"/jobs/{pending.pk}/"),
+        ("admin", f"/jobs/{running.pk}/"),
+        ("admin", "/account/tokens/"),
+        ("reviewer", "/exceptions/"),
+        ("lead-vision", "/exceptions/new/"),
+        ("reviewer", f"/exceptions/{ids['exception']}/"),
+        ("admin", "/priorities/"),
+        ("admin", "/priorities/new/"),
+        ("admin", f"/priorities/{ids['band']}/edit/"),
+        ("admin", "/agreements/"),
+        ("admin", "/agreements/new/"),
+        ("admin", f"/agreements/{ids['agreement']}/"),
+        ("admin", f"/agreements/{ids['agreement']}/edit/"),
+        ("reviewer", "/audit/"),
+        ("reviewer", "/signals/"),
+        ("admin", f"/queues/{queue.pk}/whatif/"),
+        ("admin", f"/whatif/{ids['whatif']}/"),
+        ("admin", "/notifications/"),
+        ("admin", "/admin/"),
+        ("admin", "/admin/types/new/"),
+        ("admin", f"/admin/types/{ids['type']}/"),
+        ("admin", "/admin/queues/new/"),
+        ("admin", f"/admin/queues/{queue.pk}/"),
+        ("admin", "/admin/teams/new/"),
+        ("admin", f"/admin/teams/{ids['team']}/"),
+        ("admin", "/admin/shares/new/"),
+        ("admin", "/admin/users/new/"),
+        ("admin", f"/admin/users/{ids['user']}/"),
+        ("admin", "/docs/admin-guide/"),
+    ]
+
+
+@pytest.fixture
+def whatif_done(layout_world: Any) -> None:
+    """A finished what-if on the demo's history, for its result page."""
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from governance.services import whatif
+    from scheduler import tasks
+
+    queue = JobQueue.objects.get(name="gpu-fleet")
+    share = Share.objects.filter(queue=queue).order_by("name").first()
+    now = timezone.now()
+    run = whatif.whatif_request(
+        actor=get_user_model().objects.get(username="admin"),
+        queue=queue,
+        start=now - timedelta(hours=6),
+        stop=now,
+        proposal={"shares": {share.name: {"borrow_limit": 0}}, "capacity": {}},
+    )
+    tasks.run_whatif(run.pk)
+
+
+@pytest.mark.parametrize("width", list(WIDTHS))
+def test_every_page_fits_with_nothing_cut_or_overlapping(
+    layout_world: Any, whatif_done: None, sign_in: Any, width: str
+) -> None:
+    pages: dict[str, Any] = {}
+    found: dict[str, list[str]] = {}
+    for who, path in _every_page():
+        if who not in pages:
+            pages[who] = sign_in(who)
+            pages[who].set_viewport_size({"width": WIDTHS[width], "height": 900})
+        page = pages[who]
+        response = page.goto(path)
+        assert response is not None and response.status == 200, path
+        page.wait_for_load_state("networkidle")
+        problems = page.evaluate(LAYOUT_PROBLEMS)
+        if problems:
+            found[path] = problems
+    assert found == {}, f"at {WIDTHS[width]} px: {found}"
+
+
+@pytest.mark.parametrize("width", list(WIDTHS))
+def test_forms_with_their_messages_keep_them_readable(
+    layout_world: Any, sign_in: Any, width: str
+) -> None:
+    """The job form's type column shows the whole name of the type chosen (it was 55 px:
+    'ml.p' for both ml.p4d and ml.p5), and a row's messages are on a line across the
+    table (they were one word a line in the count column), here and in the share editor."""
+    share = Share.objects.get(name="vision-training")
+    types = sorted(share.limits.values_list("instance_type__name", flat=True))
+    longest = max(types, key=len)
+    lead = sign_in("lead-vision")
+    lead.set_viewport_size({"width": WIDTHS[width], "height": 900})
+    lead.goto("/jobs/new/")
+    lead.evaluate("document.querySelector('form[data-share-types]').noValidate = true")
+    lead.select_option("#id_share", str(share.pk))
+    lead.select_option('select[name="pref_type_0"]', longest)
+    check(lead, f"job form with {longest} chosen, {width}")
+    type_box = lead.locator('select[name="pref_type_0"]').bounding_box()
+    assert type_box["width"] >= 150
+    lead.fill("#id_name", "layout-errors")
+    lead.fill('input[name="pref_count_0"]', "0")
+    lead.select_option('select[name="pref_type_1"]', longest)  # the same type twice
+    lead.fill('input[name="pref_count_1"]', "1")
+    lead.get_by_role("button", name="Submit job").click()
+    expect(lead.locator("tr.row-errors .errorlist").first).to_be_visible()
+    check(lead, f"job form with its messages, {width}")
+
+    admin = sign_in("admin")
+    admin.set_viewport_size({"width": WIDTHS[width], "height": 900})
+    admin.goto(f"/shares/{share.pk}/edit/")
+    admin.locator("#id_limit_count_0").fill("-4")
+    admin.get_by_label("Reason for this change (required)").fill("layout check")
+    admin.get_by_role("button", name="Save share").click()
+    expect(admin.locator("tr.row-errors .errorlist").first).to_be_visible()
+    check(admin, f"share editor with its messages, {width}")
+
+
+def test_plan_timeline_labels_now_where_its_line_is(layout_world: Any, sign_in: Any) -> None:
+    """The 'now' label stands at the red line (it was centred while the line was at the
+    left), and a short or ended plan's name is whole (it was cut to 'vis')."""
+    admin = sign_in("admin")
+    admin.goto("/plans/")
+    line = admin.locator(".pt-now").first.bounding_box()
+    label = admin.locator(".pt-now-label").first.bounding_box()
+    assert label["x"] - 3 <= line["x"] <= label["x"] + label["width"] + 3
+    check(admin, "plans")

@@ -33,8 +33,8 @@ def test_reviewer_opens_signals_and_follows_a_figure_to_the_jobs(
     reviewer.get_by_role("button", name="Show").click()
     reviewer.wait_for_url(re.compile(rf"queue={history_world.pk}"))  # htmx pushes the URL
     expect(reviewer.locator("#signals-results")).to_contain_text("gpu-fleet, from")
-    expect(reviewer.locator("svg.bars").first).to_be_visible()
-    expect(reviewer.locator("svg.bars")).to_have_count(4)
+    expect(reviewer.locator(".hbars").first).to_be_visible()
+    expect(reviewer.locator(".hbars")).to_have_count(4)
     # The figure: jobs finished of one share, a link to the jobs behind it.
     share = Share.objects.get(queue=history_world, name="vision-training")
     row = reviewer.locator(

@@ -229,6 +229,63 @@ def test_deciding_expired_pending_refused_naming_state(w: Any, decide: Any) -> N
     assert w.job.priority == 10
 
 
+# --- a job that ends before the decision --------------------------------------------------
+
+
+@pytest.mark.parametrize("decide", [svc.exception_approve, svc.exception_reject])
+def test_deciding_for_an_ended_job_closes_it_as_moot(w: Any, decide: Any) -> None:
+    exc = file(w)
+    job_svc.job_cancel(actor=w.red_member, job=w.job, reason="not needed")
+    with pytest.raises(ValidationFailed) as exc_info:
+        decide(actor=w.reviewer, exception=exc, note="looks fine")
+    message = exc_info.value.errors["state"][0]
+    assert "has ended (cancelled)" in message and "neither approved nor rejected" in message
+    exc.refresh_from_db()
+    # Truthful: closed by the system, not decided by the reviewer.
+    assert exc.state == ExceptionState.CLOSED
+    assert exc.decided_by is None and exc.decision_note == ""
+    entry = AuditEntry.objects.get(event_type=AuditEvent.EXCEPTION_CLOSED)
+    assert entry.actor is None
+    assert (entry.before["state"], entry.after["state"]) == ("pending", "closed")
+    assert f"job {w.job.pk} ended (cancelled)" in entry.reason
+    assert entry.job_id == w.job.pk
+    assert not AuditEntry.objects.filter(
+        event_type__in=(AuditEvent.EXCEPTION_APPROVED, AuditEvent.EXCEPTION_REJECTED)
+    ).exists()
+    # Closed is final: nobody decides or withdraws it afterwards.
+    with pytest.raises(ValidationFailed):
+        svc.exception_approve(actor=w.reviewer, exception=exc)
+    with pytest.raises(ValidationFailed):
+        svc.exception_withdraw(actor=w.red_lead, exception=exc)
+
+
+def test_periodic_pass_closes_pending_exceptions_of_ended_jobs(w: Any) -> None:
+    moot = file(w)
+    other = make_job(w.red_share, w.red_member, priority=10)
+    still_open = file(w, job=other)
+    share_wide = file(w, share=w.red_share, job=None)
+    assert svc.exception_close_moot() == 0  # every job still active
+    job_svc.job_cancel(actor=w.red_member, job=w.job)
+    assert svc.exception_close_moot() == 1
+    assert svc.exception_close_moot() == 0  # idempotent
+    states = dict(PE.objects.values_list("pk", "state"))
+    assert states == {
+        moot.pk: ExceptionState.CLOSED,
+        still_open.pk: ExceptionState.PENDING,
+        share_wide.pk: ExceptionState.PENDING,
+    }
+    assert AuditEntry.objects.filter(event_type=AuditEvent.EXCEPTION_CLOSED).count() == 1
+
+
+def test_an_approved_exception_is_not_closed_when_its_job_ends(w: Any) -> None:
+    exc = file(w)
+    svc.exception_approve(actor=w.reviewer, exception=exc)
+    job_svc.job_cancel(actor=w.red_member, job=w.job)
+    assert svc.exception_close_moot() == 0
+    exc.refresh_from_db()
+    assert exc.state == ExceptionState.APPROVED  # decided; it expires as before
+
+
 # --- withdrawing --------------------------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ borrowed instances sits on it and the other on A's idle: A lent 1.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +19,7 @@ from django.utils import timezone
 from governance.models import UsageLevel, UsageRollup
 from governance.selectors import insight
 from governance.services.insight import Level, spread, usage_rebuild
-from governance.web.charts import usage_chart
+from governance.web.charts import time_ticks, usage_chart
 from scheduler import bridge
 from tests.factories import TeamFactory, make_admin, make_job, make_lead, make_queue, make_share
 
@@ -145,18 +146,37 @@ def test_history_averages_per_step(live: Any) -> None:
     )
 
 
-def test_chart_is_svg_with_its_scale(live: Any) -> None:
+def test_chart_has_its_scale_and_a_time_axis_of_round_times(live: Any) -> None:
     bridge.run_cycle(live.queue.pk, now=at(0))
     bridge.run_cycle(live.queue.pk, now=at(90))
     history = insight.usage_history(queue_id=live.queue.pk, window_key="hour", now=at(90))
-    svg = str(usage_chart(history["types"][0], step=60, title="Queue <q>"))
-    assert svg.startswith("<svg") and svg.endswith("</svg>")
-    assert "<title>Queue &lt;q&gt;</title>" in svg
+    html = str(
+        usage_chart(
+            history["types"][0], begin=history["begin"], end=history["end"], title="Queue <q>"
+        )
+    )
+    assert html.startswith('<div class="history-chart"') and html.endswith("</div>")
+    assert 'aria-label="Queue &lt;q&gt;"' in html and "<title>Queue &lt;q&gt;</title>" in html
     # Stacked to own 1 + borrowed 2 + lent 1 = 4 (idle is all lent): the scale is 5.
-    assert '<text class="tick" x="40" y="12" text-anchor="end">5</text>' in svg
-    assert svg.count('class="area ') == 3
+    assert '<span style="top: 0%">5</span><span style="top: 50%">2.5</span>' in html
+    assert html.count('class="area ') == 3
     # The borrowed layer (1 to 3 instances over a scale of 5) of the hour's last step.
-    assert '<path class="area borrowed" d="M44,' in svg
+    assert '<path class="area borrowed" d="M0,' in html
+    # The time axis: every 10 minutes over the hour, on round UTC times, not only the
+    # window's start and "now".
+    ticks = re.findall(r'style="left: ([\d.]+)%">(\d\d:\d\d)</span>', html)
+    assert len(ticks) >= 5
+    assert all(label.endswith("0") for _, label in ticks)
+    assert [float(at) for at, _ in ticks] == sorted(float(at) for at, _ in ticks)
+
+
+def test_time_ticks_over_a_day_and_a_month() -> None:
+    begin = datetime(2026, 12, 2, 7, 45, tzinfo=UTC)
+    day = time_ticks(begin, begin + timedelta(days=1))
+    assert [label for _, label in day][:3] == ["08:00", "12:00", "16:00"]
+    assert "Dec 03" in [label for _, label in day]  # midnight says the date
+    month = time_ticks(begin, begin + timedelta(days=30))
+    assert 3 <= len(month) <= 7 and all(label.startswith(("Dec", "Jan")) for _, label in month)
 
 
 def test_pages_show_the_history(live: Any, client: Any) -> None:
@@ -170,12 +190,13 @@ def test_pages_show_the_history(live: Any, client: Any) -> None:
         assert "Usage history" in page, url
         assert "last 30 days" in page, url
     page = client.get(f"/shares/{live.a.pk}/?history=hour").content.decode()
-    assert '<svg class="history-chart"' in page
+    assert '<div class="history-chart"' in page
     # The share page's figures are the share's own: a lent 0.025 instance-hours, no
     # borrowing (b's 0.05 are not in it).
     figures = page[page.index('class="history-figures') :]
-    assert 'lent out</td><td class="num">0.00</td><td class="num">0.0</td>' not in figures
-    assert 'borrowed</td><td class="num">0.00</td><td class="num">0.0</td>' in figures
+    assert 'lent out</td><td class="num">0.00</td><td class="num">0 h</td>' not in figures
+    assert '<td class="num">2 min</td>' in figures  # lent: 0.025 instance-hours
+    assert 'borrowed</td><td class="num">0.00</td><td class="num">0 h</td>' in figures
 
 
 def test_rebuild_from_recorded_events_matches_what_the_cycles_wrote(live: Any) -> None:

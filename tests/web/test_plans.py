@@ -59,8 +59,8 @@ def test_everyone_sees_the_timeline(world, role):
     make_plan(world)
     body = client_for(getattr(world, role)).get("/plans/").content.decode()
     assert "red-december" in body
-    assert 'class="timeline"' in body
-    assert "0/2 \u00d7 ml.p4d.24xlarge" in body
+    assert 'class="plan-timeline"' in body
+    assert "0 of 2 \u00d7 ml.p4d.24xlarge in use" in body
     assert ("Resize" in body) == (role == "admin")
     assert ("New plan" in body) == (role == "admin")
 
@@ -185,7 +185,7 @@ def test_queue_page_shows_its_plans_timeline(world):
     make_plan(world)
     body = client_for(world.red_member).get(f"/queues/{world.queue.pk}/").content.decode()
     assert "Capacity plans over time" in body
-    assert 'class="timeline"' in body
+    assert 'class="plan-timeline"' in body
     assert "red-december" in body
 
 

@@ -156,7 +156,9 @@ def test_a_sixth_limit_is_refused_not_dropped(world):
         itype = InstanceType.objects.create(name=name)
         world.queue.capacities.create(instance_type=itype, count=4)
     page = client_for(world.admin).get(f"/shares/{world.medium.pk}/edit/").content.decode()
-    assert 'name="limit_type_5"' in page  # a sixth row, where the sixth can be typed
+    # As many rows as the legend promises ("up to 5"), not a sixth one to fill.
+    assert 'name="limit_type_4"' in page and 'name="limit_type_5"' not in page
+    assert "up to 5 instance types" in page
     rows = {"limit_type_0": "ml.g5.xlarge", "limit_count_0": 1}
     for i, name in enumerate(("t.a", "t.b", "t.c", "t.d", "t.e"), start=1):
         rows |= {f"limit_type_{i}": name, f"limit_count_{i}": 1}

@@ -33,7 +33,9 @@ def cells(html: str, signal: str) -> list[tuple[str, str]]:
     assert row, signal
     return [
         (unescape(href), text)
-        for href, text in re.findall(r'<td><a href="([^"]+)">([^<]*)</a></td>', row.group(0))
+        for href, text in re.findall(
+            r'<td class="wide" data-label="[^"]*"><a href="([^"]+)">([^<]*)</a></td>', row.group(0)
+        )
     ]
 
 
@@ -45,8 +47,11 @@ def test_signals_page_draws_charts_and_links_every_figure(
     assert response.status_code == 200
     html = response.content.decode()
     assert 'href="/signals/"' in html  # in the navigation
-    assert html.count("<svg") == 4
+    assert html.count('class="hbars"') == 4
     assert "h own" in html and "reclaim" in html  # numbers written beside the bars
+    # Each chart has a labelled scale under its bars (its unit, none, half and all).
+    assert html.count('class="hbar-row hbar-axis"') >= 3
+    assert ">instance-hours<" in html and ">dollars<" in html
     for signal in ("jobs_finished", "wait_to_start", "preemptions_suffered", "cost", "goodput"):
         row = cells(html, signal)
         assert len(row) == 3  # whole queue, alpha, beta

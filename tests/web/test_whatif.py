@@ -70,6 +70,12 @@ def test_run_a_whatif_from_the_form_and_attach_it(admin_page: Client, world: Any
     page = admin_page.get(f"/whatif/{run.pk}/").content.decode()
     assert "As it was" in page and "Proposed" in page
     assert "Borrowed instance-hours" in page and 'hx-trigger="every 1s"' not in page
+    # The result leads with a sentence per share of what changes, before the tables.
+    summary = page.index("What changes, for whom")
+    assert summary < page.index("As it was")
+    assert page.index("Share beta:") > summary and page.index("The whole queue:") > summary
+    assert "borrow limit 0 %" in page  # the proposal in words, not borrow_limit = 0
+    assert "100 % ·" not in page  # a finished run shows no progress figure
     agreement = agreement_services.agreement_create(actor=world.admin, title="Split of hist")
     attached = admin_page.post(
         f"/whatif/{run.pk}/attach/", {"agreement": agreement.pk}, follow=True
@@ -86,7 +92,11 @@ def test_the_form_says_what_is_wrong(admin_page: Client, world: Any) -> None:  #
     )
     assert response.status_code == 400
     html = response.content.decode()
-    assert "shares.beta.limits" in html and f"capacity.{G5}" in html
+    # Each message beside its field, in words (no "shares.beta.limits" key), and what
+    # was typed kept.
+    assert "shares.beta" not in html and f"capacity.{G5}" not in html
+    assert "the limit must be" in html and "A whole number from 0 to" in html
+    assert 'value="lots"' in html and 'value="-3"' in html
     assert not WhatIf.objects.exists()
 
 
@@ -103,3 +113,19 @@ def test_past_the_per_person_cap_the_form_says_to_wait(
     assert refused.status_code == 429
     assert "wait for one to finish" in refused.content.decode()
     assert WhatIf.objects.count() == 1
+
+
+def test_the_form_reports_every_problem_at_once(admin_page: Client, world: Any) -> None:  # noqa: F811
+    """A wrong window no longer hides the proposal's problems until the next round."""
+    response = admin_page.post(
+        f"/queues/{world.queue.pk}/whatif/",
+        form_data(
+            world,
+            **{"from": "yesterday", f"share-{world.beta.pk}-limit-{G5}": "lots"},
+            **{f"capacity-{G5}": "-3"},
+        ),
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "is not an ISO 8601 date" in html
+    assert "the limit must be" in html and "A whole number from 0 to" in html
