@@ -62,8 +62,10 @@ ends), actions (priority, share, capacity and plan changes, cancellations), subm
 ``schedule(now)``, ``timeouts(now)``.
 """
 
+from scheduler.engine.constraints import HOUR_MS, HOUR_SECONDS
 from scheduler.engine.facade import Engine, Placement, PlanUsage, ShareUsage
 from scheduler.engine.model import (
+    ELIGIBILITY_REASON_CODES,
     JOB_KINDS,
     PLAN_REASON_CODES,
     PROCESSING,
@@ -87,6 +89,9 @@ from scheduler.engine.model import (
 )
 
 __all__ = [
+    "ELIGIBILITY_REASON_CODES",
+    "HOUR_MS",
+    "HOUR_SECONDS",
     "JOB_KINDS",
     "PLAN_REASON_CODES",
     "PROCESSING",
