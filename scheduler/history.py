@@ -197,6 +197,10 @@ def export(
             "submitted_at",
             "instance_type__speed",
             "kind",
+            "may_borrow",
+            "preemptible",
+            "deadline",
+            "max_cost",
         )
     )
     # (at, event id, type, data) per job; the event id keeps the order decisions were made.
@@ -236,6 +240,9 @@ def export(
             else {"instance_type": p["instance_type"], "count": int(p["count"])}
             for p in row["preferences"]
         ]
+        for pref, stored in zip(prefs, row["preferences"], strict=True):
+            if stored.get("runtime") is not None:
+                pref["runtime"] = int(stored["runtime"]) * MS
         all_types.update(p["instance_type"] for p in prefs if "instance_type" in p)
         named_plans.update(p["plan"] for p in prefs if "plan" in p)
         # work: declared, or what the last run did
@@ -273,12 +280,25 @@ def export(
             "preferences": prefs,
             "duration": _num(max(1.0, work)),
         }
+        if row["duration"] is None and any("runtime" in p for p in prefs):
+            # its expected run times decide its deadline and budget (and a replayed run
+            # of it lasts one): a duration made up from the run would override them
+            del job["duration"]
         if row["max_pending"] is not None:
             job["max_pending"] = row["max_pending"] * MS
         if row["checkpoint_interval"]:
             job["checkpoint_interval"] = _num(row["checkpoint_interval"] * work_unit)
         if row["restart_overhead"]:
             job["restart_overhead"] = round(row["restart_overhead"] * work_unit)
+        # interruption classes and constrained fallback, so a replay keeps them
+        if not row["may_borrow"]:
+            job["may_borrow"] = False
+        if not row["preemptible"]:
+            job["preemptible"] = False
+        if row["deadline"] is not None:
+            job["deadline"] = max(0, rel(row["deadline"]))
+        if row["max_cost"] is not None:
+            job["max_cost"] = _num(float(row["max_cost"]))
         jobs.append(job)
 
         run: tuple[str, int, str | None] | None = None
@@ -321,8 +341,11 @@ def export(
                 if data.get("reason") != "preemption_retries_exhausted":
                     job_actions.append({"at": rel(at), "type": "cancel", "job": key})
                 run = None
-            elif type_ in ("completed", "timed_out"):
+            elif type_ == "completed":
                 event = {"type": type_, "job": key}
+                run = None
+            elif type_ == "timed_out":
+                event = {"type": type_, "job": key, "reason": data.get("reason", "max_pending")}
                 run = None
             elif type_ == "cancelled":
                 event = {"type": "cancelled", "job": key}

@@ -215,6 +215,17 @@ class Engine:
             heapq.heappop(due)
         return found
 
+    def next_eligibility_change(self) -> int | None:
+        """The next instant, after the engine's, at which a pending job's preference
+        stops being eligible for its deadline (its reason changes then); None: none."""
+        st = self._state
+        after = st.now if st.now is not None else st.hint
+        found = None
+        for at, _, job_id in st.cutoffs:
+            if at > after and job_id in st.pending and (found is None or at < found):
+                found = at
+        return found
+
     def explain(self, job_id: str, now: int | None = None) -> list[Reason]:
         """One reason per preference why a pending job waits (DESIGN section 4), judged
         at ``now`` (default: the engine's instant): a preference that is not eligible
@@ -222,7 +233,7 @@ class Engine:
         st = self._state
         job = st.jobs[job_id]
         share = st.shares[job.share]
-        at = (st.now or 0) if now is None else now
+        at = now if now is not None else (st.now if st.now is not None else st.hint)
         constrained = bool(job.over_budget or job.last_eligible)
         reasons = []
         for index, pref in enumerate(job.preferences):
@@ -468,6 +479,7 @@ class Engine:
         cst.clock = st.clock
         cst.version = dict(st.version)
         cst.now = st.now
+        cst.hint = st.hint
         cst.time_sensitive = set(st.time_sensitive)
         cst.seq = st.seq
         clone._deadlines = list(self._deadlines)
