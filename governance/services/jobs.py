@@ -38,13 +38,12 @@ from governance.models.capacity import Executor
 from governance.models.jobs import ACTIVE_STATES, MAX_PREFERENCES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.roles import AnyUser
+from governance.selectors import jobs as job_selectors
 from governance.selectors import priorities as priority_selectors
 from governance.services import audit, hooks, limits
 from governance.services import slurm as slurm_services
 from governance.services.errors import Errors, PermissionDenied, ValidationFailed
 from governance.services.kit import is_int, job_event, lock_job
-from scheduler.engine import constraints as engine_constraints
-from scheduler.engine.work import ceil as ceil_work
 
 NAME_MAX_LENGTH = 200
 PLAN_NAME_MAX_LENGTH = 100  # CapacityPlan.name
@@ -299,39 +298,6 @@ def _check_constraints(
     return budget
 
 
-def expected_costs(
-    preferences: Sequence[dict[str, Any]],
-    duration: int | None,
-    types: dict[str, tuple[float, Decimal]],
-    plans: dict[str, tuple[str, Decimal]],
-) -> list[tuple[int | None, Fraction | int | None]]:
-    """Per resolved preference at its first start: expected run time in seconds and cost
-    (None when unknown), as the scheduler judges eligibility (docs/scheduling.md)."""
-    out: list[tuple[int | None, Fraction | int | None]] = []
-    for pref in preferences:
-        if pref.get("plan"):
-            type_name, price = plans.get(pref["plan"], ("", Decimal(0)))
-        else:
-            type_name = pref.get("instance_type") or ""
-            price = types.get(type_name, (1.0, Decimal(0)))[1]
-        speed = types.get(type_name, (1.0, Decimal(0)))[0]
-        if duration is not None:
-            runtime: int | None = ceil_work(Fraction(duration) / Fraction(str(speed)))
-        else:
-            runtime = pref.get("runtime")
-        if runtime is None:
-            out.append((None, None))
-            continue
-        cost = engine_constraints.expected_cost(
-            int(pref.get("count") or 1),
-            Fraction(price),
-            runtime,
-            engine_constraints.HOUR_SECONDS,
-        )
-        out.append((runtime, cost))
-    return out
-
-
 def _check_budget(
     errors: Errors,
     budget: Decimal,
@@ -351,7 +317,7 @@ def _check_budget(
     plans = {
         name: (plan.instance_type.name, plan.hourly_price) for name, plan in share_plans.items()
     }
-    costs = expected_costs(resolved, duration, types, plans)
+    costs = job_selectors.expected_costs(resolved, duration, types, plans)
     limit = Fraction(budget)
     if costs and all(cost is not None and cost > limit for _, cost in costs):
         each = "; ".join(
