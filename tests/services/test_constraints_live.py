@@ -261,3 +261,23 @@ def test_the_share_preview_skips_jobs_not_preemptible_and_never_borrows_for_care
     )
     assert [(row["name"], row["rule"]) for row in preview["started"]] == [("urgent", "borrow")]
     assert careful.pk not in {row["job"] for row in preview["started"]}
+
+
+def test_a_job_that_may_not_borrow_beyond_its_limit_can_never_start() -> None:
+    from governance.selectors import scheduling
+
+    queue = make_queue("q", {G5: 3})
+    team = TeamFactory(name="t")
+    share = make_share(queue, team, "s", {G5: 1}, policy="LEND_AND_BORROW", borrow_limit=-1)
+    lead = make_lead(team, "t_lead")
+    careful = make_job(
+        share,
+        lead,
+        name="careful",
+        preferences=[{"instance_type": G5, "count": 2}],
+        may_borrow=False,
+    )
+    bold = make_job(share, lead, name="bold", preferences=[{"instance_type": G5, "count": 2}])
+    blockers = scheduling.never_starting([careful, bold])
+    assert list(blockers) == [careful.pk]
+    assert blockers[careful.pk][0]["most"] == 1
