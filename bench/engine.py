@@ -1,10 +1,14 @@
-"""Engine benchmark: ``python bench/engine.py [--only cycles|trace|oversub] [--quick]``.
+"""Engine benchmark: ``python bench/engine.py [--only cycles|constrained|trace|oversub]
+[--quick]``.
 
 Prints one cycle's time for 1,000 / 10,000 / 50,000 pending jobs with 5,000 running and
-100,000 pending with 10,000 running; a whole simulation's throughput (events per second)
-for a 100,000-job trace (``--trace-jobs N``, ``--profile``); and the oversubscribed
-traces (``oversubscribed_scenario``) at offered loads 1.0, 1.3 and 2.0 of capacity, each
-at 10,000 and 100,000 jobs (``--oversub-jobs N``, ``--load X``, repeatable), with events
+100,000 pending with 10,000 running; the same cycle at 10,000 and 50,000 pending without
+and with every job using the interruption classes and constrained fallback
+(``may_borrow``, ``preemptible``, ``deadline``, ``max_cost``, ``runtime`` per
+preference); a whole simulation's throughput (events per second) for a 100,000-job
+trace (``--trace-jobs N``, ``--profile``); and the oversubscribed traces
+(``oversubscribed_scenario``) at offered loads 1.0, 1.3 and 2.0 of capacity, each at
+10,000 and 100,000 jobs (``--oversub-jobs N``, ``--load X``, repeatable), with events
 per second, the deepest backlog reached and the time of ``schedule`` calls at that
 depth, and the ratio of events per second between the sizes. ``--quick`` runs only the
 oversubscribed traces at 10,000 and 20,000 jobs. Seeded, so figures are comparable run
@@ -41,9 +45,11 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import math
 import pstats
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -132,26 +138,85 @@ def _running_by_rules(
     return jobs, held
 
 
-def cycle_state(pending: int, running: int = 5000, seed: int = 1) -> Engine:
+def cycle_state(
+    pending: int, running: int = 5000, seed: int = 1, constrained: str | None = None
+) -> Engine:
     """A busy queue reached by the rules (see the module docstring). Limits scale with
-    the running jobs (400 per 5,000), so every size is equally full."""
+    the running jobs (400 per 5,000), so every size is equally full. ``constrained``:
+    the same queue with every job using the interruption classes and constrained
+    fallback, ``"loose"`` (fields that rule nothing out) or ``"binding"``
+    (:func:`constrain`)."""
     rng = random.Random(seed)
     shares = make_shares(rng, 400 * running // 5000)
     jobs, held = _running_by_rules(rng, shares, running)
-    engine = Engine([InstanceType(t, held[t] + held[t] // 50) for t in TYPES], shares)
+    prices = [1.41, 7.09, 37.69, 98.32, 24.72]
+    capacity = {t: held[t] + held[t] // 50 for t in TYPES}
+    engine = Engine(
+        [InstanceType(t, capacity[t], hourly_price=p) for t, p in zip(TYPES, prices, strict=True)],
+        shares,
+    )
+    extra = random.Random(seed + 1000)  # apart, so the queue itself is the same
+    if constrained is not None:
+        for job in jobs:
+            job.preemptible = constrained == "loose" or extra.random() < 0.5
     engine.restore(jobs)
     for i in range(pending):
         share = rng.choice(shares)
-        engine.submit(
-            Job(
-                f"p{i}",
-                share.name,
-                rng.randint(0, 100),
-                rng.randint(0, 900),
-                make_prefs(rng, share),
-            )
+        job = Job(
+            f"p{i}",
+            share.name,
+            rng.randint(0, 100),
+            rng.randint(0, 900),
+            make_prefs(rng, share),
         )
+        if constrained is not None:
+            constrain(extra, job, constrained == "binding")
+        engine.submit(job)
     return engine
+
+
+def constrain(rng: random.Random, job: Job, binding: bool) -> None:
+    """Give a pending job every field of constrained fallback and a run time per
+    preference (10 min to 10 h). ``binding``: a third may not borrow, and a deadline
+    and a budget leave about half of its preferences eligible at the measured instant,
+    some ruled out later; otherwise none of them rules anything out."""
+    job.may_borrow = not binding or rng.random() >= 1 / 3
+    job.preferences = tuple(
+        Preference(p.instance_type, p.count, p.plan, rng.randint(600, 36_000))
+        for p in job.preferences
+    )
+    job.deadline = 1000 + (rng.randint(600, 36_000) if binding else 10**9)
+    job.max_cost = rng.choice([50, 200, 1000, 5000]) if binding else 10**9
+
+
+def bench_constrained(sizes: list[tuple[int, int]], repeats: int = 7) -> None:
+    """One ``schedule`` call of the same queue without the interruption classes and
+    constrained fallback, with every job using fields that rule nothing out (the same
+    decisions: the cost of the rules themselves), and with binding ones (other
+    decisions): the median and the best of ``repeats`` fresh states each, interleaved,
+    after a garbage collection (a cycle takes milliseconds: the machine's noise is of
+    the same order, so one timing says little)."""
+    variants: tuple[str | None, ...] = (None, "loose", "binding")
+    for pending, running in sizes:
+        times: dict[str | None, list[float]] = {v: [] for v in variants}
+        made: dict[str | None, int] = {}
+        for _ in range(repeats):
+            for variant in variants:
+                engine = cycle_state(pending, running, constrained=variant)
+                gc.collect()
+                start = time.perf_counter()
+                made[variant] = len(engine.schedule(1000))
+                times[variant].append(time.perf_counter() - start)
+        med = {v: statistics.median(t) * 1000 for v, t in times.items()}
+        low = {v: min(t) * 1000 for v, t in times.items()}
+        print(
+            f"constrained: {pending:>6} pending + {running} running, median (best) of "
+            f"{repeats}: without the fields {med[None]:.1f} ({low[None]:.1f}) ms, "
+            f"{made[None]} decisions; every job using them loosely {med['loose']:.1f} "
+            f"({low['loose']:.1f}) ms, {made['loose']} decisions, "
+            f"{med['loose'] / med[None]:.2f} x; binding {med['binding']:.1f} "
+            f"({low['binding']:.1f}) ms, {made['binding']} decisions"
+        )
 
 
 def trace_scenario(n_jobs: int, seed: int = 2) -> dict[str, Any]:
@@ -409,7 +474,8 @@ def bench_trace(n_jobs: int, profile: bool) -> None:
 
 
 CYCLE_SIZES = [(1_000, 5_000), (10_000, 5_000), (50_000, 5_000), (100_000, 10_000)]
-PARTS = ("cycles", "trace", "oversub")
+PARTS = ("cycles", "constrained", "trace", "oversub")
+CONSTRAINED_SIZES = [(10_000, 5_000), (50_000, 5_000)]
 
 
 def main() -> None:
@@ -443,6 +509,8 @@ def main() -> None:
         sizes = args.oversub_jobs or [10_000, 20_000]
     if "cycles" in parts:
         bench_cycles(CYCLE_SIZES)
+    if "constrained" in parts:
+        bench_constrained(CONSTRAINED_SIZES)
     if "trace" in parts:
         bench_trace(args.trace_jobs, args.profile)
     if "oversub" in parts:

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
@@ -78,6 +79,10 @@ JOB_FIELDS = (
     "run_started_at",
     "progress_at",
     "run",
+    "may_borrow",
+    "preemptible",
+    "deadline",
+    "max_cost",
 )
 
 
@@ -148,11 +153,18 @@ def row_job(row: dict[str, Any]) -> Job:
 
 def _preference(p: dict[str, Any], plan_types: dict[str, str]) -> eng.Preference:
     """A stored preference as the engine's: a type, or a plan (with the plan's type)."""
+    runtime = p.get("runtime")
+    runtime_ms = int(runtime) * MS if runtime is not None else None
     if p.get("plan"):
         return eng.Preference(
-            instance_type=plan_types[p["plan"]], count=int(p["count"]), plan=p["plan"]
+            instance_type=plan_types[p["plan"]],
+            count=int(p["count"]),
+            plan=p["plan"],
+            runtime=runtime_ms,
         )
-    return eng.Preference(instance_type=p["instance_type"], count=int(p["count"]))
+    return eng.Preference(
+        instance_type=p["instance_type"], count=int(p["count"]), runtime=runtime_ms
+    )
 
 
 def _plan(plan: CapacityPlan, count: int) -> eng.Plan:
@@ -201,6 +213,10 @@ def _engine_job(
         started_at=to_ms(row["started_at"]) if row["started_at"] else None,
         last_checkpoint=eng.exact(round(row["checkpoint_work"] * MS)),
         work_done=eng.exact(round(row["work_done"] * MS)),
+        may_borrow=row["may_borrow"],
+        preemptible=row["preemptible"],
+        deadline=to_ms(row["deadline"]) if row["deadline"] is not None else None,
+        max_cost=eng.exact(Fraction(row["max_cost"])) if row["max_cost"] is not None else None,
     )
     if row["state"] == JobState.RUNNING and row["instance_type_id"] is not None:
         ej.state = eng.JobState.RUNNING
@@ -381,8 +397,9 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
         types,
         [_share_config(s) for s in shares],
         plans=[_plan(plan, max(plan.count, plan_usage.get(plan.name, 0))) for plan in plan_list],
+        hour=eng.HOUR_MS,  # the engine counts in milliseconds here
     )
-    engine.restore(engine_jobs)
+    engine.restore(engine_jobs, now=to_ms(now))
     loaded.engine = engine
     return loaded
 
@@ -539,13 +556,20 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
             )
         else:  # "timed_out"
             wait = (now - job.submitted_at).total_seconds()
-            runs.run_time_out(
-                job=job,
-                now=now,
-                explanation=(
+            if d.rule == "deadline":
+                explanation = (
+                    "Timed out: no preference can finish by its deadline "
+                    f"{job.deadline:%Y-%m-%d %H:%M} UTC any more (waited {wait:.0f} s)."
+                    if job.deadline is not None
+                    else "Timed out: no preference can finish by its deadline any more."
+                )
+            else:
+                explanation = (
                     f"Timed out: waited {wait:.0f} s without starting, past its max pending "
                     f"time of {job.max_pending} s."
-                ),
+                )
+            runs.run_time_out(
+                job=job, now=now, explanation=explanation, reason=d.rule or "max_pending"
             )
         applied += 1
     flush()
@@ -688,7 +712,9 @@ def _next_event_in(loaded: Loaded, decisions: list[eng.Decision], now: datetime)
     factor = simulated.time_factor(loaded.queue)
     if simulated.runs_itself(loaded.queue):
         for ej in loaded.engine.jobs():
-            if ej.state is eng.JobState.RUNNING:
+            # the fleet completes runs by their duration only (without one, a run goes
+            # on until stopped, whatever its expected run time)
+            if ej.state is eng.JobState.RUNNING and ej.duration is not None:
                 finish = loaded.engine.finish_time(ej)
                 if finish is not None:
                     # The engine extrapolates at the clock's pace; the fleet runs faster.

@@ -225,6 +225,10 @@ def _export(
             "submitted_at",
             "instance_type__speed",
             "kind",
+            "may_borrow",
+            "preemptible",
+            "deadline",
+            "max_cost",
         )
     )
     # (at, event id, type, data) per job; the event id keeps the order decisions were made.
@@ -262,6 +266,9 @@ def _export(
             else {"instance_type": p["instance_type"], "count": int(p["count"])}
             for p in row["preferences"]
         ]
+        for pref, stored in zip(prefs, row["preferences"], strict=True):
+            if stored.get("runtime") is not None:
+                pref["runtime"] = int(stored["runtime"]) * MS
         all_types.update(p["instance_type"] for p in prefs if "instance_type" in p)
         named_plans.update(p["plan"] for p in prefs if "plan" in p)
         # work: declared, or what the last run did
@@ -301,6 +308,10 @@ def _export(
             "preferences": prefs,
             "duration": max(1, _whole(work)),
         }
+        if row["duration"] is None and any("runtime" in p for p in prefs):
+            # its expected run times decide its deadline and budget (and a replayed run
+            # of it lasts one): a duration made up from the run would override them
+            del job["duration"]
         if row["max_pending"] is not None:
             job["max_pending"] = row["max_pending"] * MS
         if row["checkpoint_interval"]:
@@ -308,6 +319,16 @@ def _export(
         if row["restart_overhead"]:
             # seconds of preparation on the fleet's clock
             job["restart_overhead"] = round(row["restart_overhead"] * MS / factor)
+        # interruption classes and constrained fallback, so a replay keeps them
+        if not row["may_borrow"]:
+            job["may_borrow"] = False
+        if not row["preemptible"]:
+            job["preemptible"] = False
+        if row["deadline"] is not None:
+            job["deadline"] = max(0, rel(row["deadline"]))
+        if row["max_cost"] is not None:
+            cost = float(row["max_cost"])
+            job["max_cost"] = int(cost) if cost.is_integer() else cost
         jobs.append(job)
 
         run: tuple[str, int, str | None] | None = None
@@ -365,8 +386,11 @@ def _export(
                 if data.get("reason") != "preemption_retries_exhausted":
                     job_actions.append({"at": rel(at), "type": "cancel", "job": key})
                 run = None
-            elif type_ in ("completed", "timed_out"):
+            elif type_ == "completed":
                 event = {"type": type_, "job": key}
+                run = None
+            elif type_ == "timed_out":
+                event = {"type": type_, "job": key, "reason": data.get("reason", "max_pending")}
                 run = None
             elif type_ == "cancelled":
                 event = {"type": "cancelled", "job": key}

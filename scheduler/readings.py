@@ -91,6 +91,11 @@ def explain_queue(queue_id: int) -> tuple[dict[int, list[dict[str, Any]]], float
     valid_for = _valid_for(loaded)
     play_instant(loaded)
     engine = loaded.engine
+    # a preference running out of time for its job's deadline changes its reason too
+    change = engine.next_eligibility_change()
+    if change is not None:
+        left = max(0.0, (change - to_ms(loaded.now)) / 1000)
+        valid_for = left if valid_for is None else min(valid_for, left)
     out: dict[int, list[dict[str, Any]]] = {}
     for key, row in loaded.jobs.rows.items():
         if row["state"] == JobState.PENDING and engine.job(key).state is eng.JobState.PENDING:

@@ -641,6 +641,8 @@ def _compute(
         out["change_requests"] = {k: count(f"change_requests.{k}") for k in CHANGE_REQUEST_KEYS}
         return out
 
+    outcomes = deadline_outcomes(recording, start, stop)
+
     def figures(members: list[str], team: str | None = None, whole: bool = False) -> dict[str, Any]:
         out = _figures(
             [per_share[s] for s in members],
@@ -651,6 +653,7 @@ def _compute(
             unit,
         )
         plans.figures(out, members, unit)
+        out["deadlines"] = deadlines_figure(outcomes, members)
         out["policy_changes"] = policy(members, team, whole)
         return out
 
@@ -836,6 +839,44 @@ def _figures(
         "utilization": utilization,
         "idle_lendable_seconds": idle_lendable,
     }
+
+
+DEADLINE_OUTCOMES = ("met", "late", "timed_out")
+
+
+def deadline_outcomes(recording: Recording, start: int, stop: int) -> dict[str, Counter[str]]:
+    """Per share, how the jobs with a ``deadline`` whose final event lies in the window
+    ``[start, stop)`` ended (docs/signals.md, ``deadlines``): ``met`` completed at or before
+    the deadline, ``late`` completed after it, ``timed_out`` timed out for it (reason
+    ``deadline``); other endings count in none."""
+    deadlines = {
+        str(raw["id"]): (raw["share"], raw["deadline"])
+        for raw in recording.scenario["jobs"]
+        if raw.get("deadline") is not None
+    }
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    if not deadlines:
+        return out
+    for event in recording.events:
+        kind = event["type"]
+        if kind not in FINAL_STATES:
+            continue
+        found = deadlines.get(str(event["job"]))
+        if found is None or not start <= int(event["at"]) < stop:
+            continue
+        share, deadline = found
+        if kind == "completed":
+            out[share]["met" if event["at"] <= deadline else "late"] += 1
+        elif kind == "timed_out" and event.get("reason") == "deadline":
+            out[share]["timed_out"] += 1
+    return out
+
+
+def deadlines_figure(outcomes: Mapping[str, Counter[str]], members: list[str]) -> dict[str, Any]:
+    """``deadlines`` of a group of shares: {met, late, timed_out, rate}, rate = met /
+    (met + late + timed_out) (None when no job counts)."""
+    counts = {k: sum(outcomes[s][k] for s in members if s in outcomes) for k in DEADLINE_OUTCOMES}
+    return {**counts, "rate": _ratio(counts["met"], sum(counts.values()))}
 
 
 def flat_rows(answer: Mapping[str, Any]) -> list[dict[str, Any]]:

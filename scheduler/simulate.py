@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.engine import (
+    HOUR_MS,
+    HOUR_SECONDS,
     JOB_KINDS,
     TRAINING,
     Decision,
@@ -73,6 +75,10 @@ _JOB_KEYS = {
     "restart_overhead",
     "max_pending",
     "kind",
+    "may_borrow",
+    "preemptible",
+    "deadline",
+    "max_cost",
 }
 _PLAN_KEYS = {"name", "instance_type", "count", "share", "start", "end", "hourly_price"}
 _ACTION_KEYS = {
@@ -291,10 +297,14 @@ def validate(data: object) -> list[str]:
             v.add(f"{path}.share", f"unknown share {share!r}")
         v.int_field(path, item, "submit_at", required=True)
         v.int_field(path, item, "priority", required=True, maximum=MAX_PRIORITY)
-        v.number_field(path, item, "duration", required=True)
+        v.number_field(path, item, "duration")
         v.number_field(path, item, "checkpoint_interval", nullable=True)
         v.int_field(path, item, "restart_overhead")
         v.int_field(path, item, "max_pending", nullable=True)
+        v.bool_field(path, item, "may_borrow")
+        v.bool_field(path, item, "preemptible")
+        v.int_field(path, item, "deadline", nullable=True)
+        v.number_field(path, item, "max_cost", positive=False, nullable=True)
         kind = item.get("kind", TRAINING)
         if kind not in JOB_KINDS:
             v.add(f"{path}.kind", f"must be one of {', '.join(JOB_KINDS)} (got {kind!r})")
@@ -310,7 +320,8 @@ def validate(data: object) -> list[str]:
             if not isinstance(pref, dict):
                 v.add(ppath, "must be an object")
                 continue
-            v.unknown(ppath, pref, {"instance_type", "count", "plan"})
+            v.unknown(ppath, pref, {"instance_type", "count", "plan", "runtime"})
+            v.int_field(ppath, pref, "runtime", minimum=1, nullable=True)
             type_name = pref.get("instance_type")
             if "plan" in pref:
                 _validate_plan_preference(v, ppath, pref, plans, share, kind)
@@ -491,10 +502,13 @@ def _build(data: Mapping[str, Any], incremental: bool = True) -> tuple[Engine, l
                 plan_types[p["plan"]] if "plan" in p else p["instance_type"],
                 p["count"] if common is None else common,
                 p.get("plan"),
+                p.get("runtime"),
             )
             for p in raw["preferences"]
         )
         interval = raw.get("checkpoint_interval")
+        duration = raw.get("duration")
+        max_cost = raw.get("max_cost")
         job = Job(
             id=str(raw["id"]),
             share=raw["share"],
@@ -504,12 +518,17 @@ def _build(data: Mapping[str, Any], incremental: bool = True) -> tuple[Engine, l
             max_pending=raw.get("max_pending"),
             checkpoint_interval=exact(interval) if interval is not None else None,
             restart_overhead=raw.get("restart_overhead", 0),
-            duration=exact(raw["duration"]),
+            duration=exact(duration) if duration is not None else None,
             kind=raw.get("kind", TRAINING),
             order=index,
+            may_borrow=raw.get("may_borrow", True),
+            preemptible=raw.get("preemptible", True),
+            deadline=raw.get("deadline"),
+            max_cost=exact(max_cost) if max_cost is not None else None,
         )
         specs.append(_Spec(index, raw["id"], job))
-    return Engine(types, shares, plans=plans, incremental=incremental), specs
+    hour = HOUR_MS if data.get("time_unit") == "ms" else HOUR_SECONDS
+    return Engine(types, shares, plans=plans, incremental=incremental, hour=hour), specs
 
 
 def run(
@@ -561,6 +580,7 @@ def run(
 
     next_sub = 0
     next_act = 0
+    now = 0
     while True:
         candidates = [
             t
@@ -597,7 +617,8 @@ def run(
             submitted.add(spec.job.id)
         emit(engine.schedule(now))
         emit(engine.timeouts(now))
-    return _result(engine, specs, events, submitted, cancelled_early, raw_ids, explain)
+    end = now if until is None else until  # reasons are judged at the run's end
+    return _result(engine, specs, events, submitted, cancelled_early, raw_ids, explain, end)
 
 
 def _apply_action(
@@ -640,6 +661,7 @@ def _result(
     cancelled_early: dict[str, int],
     raw_ids: Mapping[str, object],
     explain: bool,
+    end: int,
 ) -> dict[str, Any]:
     jobs: dict[str, Any] = {}
     pending: dict[str, Any] = {}
@@ -663,7 +685,7 @@ def _result(
             job.preference,
         )
         if job.state is JobState.PENDING:
-            reasons = engine.explain(job.id)
+            reasons = engine.explain(job.id, end)
             if explain:
                 pending[key] = [r.to_json() for r in reasons]
             else:

@@ -29,6 +29,12 @@ class PreferenceSerializer(serializers.Serializer):
     instance_type = serializers.CharField(required=False)
     plan = serializers.CharField(required=False, help_text="a capacity plan's name")
     count = serializers.IntegerField(required=False, allow_null=True)
+    runtime = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="expected run time of the job on this preference, in seconds (e.g. from "
+        "a benchmark); judges the deadline and the budget when the job has no duration",
+    )
 
 
 class ReasonSerializer(serializers.Serializer):
@@ -91,6 +97,15 @@ class JobSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="The capacity plan the current (or last) run was admitted on, if any.",
     )
+    max_cost = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        coerce_to_string=False,
+        read_only=True,
+        allow_null=True,
+        help_text="budget of one run in the queue's currency: preferences that would cost "
+        "more are not eligible (docs/scheduling.md#deadline-and-budget)",
+    )
 
     class Meta:
         model = Job
@@ -107,6 +122,10 @@ class JobSerializer(serializers.ModelSerializer):
             "max_pending",
             "checkpoint_interval",
             "duration",
+            "may_borrow",
+            "preemptible",
+            "deadline",
+            "max_cost",
             "state",
             "instance_type",
             "plan",
@@ -186,6 +205,32 @@ class JobSubmitSerializer(serializers.Serializer):
     max_pending = serializers.IntegerField(required=False, allow_null=True, default=None)
     checkpoint_interval = serializers.IntegerField(required=False, allow_null=True, default=None)
     duration = serializers.IntegerField(required=False, allow_null=True, default=None)
+    may_borrow = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="false: the job never runs on borrowed capacity",
+    )
+    preemptible = serializers.BooleanField(
+        required=False,
+        default=True,
+        help_text="false: never stopped for a higher-priority job of its share",
+    )
+    deadline = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="preferences whose run would end after it are not eligible; the job "
+        "times out (reason deadline) when none is",
+    )
+    max_cost = serializers.DecimalField(
+        max_digits=20,
+        decimal_places=4,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="budget in the queue's currency (at most 2 decimals): preferences that "
+        "would cost more are not eligible; refused when every one would",
+    )
     program = serializers.JSONField(
         required=False,
         default=None,
@@ -260,6 +305,10 @@ class JobViewSet(
                 checkpoint_interval=data["checkpoint_interval"],
                 duration=data["duration"],
                 program=data.get("program"),
+                may_borrow=data["may_borrow"],
+                preemptible=data["preemptible"],
+                deadline=data["deadline"],
+                max_cost=data["max_cost"],
             ),
         )
         # Built from what the service returned (the job, its share and team, the

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("governance", "0021_security_review"),
+        ("governance", "0022_job_interruption_and_constraints"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -47,6 +47,14 @@ class Job(models.Model):
     # Work in seconds at speed 1.0; the simulated fleet runs a job for this long.
     duration = models.PositiveIntegerField(null=True, blank=True)
     restart_overhead = models.PositiveIntegerField(default=0)
+    # Interruption classes and constrained fallback (docs/scheduling.md): False never
+    # borrows / is never an in-share priority victim; a preference whose run would end
+    # after ``deadline`` or cost more than ``max_cost`` (queue currency) is not eligible.
+    # A preference may carry "runtime" (expected seconds on it).
+    may_borrow = models.BooleanField(default=True)
+    preemptible = models.BooleanField(default=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    max_cost = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
     # What to run, for executors that run programs (Slurm): {"command": [argv...]} or
     # {"script": "#!..."}, with optional "workdir" and "env" ({NAME: value}); empty for
     # the simulated fleet and agents. Checked by ``services.slurm.clean_program``.

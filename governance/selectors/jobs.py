@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
 from django.db.models import Prefetch, QuerySet
 
-from governance.models import Job, JobEvent, JobQueue, SlurmRun
+from governance.models import CapacityPlan, InstanceType, Job, JobEvent, JobQueue, SlurmRun
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.services.errors import NotFound, ValidationFailed
 from governance.services.limits import valid_id
+from scheduler.engine import constraints as engine_constraints
+from scheduler.engine.work import ceil as ceil_work
 
 
 def jobs() -> QuerySet[Job]:
@@ -65,3 +73,87 @@ def slurm_runs(job: Job, limit: int = 10) -> list[SlurmRun]:
     if job.queue.executor != Executor.SLURM:
         return []
     return list(SlurmRun.objects.filter(job=job).order_by("-run", "-id")[:limit])
+
+
+def expected_costs(
+    preferences: Sequence[dict[str, Any]],
+    duration: int | float | None,
+    types: dict[str, tuple[float, Decimal]],
+    plans: dict[str, tuple[str, Decimal]],
+    overhead: int = 0,
+) -> list[tuple[int | None, Fraction | int | None]]:
+    """Per resolved preference: expected run time in seconds and cost (None when
+    unknown), as the scheduler judges eligibility (docs/scheduling.md#deadline-and-budget):
+    ``duration`` is the work left (the whole duration before the first start),
+    ``overhead`` the restart overhead once the job has been preempted."""
+    out: list[tuple[int | None, Fraction | int | None]] = []
+    for pref in preferences:
+        if pref.get("plan"):
+            type_name, price = plans.get(pref["plan"], ("", Decimal(0)))
+        else:
+            type_name = pref.get("instance_type") or ""
+            price = types.get(type_name, (1.0, Decimal(0)))[1]
+        speed = types.get(type_name, (1.0, Decimal(0)))[0]
+        if duration is not None:
+            left = max(Fraction(0), Fraction(str(duration)))
+            runtime = overhead + ceil_work(left / Fraction(str(speed)))
+        elif pref.get("runtime") is not None:
+            runtime = overhead + int(pref["runtime"])
+        else:
+            out.append((None, None))
+            continue
+        cost = engine_constraints.expected_cost(
+            int(pref.get("count") or 1),
+            Fraction(price),
+            runtime,
+            engine_constraints.HOUR_SECONDS,
+        )
+        out.append((runtime, cost))
+    return out
+
+
+def choice_outlook(job: Job, now: datetime) -> list[dict[str, Any]]:
+    """Per preference of a job with a deadline or a budget: its expected run time and
+    cost if it started now, until when it can still meet the deadline, and whether it
+    is eligible now (``eligible``, ``over_budget``, ``deadline_unreachable``, or
+    ``unknown`` when no run time is known: always eligible). Empty for other jobs."""
+    if job.deadline is None and job.max_cost is None:
+        return []
+    prefs = list(job.preferences)
+    plan_names = [p["plan"] for p in prefs if p.get("plan")]
+    plan_rows = {
+        plan.name: (plan.instance_type.name, plan.hourly_price)
+        for plan in CapacityPlan.objects.filter(
+            share_id=job.share_id, name__in=plan_names
+        ).select_related("instance_type")
+    }
+    names = {p.get("instance_type") for p in prefs} | {t for t, _ in plan_rows.values()}
+    types = {
+        t.name: (t.speed, t.hourly_price)
+        for t in InstanceType.objects.filter(name__in=[n for n in names if n])
+    }
+    left = None if job.duration is None else max(0.0, job.duration - job.checkpoint_work)
+    overhead = job.restart_overhead if job.preemptions else 0
+    out = []
+    for index, (runtime, cost) in enumerate(
+        expected_costs(prefs, left, types, plan_rows, overhead)
+    ):
+        until = None
+        state = "unknown" if runtime is None else "eligible"
+        if runtime is not None:
+            if job.deadline is not None:
+                until = job.deadline - timedelta(seconds=runtime)
+            if job.max_cost is not None and cost is not None and cost > Fraction(job.max_cost):
+                state = "over_budget"
+            elif until is not None and now > until:
+                state = "deadline_unreachable"
+        out.append(
+            {
+                "preference": index,
+                "runtime": runtime,
+                "cost": float(cost) if cost is not None else None,
+                "until": until,
+                "state": state,
+            }
+        )
+    return out

@@ -267,7 +267,8 @@ def never_starting(jobs: Iterable[Job]) -> dict[int, list[dict[str, Any]]]:
         blockers = start_blockers(
             list(job.preferences or []),
             share_name=share["name"],
-            policy=share["policy"],
+            # a job that may not borrow has a share that cannot, as far as it goes
+            policy=share["policy"] if job.may_borrow else "LEND",
             limits=limits.get(job.share_id, {}),
             borrow_limit=share["borrow_limit"],
             capacity=capacity.get(job.queue_id, {}),

@@ -19,6 +19,8 @@ from governance.selectors.filters import WINDOW_FIELDS, JobFilter
 from governance.selectors.web_overview import RULE_WORDS
 
 REASON_WORDS = {
+    "over_budget": "it would cost more than the job's budget",
+    "deadline_unreachable": "it could no longer finish by the deadline",
     "no_limit_for_type": "no limit for this type",
     "capacity_unavailable": "the queue has too few of this type",
     "no_preemptible_victims": "nothing it may preempt frees enough",

@@ -380,6 +380,15 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
             lambda s: links.jobs(s, "started"),
         ),
         row(
+            "deadlines",
+            "Jobs with a deadline: met, late, timed out for it (met rate)",
+            lambda f: (
+                f"{f['deadlines']['met']} met, {f['deadlines']['late']} late, "
+                f"{f['deadlines']['timed_out']} timed out ({percent(f['deadlines']['rate'])})"
+            ),
+            lambda s: links.jobs(s, "finished"),
+        ),
+        row(
             "runtime_by_choice",
             "Last run of completed jobs, by type and count",
             runtime,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any, cast
 
 from django.db import transaction
@@ -22,6 +24,7 @@ from governance.models import (
     AuditEvent,
     CapacityPlan,
     ExceptionState,
+    InstanceType,
     Job,
     JobKind,
     JobQueue,
@@ -35,6 +38,7 @@ from governance.models.capacity import Executor
 from governance.models.jobs import ACTIVE_STATES, MAX_PREFERENCES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.roles import AnyUser
+from governance.selectors import jobs as job_selectors
 from governance.selectors import priorities as priority_selectors
 from governance.services import audit, hooks, limits
 from governance.services import slurm as slurm_services
@@ -43,6 +47,7 @@ from governance.services.kit import is_int, job_event, lock_job
 
 NAME_MAX_LENGTH = 200
 PLAN_NAME_MAX_LENGTH = 100  # CapacityPlan.name
+MAX_COST = Decimal("999999999999.99")  # Job.max_cost: 14 digits, 2 after the point
 
 
 def job_snapshot(job: Job) -> dict[str, Any]:
@@ -59,6 +64,10 @@ def job_snapshot(job: Job) -> dict[str, Any]:
         "max_pending": job.max_pending,
         "checkpoint_interval": job.checkpoint_interval,
         "duration": job.duration,
+        "may_borrow": job.may_borrow,
+        "preemptible": job.preemptible,
+        "deadline": job.deadline.isoformat() if job.deadline else None,
+        "max_cost": str(job.max_cost) if job.max_cost is not None else None,
         "state": job.state,
         "submitter": job.submitter_id,
         "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
@@ -174,9 +183,17 @@ def _resolve_preferences(
         if not isinstance(pref, dict):
             errors.add("preferences", f'{key} must be an object {{"instance_type", "count"}}.')
             continue
-        unknown = sorted(set(pref) - {"instance_type", "count", "plan"})
+        unknown = sorted(set(pref) - {"instance_type", "count", "plan", "runtime"})
         if unknown:
             errors.add("preferences", f"{key} has unknown field(s): {', '.join(unknown)}.")
+        runtime = pref.get("runtime")
+        if runtime is not None and not (is_int(runtime) and 1 <= runtime <= limits.MAX_SECONDS):
+            errors.add(
+                "preferences",
+                f"{key}.runtime must be null or an integer from 1 to {limits.MAX_SECONDS} "
+                "(expected seconds on this preference).",
+            )
+            runtime = None
         if "plan" in pref:
             plan_key = _check_plan_preference(errors, key, pref, kind, share_plans, now)
             if plan_key is not None and plan_key in seen:
@@ -193,7 +210,7 @@ def _resolve_preferences(
                         "preferences",
                         f"{key}.count must be an integer from 1 to {limits.MAX_INSTANCES}.",
                     )
-            resolved.append({"plan": pref.get("plan"), "count": pref_count})
+            resolved.append(_with_runtime({"plan": pref.get("plan"), "count": pref_count}, runtime))
             continue
         type_name = pref.get("instance_type")
         if not isinstance(type_name, str) or not type_name:
@@ -221,7 +238,7 @@ def _resolve_preferences(
                     "preferences",
                     f"{key}.count must be an integer from 1 to {limits.MAX_INSTANCES}.",
                 )
-        resolved.append({"instance_type": type_name, "count": pref_count})
+        resolved.append(_with_runtime({"instance_type": type_name, "count": pref_count}, runtime))
     if count is not None and with_count:
         errors.add(
             "count",
@@ -239,6 +256,81 @@ def _resolve_preferences(
         for pref in resolved:
             pref["count"] = count
     return resolved
+
+
+def _with_runtime(pref: dict[str, Any], runtime: int | None) -> dict[str, Any]:
+    """A resolved preference, with its expected ``runtime`` when one was given."""
+    if runtime is not None:
+        pref["runtime"] = runtime
+    return pref
+
+
+def _check_constraints(
+    errors: Errors, may_borrow: Any, preemptible: Any, deadline: Any, max_cost: Any
+) -> Decimal | None:
+    """The interruption classes and the deadline and budget (docs/scheduling.md); the
+    budget as a Decimal (None: none)."""
+    for field, value in (("may_borrow", may_borrow), ("preemptible", preemptible)):
+        if not isinstance(value, bool):
+            errors.add(field, f"{field} must be true or false.")
+    if deadline is not None and not (
+        isinstance(deadline, datetime) and deadline.tzinfo is not None
+    ):
+        errors.add("deadline", "deadline must be null or a date and time with its time zone.")
+    if max_cost is None:
+        return None
+    budget: Decimal | None = None
+    if isinstance(max_cost, Decimal | int | float) and not isinstance(max_cost, bool):
+        try:
+            budget = Decimal(str(max_cost))
+        except InvalidOperation:  # pragma: no cover - str() of a number parses
+            budget = None
+    if (
+        budget is None
+        or not budget.is_finite()
+        or not Decimal(0) <= budget <= MAX_COST
+        or budget != budget.quantize(Decimal("0.01"))
+    ):
+        errors.add(
+            "max_cost",
+            f"max_cost must be null or an amount from 0 to {MAX_COST} in the queue's "
+            "currency, with at most 2 decimals.",
+        )
+        return None
+    return budget
+
+
+def _check_budget(
+    errors: Errors,
+    budget: Decimal,
+    resolved: list[dict[str, Any]],
+    duration: int | None,
+    share_obj: Share,
+    share_plans: dict[str, CapacityPlan],
+) -> None:
+    """Refuse a job whose every preference would cost more than its budget."""
+    names = {p.get("instance_type") for p in resolved} | {
+        share_plans[p["plan"]].instance_type.name for p in resolved if p.get("plan") in share_plans
+    }
+    types = {
+        t.name: (t.speed, t.hourly_price)
+        for t in InstanceType.objects.filter(name__in=[n for n in names if n])
+    }
+    plans = {
+        name: (plan.instance_type.name, plan.hourly_price) for name, plan in share_plans.items()
+    }
+    costs = job_selectors.expected_costs(resolved, duration, types, plans)
+    limit = Fraction(budget)
+    if costs and all(cost is not None and cost > limit for _, cost in costs):
+        each = "; ".join(
+            f"{preference_text(p)} about {float(cost or 0):,.2f}"
+            for p, (_, cost) in zip(resolved, costs, strict=True)
+        )
+        errors.add(
+            "max_cost",
+            f"Every preference would cost more than the budget of {budget}: {each}. "
+            "Raise the budget, lower a count, or add a cheaper preference.",
+        )
 
 
 def _check_plan_preference(
@@ -333,13 +425,19 @@ def job_submit(
     checkpoint_interval: int | None = None,
     duration: int | None = None,
     program: dict[str, Any] | None = None,
+    may_borrow: bool = True,
+    preemptible: bool = True,
+    deadline: datetime | None = None,
+    max_cost: Decimal | float | int | None = None,
 ) -> Job:
     """Submit a job to a share: members and leads of the share's team, and admins.
 
     The share must be enabled; ``queue``, when given, must be the share's queue. The
     preference list is stored resolved (a common ``count`` copied into every preference,
     ``count`` kept). The priority must be within the submitter's bands or covered by an
-    approved, unexpired exception for the share.
+    approved, unexpired exception for the share. ``may_borrow``, ``preemptible``,
+    ``deadline``, ``max_cost`` and a preference's ``runtime`` bound how it may run
+    (docs/scheduling.md); a job whose every preference is over its budget is refused.
     """
     share_id = share.pk if isinstance(share, Share) else share
     with transaction.atomic():
@@ -402,6 +500,10 @@ def job_submit(
             ("duration", duration),
         ):
             _optional_positive(errors, field, value)
+        budget = _check_constraints(errors, may_borrow, preemptible, deadline, max_cost)
+        if budget is not None and resolved and not errors.fields() & {"preferences", "count"}:
+            clean_duration = duration if is_int(duration) else None
+            _check_budget(errors, budget, resolved, clean_duration, share_obj, share_plans)
         if _check_priority_range(errors, priority):
             refusal = priority_refusal(
                 user=actor, team_id=share_obj.team_id, priority=priority, share_id=share_obj.pk
@@ -424,6 +526,10 @@ def job_submit(
             checkpoint_interval=checkpoint_interval,
             duration=duration,
             program=clean_program,
+            may_borrow=may_borrow,
+            preemptible=preemptible,
+            deadline=deadline,
+            max_cost=budget,
             state=JobState.PENDING,
             submitted_at=now,
         )

@@ -290,19 +290,26 @@ def run_preempt(
 
 
 @transaction.atomic(savepoint=False)
-def run_time_out(*, job: Job, now: datetime, explanation: str) -> Job:
-    """A job that never started within its max pending time gives up (a scheduler decision)."""
+def run_time_out(*, job: Job, now: datetime, explanation: str, reason: str = "max_pending") -> Job:
+    """A job gives up waiting (a scheduler decision): it never started within its max
+    pending time (``reason`` max_pending), or no preference can meet its deadline any
+    more (``deadline``)."""
     before = _snapshot(job)
     job.state = JobState.TIMED_OUT
     job.finished_at = now
     job.save(update_fields=["state", "finished_at"])
-    job_event(job, now, "timed_out", explanation)
+    job_event(job, now, "timed_out", explanation, reason=reason)
     audit.record_job(
         event_type=AuditEvent.JOB_TIMED_OUT,
         actor=None,
         job=job,
         before=before,
-        after={**_snapshot(job), "rule": DecisionRule.TIMEOUT, "max_pending": job.max_pending},
+        after={
+            **_snapshot(job),
+            "rule": DecisionRule.TIMEOUT,
+            "reason": reason,
+            "max_pending": job.max_pending,
+        },
         reason=explanation,
         at=now,
     )

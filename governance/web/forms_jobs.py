@@ -7,7 +7,9 @@ share's limits, counts) and its field errors go back beside the fields.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django import forms
 
@@ -23,7 +25,9 @@ PLAN_PREFIX = "plan:"
 
 # How the job service names a preference (0-based, as the API's JSON): ``preferences[1]``,
 # optionally followed by ``.instance_type`` or ``.count``.
-_SERVICE_PREFERENCE = re.compile(r"preferences\[(\d+)\](\.instance_type|\.count)?")
+_SERVICE_PREFERENCE = re.compile(r"preferences\[(\d+)\](\.instance_type|\.count|\.runtime)?")
+# Service fields shown beside another field of the form.
+_FIELD_OF = {"deadline": "deadline_date"}
 
 STATE_CHOICES = [("", "any state"), ("active", "pending or running"), *JobState.choices]
 KIND_CHOICES = [("", "any kind"), *JobKind.choices]
@@ -105,6 +109,37 @@ class JobSubmitForm(forms.Form):
     duration = forms.IntegerField(
         required=False, min_value=1, label="Duration (seconds of work at speed 1.0)"
     )
+    may_borrow = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="May run on borrowed capacity",
+        help_text="Untick for work a reclaim would hurt: it then runs only within the "
+        "share's limit.",
+    )
+    preemptible = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="May be stopped for higher-priority work of the share",
+        help_text="Untick for work that must not be interrupted (release builds, no "
+        "checkpoints); lost capacity and reclaim can still stop it.",
+    )
+    deadline_date = forms.DateField(required=False, label="Deadline date")
+    deadline_time = forms.TimeField(required=False, label="Deadline time")
+    deadline_zone = forms.CharField(
+        required=False,
+        initial="UTC",
+        max_length=64,
+        label="Time zone",
+        help_text="e.g. UTC, Europe/Berlin, America/New_York.",
+    )
+    max_cost = forms.DecimalField(
+        required=False,
+        min_value=0,
+        max_digits=14,
+        decimal_places=2,
+        label="Budget ($)",
+        help_text="The most one run may cost; preferences expected to cost more are passed over.",
+    )
     # Not an input: where the service's ``preferences`` and ``queue`` errors are shown.
     preferences = forms.CharField(required=False, widget=forms.HiddenInput)
 
@@ -130,9 +165,38 @@ class JobSubmitForm(forms.Form):
             self.fields[f"pref_count_{i}"] = forms.IntegerField(
                 required=False, min_value=1, label=f"Count {i + 1}"
             )
+            self.fields[f"pref_runtime_{i}"] = forms.IntegerField(
+                required=False,
+                min_value=1,
+                max_value=10**9,
+                label=f"Expected run time {i + 1} (seconds)",
+            )
 
-    def preference_rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:
-        return [(self[f"pref_type_{i}"], self[f"pref_count_{i}"]) for i in range(PREFERENCE_ROWS)]
+    def preference_rows(
+        self,
+    ) -> list[tuple[forms.BoundField, forms.BoundField, forms.BoundField]]:
+        return [
+            (self[f"pref_type_{i}"], self[f"pref_count_{i}"], self[f"pref_runtime_{i}"])
+            for i in range(PREFERENCE_ROWS)
+        ]
+
+    def clean_deadline_zone(self) -> str:
+        zone = (self.cleaned_data.get("deadline_zone") or "UTC").strip()
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise forms.ValidationError(
+                f"{zone} is not a time zone name, e.g. UTC or Europe/Berlin."
+            ) from None
+        return zone
+
+    def deadline(self) -> datetime | None:
+        """The deadline as an aware datetime (None: none given)."""
+        data = self.cleaned_data
+        day, moment = data.get("deadline_date"), data.get("deadline_time")
+        if day is None or moment is None:
+            return None
+        return datetime.combine(day, moment, tzinfo=ZoneInfo(data.get("deadline_zone") or "UTC"))
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -152,6 +216,9 @@ class JobSubmitForm(forms.Form):
             )
             if count is not None:
                 pref["count"] = count
+            runtime = data.get(f"pref_runtime_{i}")
+            if runtime is not None:
+                pref["runtime"] = runtime
             prefs.append(pref)
         data["preference_list"] = prefs
         # Which form row each sent preference came from (empty rows are skipped).
@@ -160,6 +227,8 @@ class JobSubmitForm(forms.Form):
             for i in range(PREFERENCE_ROWS)
             if data.get(f"pref_type_{i}") or data.get(f"pref_count_{i}") is not None
         ]
+        if (data.get("deadline_date") is None) != (data.get("deadline_time") is None):
+            self.add_error("deadline_date", "Give both the date and the time of the deadline.")
         return data
 
     def apply_service_errors(self, exc: ServiceError) -> None:
@@ -176,10 +245,15 @@ class JobSubmitForm(forms.Form):
                 named = list(_SERVICE_PREFERENCE.finditer(message))
                 if field == "preferences" and len(named) == 1 and named[0].start() == 0:
                     row = row_of(int(named[0].group(1)))
-                    target = "pref_count_" if named[0].group(2) == ".count" else "pref_type_"
+                    part = named[0].group(2)
+                    target = {".count": "pref_count_", ".runtime": "pref_runtime_"}.get(
+                        part or "", "pref_type_"
+                    )
                     text = message[named[0].end() :].strip()
-                    if named[0].group(2) == ".count":
+                    if part == ".count":
                         text = f"the count {text}"
+                    elif part == ".runtime":
+                        text = f"the expected run time {text}"
                     elif text.startswith("is required"):
                         text = "choose an instance type."
                     self.add_error(f"{target}{row}", f"Preference {row + 1}: {text}")
@@ -187,6 +261,7 @@ class JobSubmitForm(forms.Form):
                 text = _SERVICE_PREFERENCE.sub(
                     lambda m: f"preference {row_of(int(m.group(1))) + 1}", message
                 )
+                field = _FIELD_OF.get(field, field)
                 target_field = field if field in self.fields else None
                 if target_field is None and field not in ("non_field_errors", "detail"):
                     text = f"{field}: {text}"
@@ -206,6 +281,10 @@ class JobSubmitForm(forms.Form):
             "max_pending": _optional_int(data.get("max_pending")),
             "checkpoint_interval": _optional_int(data.get("checkpoint_interval")),
             "duration": _optional_int(data.get("duration")),
+            "may_borrow": bool(data.get("may_borrow")),
+            "preemptible": bool(data.get("preemptible")),
+            "deadline": self.deadline(),
+            "max_cost": data.get("max_cost"),
         }
 
 

@@ -11,6 +11,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.functional import cached_property
 from django.views.decorators.http import require_POST
 
@@ -98,6 +99,8 @@ def _status_context(job: Job) -> dict[str, Any]:
         "reasons": web_jobs.with_reason_words(reasons),
         # Waiting cannot help: no preference fits the share and queue as configured.
         "never": bool(reasons) and not any(r["can_ever_start"] for r in reasons),
+        # Which preferences its deadline and budget still allow, until when, at what cost.
+        "outlook": job_selectors.choice_outlook(job, timezone.now()) if pending else [],
         "active": job.state in ACTIVE_STATES,
         "slurm_runs": job_selectors.slurm_runs(job),
     }

@@ -37,6 +37,7 @@ QUEUE_ROW_COLUMNS = (
     "submitted_at",
     "started_at",
     "preemptions",
+    "may_borrow",
     "share__name",
     "share__team__name",
     "instance_type__name",

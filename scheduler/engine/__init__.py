@@ -23,6 +23,9 @@ Reading order (each module names one part of DESIGN section 2)
 9. :mod:`~scheduler.engine.plans`: capacity plans (DESIGN section 10), a pool of their
    own with its fit, victims and count drop; :mod:`~scheduler.engine.plan_life` their
    start, resize and end.
+10. :mod:`~scheduler.engine.constraints`: interruption classes and constrained fallback
+   (DESIGN section 11): expected run time and cost of a preference, which preferences
+   are eligible, and when a job times out for its deadline.
 
 Public API
 ----------
@@ -34,10 +37,15 @@ plan's type), :class:`Plan` ``(name, instance_type, count, share, start, end,
 hourly_price=0)``, :class:`Decision` (``plan`` set for a run on a plan),
 :class:`Reason`. A job's ``kind`` is ``training`` (the default) or ``processing``; only
 training jobs of the plan's share may name a plan (``submit`` raises ValueError).
+A job may also say ``may_borrow=False`` (never borrows), ``preemptible=False`` (never an
+in-share ``priority`` victim), and give a ``deadline`` and a ``max_cost``; a preference
+may give its expected ``runtime``. ``Engine(..., hour=3600)`` is the number of time
+units in an hour (3,600,000 when times are milliseconds) for expected costs.
 
 State and rules: :class:`Engine` ``(instance_types, shares, *, plans=())``
 
-* ``submit(job)``, ``restore(jobs)`` (any state, for the live bridge)
+* ``submit(job)``, ``restore(jobs, now=None)`` (any state, for the live bridge; ``now``
+  the instant it will schedule next)
 * ``complete(job_id, now)``, ``cancel(job_id, now)`` -> decisions
 * ``set_priority(job_id, priority)``, ``set_share(name, **fields)``,
   ``set_capacity(type, capacity, now)`` -> ``capacity_lost`` decisions
@@ -46,9 +54,10 @@ State and rules: :class:`Engine` ``(instance_types, shares, *, plans=())``
   ``advance_plans(now)`` -> ``plan_ended`` decisions (and activates started plans)
 * ``schedule(now)`` -> decisions of the cycles at ``now`` (run to a fixpoint), after
   ``advance_plans(now)`` if not yet done at ``now``
-* ``timeouts(now)`` -> ``timed_out`` decisions; ``next_deadline()`` (max pending
-  deadlines, plan starts and ends)
-* ``explain(job_id)`` -> one :class:`Reason` per preference
+* ``timeouts(now)`` -> ``timed_out`` decisions (rule ``max_pending`` or ``deadline``);
+  ``next_deadline()`` (max pending deadlines, deadline timeouts, plan starts and ends);
+  ``next_eligibility_change()`` (when a preference next runs out of time)
+* ``explain(job_id, now=None)`` -> one :class:`Reason` per preference, judged at ``now``
 * ``plans``, ``plan_usage(name)`` -> :class:`PlanUsage` (count, usage, active, jobs):
   plan capacity apart from on-demand, which ``accounting`` never includes
 * ``accounting(type)`` -> per-share limit/usage/own/borrowed/idle/free;
@@ -62,8 +71,10 @@ ends), actions (priority, share, capacity and plan changes, cancellations), subm
 ``schedule(now)``, ``timeouts(now)``.
 """
 
+from scheduler.engine.constraints import HOUR_MS, HOUR_SECONDS
 from scheduler.engine.facade import Engine, Placement, PlanUsage, ShareUsage
 from scheduler.engine.model import (
+    ELIGIBILITY_REASON_CODES,
     JOB_KINDS,
     PLAN_REASON_CODES,
     PROCESSING,
@@ -87,6 +98,9 @@ from scheduler.engine.model import (
 )
 
 __all__ = [
+    "ELIGIBILITY_REASON_CODES",
+    "HOUR_MS",
+    "HOUR_SECONDS",
     "JOB_KINDS",
     "PLAN_REASON_CODES",
     "PROCESSING",

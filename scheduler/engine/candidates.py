@@ -1,8 +1,12 @@
 """The incremental index: which pending jobs a cycle must look at, and what it may skip.
 
-Pending jobs are kept in **classes**: one per (pool, share, count), holding the jobs of
-the share whose smallest count on that pool is ``count``, sorted the way a cycle takes
-them (priority descending, then submission, then id). Whether a job of share S asking
+Pending jobs are kept in **classes**: one per (pool, share, count, own only), holding
+the jobs of the share whose smallest count on that pool, over the preferences eligible
+now (``Job.blocked``), is ``count``, sorted the way a cycle takes them (priority
+descending, then submission, then id). Jobs that may not borrow (``may_borrow`` false)
+are classes of their own: for them the share counts as one that cannot borrow, so a
+proof about them says nothing about the others (the converse holds: what fails with
+borrowing allowed fails without it). Whether a job of share S asking
 ``n`` of pool T fits there, with or without preemption, depends only on T's state, S, n
 and the job's priority, and it is monotone: a smaller count or a higher priority never
 turns a fit into a failure. So one job that does not fit proves that every job of its
@@ -35,11 +39,14 @@ def cycle_key(job: Job) -> Key:
 
 
 def smallest_counts(job: Job) -> dict[str, int]:
-    """Per pool of a job's preferences (a type, or a plan), the smallest count it asks
-    there: the job may fit on the pool exactly when that count may (a fit is monotone in
-    the count)."""
+    """Per pool of a job's eligible preferences (a type, or a plan), the smallest count
+    it asks there: the job may fit on the pool exactly when that count may (a fit is
+    monotone in the count)."""
     counts: dict[str, int] = {}
-    for pref in job.preferences:
+    blocked = job.blocked
+    for index, pref in enumerate(job.preferences):
+        if blocked and blocked >> index & 1:
+            continue
         old = counts.get(pref.pool)
         if old is None or pref.count < old:
             counts[pref.pool] = pref.count
@@ -48,14 +55,16 @@ def smallest_counts(job: Job) -> dict[str, int]:
 
 class JobClass:
     """Pending jobs of one share whose smallest count on one pool is ``count``, in cycle
-    order (``keys[i]`` is ``cycle_key(jobs[i])``)."""
+    order (``keys[i]`` is ``cycle_key(jobs[i])``); ``own_only``: jobs that may not
+    borrow."""
 
-    __slots__ = ("count", "jobs", "keys", "mark", "pool", "share")
+    __slots__ = ("count", "jobs", "keys", "mark", "own_only", "pool", "share")
 
-    def __init__(self, pool: str, share: str, count: int) -> None:
+    def __init__(self, pool: str, share: str, count: int, own_only: bool = False) -> None:
         self.pool = pool
         self.share = share
         self.count = count
+        self.own_only = own_only
         self.keys: list[Key] = []
         self.jobs: list[Job] = []
         self.mark: object = None
@@ -82,13 +91,17 @@ class JobClass:
 @dataclass(slots=True)
 class Frontier:
     """Jobs of one share on one pool asking at least ``count`` with priority at most
-    ``by_count[count]`` fit nowhere on the pool, as of clock ``since``."""
+    ``by_count[count]`` fit nowhere on the pool, as of clock ``since``; ``own_by_count``
+    the same for jobs that may not borrow only."""
 
     since: int
     by_count: dict[int, int] = field(default_factory=dict)
+    own_by_count: dict[int, int] = field(default_factory=dict)
 
-    def covers(self, count: int, priority: int) -> bool:
-        return any(n <= count and p >= priority for n, p in self.by_count.items())
+    def covers(self, count: int, priority: int, own_only: bool = False) -> bool:
+        if any(n <= count and p >= priority for n, p in self.by_count.items()):
+            return True
+        return own_only and any(n <= count and p >= priority for n, p in self.own_by_count.items())
 
 
 Pair = tuple[str, str]
@@ -99,7 +112,7 @@ class CandidateIndex:
     """Classes of pending jobs, frontiers, and the clocks of changes that may help."""
 
     def __init__(self) -> None:
-        self.classes: dict[Pair, dict[int, JobClass]] = {}
+        self.classes: dict[Pair, dict[tuple[int, bool], JobClass]] = {}
         self._sorted: dict[Pair, list[JobClass]] = {}
         self.shares_on: dict[str, set[str]] = {}
         self.frontiers: dict[Pair, Frontier] = {}
@@ -116,28 +129,30 @@ class CandidateIndex:
 
     def add(self, job: Job) -> None:
         key = cycle_key(job)
+        own = not job.may_borrow
         for pool, count in smallest_counts(job).items():
             pair = (pool, job.share)
             by_count = self.classes.get(pair)
             if by_count is None:
                 by_count = self.classes[pair] = {}
                 self.shares_on.setdefault(pool, set()).add(job.share)
-            cls = by_count.get(count)
+            cls = by_count.get((count, own))
             if cls is None:
-                cls = by_count[count] = JobClass(pool, job.share, count)
+                cls = by_count[(count, own)] = JobClass(pool, job.share, count, own)
                 self._sorted.pop(pair, None)
             cls.add(job, key)
             self.maybe_live.add(pair)
 
     def remove(self, job: Job) -> None:
         key = cycle_key(job)
+        own = not job.may_borrow
         for pool, count in smallest_counts(job).items():
             pair = (pool, job.share)
             by_count = self.classes[pair]
-            cls = by_count[count]
+            cls = by_count[(count, own)]
             cls.discard(key)
             if not cls.jobs:
-                del by_count[count]
+                del by_count[(count, own)]
                 self._sorted.pop(pair, None)
 
     def classes_of(self, pair: Pair) -> list[JobClass]:
@@ -174,20 +189,24 @@ class CandidateIndex:
             return None
         return frontier
 
-    def covered(self, pair: Pair, count: int, priority: int) -> bool:
+    def covered(self, pair: Pair, count: int, priority: int, own_only: bool = False) -> bool:
         """Is a job of the pair asking ``count`` at ``priority`` proven not to fit?"""
         frontier = self.frontiers.get(pair)
         if frontier is None or frontier.since < self.eased_at(pair):
             return False
-        return frontier.covers(count, priority)
+        return frontier.covers(count, priority, own_only)
 
-    def prove(self, pair: Pair, count: int, priority: int, clock: int) -> None:
-        """Record that a job asking ``count`` at ``priority`` does not fit at ``clock``."""
+    def prove(
+        self, pair: Pair, count: int, priority: int, clock: int, own_only: bool = False
+    ) -> None:
+        """Record that a job asking ``count`` at ``priority`` does not fit at ``clock``
+        (``own_only``: a job that may not borrow, which proves nothing for the others)."""
         frontier = self.frontiers.get(pair)
         if frontier is None or frontier.since < self.eased_at(pair):
             frontier = self.frontiers[pair] = Frontier(clock)
-        if frontier.by_count.get(count, -FAR) < priority:
-            frontier.by_count[count] = priority
+        by_count = frontier.own_by_count if own_only else frontier.by_count
+        if by_count.get(count, -FAR) < priority:
+            by_count[count] = priority
 
     def take_maybe_live(self) -> list[Pair]:
         pairs = list(self.maybe_live)

@@ -252,7 +252,8 @@ class _Cycle:
         for cls in classes:
             if not cls.jobs:
                 continue
-            if checked or not index.covered((cls.pool, cls.share), cls.count, cls.jobs[0].priority):
+            first = cls.jobs[0].priority
+            if checked or not index.covered((cls.pool, cls.share), cls.count, first, cls.own_only):
                 self.seq += 1
                 heap.append((cls.keys[0], self.seq, cls))
                 cls.mark = token
@@ -279,7 +280,9 @@ class _Cycle:
         for cls in classes:
             if cls.count > largest:
                 break
-            if frontier is None or not frontier.covers(cls.count, cls.jobs[0].priority):
+            if frontier is None or not frontier.covers(
+                cls.count, cls.jobs[0].priority, cls.own_only
+            ):
                 found.append(cls)
         return found
 
@@ -323,14 +326,17 @@ class _Cycle:
             share = cls.share
             pool = pools[cls.pool] if cls.pool in pools else plans[cls.pool]
             pair = (cls.pool, share)
+            # a proof about jobs that may not borrow holds for the others only where the
+            # share cannot borrow anyway
+            own_proof = cls.own_only and self._borrows(share)
             if group == 0 and not own_possible(shares, pool, share, cls.count, job.priority):
-                if self._borrows(share):
+                if self._borrows(share) and not cls.own_only:
                     self.second = True  # it may still borrow, in the second group
-                else:
-                    index.prove(pair, cls.count, job.priority, state.clock)  # nor borrow
+                else:  # nor borrow
+                    index.prove(pair, cls.count, job.priority, state.clock, own_proof)
                 continue  # no job of the class can be admitted in this group now
             frontier = index.frontier(pair)
-            if frontier is not None and frontier.covers(cls.count, job.priority):
+            if frontier is not None and frontier.covers(cls.count, job.priority, cls.own_only):
                 continue
             if not fits(
                 shares,
@@ -341,8 +347,9 @@ class _Cycle:
                 cls.count,
                 job.priority,
                 state.time_sensitive,
+                cls.own_only,
             ):
-                index.prove(pair, cls.count, job.priority, state.clock)
+                index.prove(pair, cls.count, job.priority, state.clock, own_proof)
                 continue
             self._push_at(cls, at + 1)
             self.position = key
@@ -397,8 +404,14 @@ class _Cycle:
 
         tentative = first_without_preemption(state.shares, job, light)
         cfg = state.shares[job.share]
-        if tentative is None and cfg.policy is Policy.LEND_AND_BORROW and cfg.in_share_preemption:
+        if (
+            tentative is None
+            and cfg.policy is Policy.LEND_AND_BORROW
+            and cfg.in_share_preemption
+            and job.may_borrow
+        ):
             # only in-share victims of a LEND_AND_BORROW share make a borrowing placement
+            # (and only for a job that may borrow)
             tentative = first_with_preemption(state.shares, job, full, state.time_sensitive)
         self.borrows[job.id] = tentative is not None and tentative.borrowed > 0
         return None

@@ -9,12 +9,64 @@ the answer.
 from __future__ import annotations
 
 from scheduler.engine.accounting import ShareAccount, TypeAccount
-from scheduler.engine.model import Job, Policy, Preference, Reason, ShareConfig
+from scheduler.engine.constraints import OVER_BUDGET
+from scheduler.engine.model import Job, Policy, Preference, Reason, ShareConfig, Work, plain
 from scheduler.engine.plans import PlanPool
 
 
 def _plural(count: int, word: str = "instance") -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def _span(units: int, hour: int) -> str:
+    """A run time in time units, for people (hour: time units in an hour)."""
+    seconds = units * 3600 // hour
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+def _money(value: Work | float) -> str:
+    return f"{float(value):,.2f}"
+
+
+def _choice(index: int) -> str:
+    words = ("first", "second", "third", "fourth", "fifth")
+    return f"{words[index]} choice" if index < len(words) else f"choice {index + 1}"
+
+
+def eligibility_reason(
+    job: Job, index: int, code: str, now: int, runtime: int, cost: Work, hour: int
+) -> Reason:
+    """Why a preference is not eligible: over the job's budget, or too late for its
+    deadline (``runtime`` and ``cost`` are the preference's expected R and C)."""
+    pref = job.preferences[index]
+    where = f"{pref.count} x {pref.instance_type}" + (
+        f" on plan '{pref.plan}'" if pref.plan is not None else ""
+    )
+    if code == OVER_BUDGET:
+        assert job.max_cost is not None
+        return Reason(
+            index,
+            code,
+            f"The {_choice(index)} ({where}) would run about {_span(runtime, hour)} and cost "
+            f"about {_money(cost)}, more than the job's budget of {_money(plain(job.max_cost))}: "
+            "it is not considered; raise the budget or rely on the other choices.",
+        )
+    assert job.deadline is not None
+    late = now + runtime - job.deadline
+    return Reason(
+        index,
+        code,
+        f"Started now, the {_choice(index)} ({where}) would need about "
+        f"{_span(runtime, hour)} and end {_span(late, hour)} after the job's deadline: it is "
+        "no longer considered; the job runs on a choice that still meets the deadline, or "
+        "times out when none does.",
+    )
 
 
 def reason_for(
@@ -62,6 +114,14 @@ def reason_for(
             f"more fit within it, but only {free} are free and stopping {who} cannot free "
             f"{count}: the instances are held by other shares within their own limits "
             "(or reserved); wait for running jobs to finish or lower the count.",
+        )
+    if not job.may_borrow:
+        return Reason(
+            index,
+            "own_quota_full",
+            f"Share '{share.name}' uses {used} of its {limit} {type_name} limit and this job "
+            f"is marked not to borrow, so {count} more would exceed it: wait for the share's "
+            "jobs to finish, or raise the limit.",
         )
     if share.policy is not Policy.LEND_AND_BORROW:
         return Reason(

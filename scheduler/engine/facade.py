@@ -16,8 +16,8 @@ import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from scheduler.engine import accounting, cycle, plan_life, preemption, work
-from scheduler.engine.explain import plan_reason, reason_for
+from scheduler.engine import accounting, constraints, cycle, plan_life, preemption, work
+from scheduler.engine.explain import eligibility_reason, plan_reason, reason_for
 from scheduler.engine.model import (
     FINAL_STATES,
     TRAINING,
@@ -73,12 +73,15 @@ class Engine:
         *,
         plans: Iterable[Plan] = (),
         incremental: bool = True,
+        hour: int = constraints.HOUR_SECONDS,
     ) -> None:
         """``incremental=False`` makes every cycle examine every pending job as DESIGN
         words it; same decisions, only slower: it exists so tests can prove exactly that.
-        ``plans`` are added in order (:meth:`add_plan`)."""
+        ``plans`` are added in order (:meth:`add_plan`). ``hour`` is the number of time
+        units in an hour (3,600,000 when times are milliseconds): hourly prices turn
+        into a preference's expected cost with it."""
         self._incremental = incremental
-        self._state = QueueState(list(instance_types), list(shares))
+        self._state = QueueState(list(instance_types), list(shares), hour)
         self._deadlines: list[tuple[int, int, str]] = []
         self._accounts: dict[str, tuple[int, accounting.TypeAccount[str]]] = {}
         for plan in plans:
@@ -192,22 +195,52 @@ class Engine:
 
     def next_deadline(self) -> int | None:
         """Earliest time-driven instant still to come (for event-driven callers): a
-        max-pending deadline, or a plan's start or end the engine has not passed."""
-        plan_at = plan_life.next_instant(self._state) if self._state.plans else None
+        max-pending deadline, the instant a job times out for its deadline, or a plan's
+        start or end the engine has not passed."""
+        found = plan_life.next_instant(self._state) if self._state.plans else None
         while self._deadlines:
             deadline, _, job_id = self._deadlines[0]
             job = self._state.jobs.get(job_id)
             if job is not None and job.state is JobState.PENDING and job.started_at is None:
-                return deadline if plan_at is None else min(deadline, plan_at)
+                found = deadline if found is None else min(deadline, found)
+                break
             heapq.heappop(self._deadlines)
-        return plan_at
+        due = self._state.due
+        while due:
+            at, _, job_id = due[0]
+            job = self._state.pending.get(job_id)
+            if job is not None and job.timeout_at == at:
+                found = at if found is None else min(at, found)
+                break
+            heapq.heappop(due)
+        return found
 
-    def explain(self, job_id: str) -> list[Reason]:
-        """One reason per preference why a pending job waits (DESIGN section 4)."""
-        job = self._state.jobs[job_id]
-        share = self._state.shares[job.share]
+    def next_eligibility_change(self) -> int | None:
+        """The next instant, after the engine's, at which a pending job's preference
+        stops being eligible for its deadline (its reason changes then); None: none."""
+        st = self._state
+        after = st.now if st.now is not None else st.hint
+        found = None
+        for at, _, job_id in st.cutoffs:
+            if at > after and job_id in st.pending and (found is None or at < found):
+                found = at
+        return found
+
+    def explain(self, job_id: str, now: int | None = None) -> list[Reason]:
+        """One reason per preference why a pending job waits (DESIGN section 4), judged
+        at ``now`` (default: the engine's instant): a preference that is not eligible
+        (its budget, the job's deadline) gives that reason before any other."""
+        st = self._state
+        job = st.jobs[job_id]
+        share = st.shares[job.share]
+        at = now if now is not None else (st.now if st.now is not None else st.hint)
+        constrained = bool(job.over_budget or job.last_eligible)
         reasons = []
         for index, pref in enumerate(job.preferences):
+            code = constraints.ineligible_code(job, index, at) if constrained else None
+            if code is not None:
+                reasons.append(self._ineligible(job, index, code, at))
+                continue
             if pref.plan is not None:
                 pool = plan_life.find_or_none(self._state, pref.plan)
                 reasons.append(plan_reason(pool, index, pref))
@@ -249,9 +282,13 @@ class Engine:
             st.add_pending(job)
             self._register_deadline(job)
 
-    def restore(self, jobs: Iterable[Job]) -> None:
+    def restore(self, jobs: Iterable[Job], now: int | None = None) -> None:
         """Load jobs in any state (live bridge): RUNNING ones must carry their placement
-        (``instance_type``, ``count``, ``preference``, ``run_started_at``)."""
+        (``instance_type``, ``count``, ``preference``, ``run_started_at``). ``now``: the
+        instant the caller will schedule next, if known (eligibility of pending jobs is
+        then judged from it at once)."""
+        if now is not None and self._state.now is None:
+            self._state.hint = now
         for job in jobs:
             self.submit(job)
 
@@ -266,6 +303,10 @@ class Engine:
             job.last_checkpoint = exact(last_checkpoint)
         if job.state is JobState.RUNNING and job.instance_type is not None:
             self._state.touch(self._state.pool_of(job).name)  # victim order may change
+        elif job.state is JobState.PENDING and (
+            job.deadline is not None or job.max_cost is not None
+        ):
+            self._state.reconstrain(job)  # its remaining work, so its R, moved
 
     def complete(self, job_id: str, now: int) -> list[Decision]:
         """A running job finished its work."""
@@ -392,20 +433,34 @@ class Engine:
         return out
 
     def timeouts(self, now: int) -> list[Decision]:
-        """Time out never-started jobs that have waited their max pending time.
-
-        Only jobs with at least one accelerated preference have a deadline.
+        """Time out pending jobs: never-started jobs that have waited their max pending
+        time (only jobs with an accelerated preference have one; reason
+        ``max_pending``), and jobs with a deadline whose preferences are all ineligible,
+        one at least because of the deadline (reason ``deadline``; ``max_pending`` when
+        both apply). Several at one instant go in submission order, whatever the reason.
         """
-        out: list[Decision] = []
+        st = self._state
+        late: dict[str, Job] = {}
+        max_pending: set[str] = set()
         while self._deadlines and self._deadlines[0][0] <= now:
             _, _, job_id = heapq.heappop(self._deadlines)
-            job = self._state.jobs.get(job_id)
+            job = st.jobs.get(job_id)
             if job is None or job.state is not JobState.PENDING or job.started_at is not None:
                 continue
-            self._state.remove_pending(job)
+            late[job.id] = job
+            max_pending.add(job.id)
+        while st.due and st.due[0][0] <= now:
+            job_id = heapq.heappop(st.due)[2]
+            job = st.pending.get(job_id)
+            if job is not None and job.timeout_at is not None and job.timeout_at <= now:
+                late[job.id] = job
+        out: list[Decision] = []
+        for job in sorted(late.values(), key=lambda j: (j.submitted_at, j.seq)):
+            st.remove_pending(job)
             job.state = JobState.TIMED_OUT
             job.finished_at = now
-            out.append(Decision("timed_out", job.id, now))
+            reason = "max_pending" if job.id in max_pending else "deadline"
+            out.append(Decision("timed_out", job.id, now, rule=reason))
         return out
 
     def copy(self) -> Engine:
@@ -415,6 +470,7 @@ class Engine:
             [replace(p.spec, capacity=p.capacity) for p in st.pools.values()],
             list(st.shares.values()),
             incremental=self._incremental,
+            hour=st.hour,
         )
         cst = clone._state
         for name, pool in st.pools.items():
@@ -423,6 +479,7 @@ class Engine:
         cst.clock = st.clock
         cst.version = dict(st.version)
         cst.now = st.now
+        cst.hint = st.hint
         cst.time_sensitive = set(st.time_sensitive)
         cst.seq = st.seq
         clone._deadlines = list(self._deadlines)
@@ -436,6 +493,17 @@ class Engine:
         return clone
 
     # ------------------------------------------------------------------ internals
+
+    def _ineligible(self, job: Job, index: int, code: str, now: int) -> Reason:
+        """The reason of a preference its budget or the job's deadline rules out."""
+        st = self._state
+        pref = job.preferences[index]
+        found = st.speed_and_price(pref)
+        assert found is not None  # R is known, so is where it runs
+        runtime = constraints.expected_runtime(job, pref, found[0])
+        assert runtime is not None
+        cost = constraints.expected_cost(pref.count, found[1], runtime, st.hour)
+        return eligibility_reason(job, index, code, now, runtime, cost, st.hour)
 
     def _register_deadline(self, job: Job) -> None:
         if job.max_pending is None or job.started_at is not None:

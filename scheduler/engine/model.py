@@ -143,6 +143,9 @@ class Preference:
     instance_type: str
     count: int
     plan: str | None = None
+    runtime: int | None = None
+    """Expected run time of the job on this option (time units), e.g. from a benchmark:
+    what the deadline and the budget judge it by when the job has no ``duration``."""
     pool: str = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -204,6 +207,15 @@ class Job:
     order: int | None = None
     """The caller's order of jobs (file order in the simulator) where DESIGN says "in
     file order" (jobs preempted at a plan's end); None falls back to ``seq``."""
+    may_borrow: bool = True
+    """False: the job never borrows; for it, its share counts as one that cannot."""
+    preemptible: bool = True
+    """False: never an in-share (``priority``) victim; reclaim, lost capacity and plan
+    ends still stop it."""
+    deadline: int | None = None
+    """A preference whose expected end passes it is not eligible (deadline_unreachable)."""
+    max_cost: Work | None = None
+    """A preference whose expected cost exceeds it is not eligible (over_budget)."""
 
     state: JobState = JobState.PENDING
     instance_type: str | None = None
@@ -232,6 +244,17 @@ class Job:
     finished_at: int | None = None
     seq: int = field(default=0)
     """Submission sequence (file order in the simulator), used for stable tie-breaks."""
+    blocked: int = 0
+    """Bit ``i`` set: preference ``i`` is not eligible at the engine's instant (kept by
+    the engine while the job is pending, :mod:`scheduler.engine.constraints`)."""
+    over_budget: int = 0
+    """Bit ``i`` set: preference ``i`` is over the job's budget (fixed while pending)."""
+    last_eligible: tuple[int | None, ...] = ()
+    """Per preference, the last instant its expected end meets the deadline (None: no
+    such bound); empty: the job has no deadline (fixed while pending)."""
+    timeout_at: int | None = None
+    """While pending: the first instant every preference is ineligible with one at
+    least past the deadline (the job times out there); None: never."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,8 +263,9 @@ class Decision:
 
     ``kind`` is one of admitted, preempted, failed, completed, cancelled, timed_out.
     ``rule``: own/borrow (admitted); reclaim/priority/capacity_lost/plan_ended (preempted);
-    preemption_retries_exhausted (failed). ``by`` is the preempting job (None for lost
-    capacity). ``borrowed`` is how many of the job's instances lie beyond its limit.
+    preemption_retries_exhausted (failed); max_pending/deadline (timed_out). ``by`` is the
+    preempting job (None for lost capacity). ``borrowed`` is how many of the job's
+    instances lie beyond its limit.
     """
 
     kind: str
@@ -278,7 +302,7 @@ class Decision:
                 by=self.by,
                 lost_work=plain(self.lost_work if self.lost_work is not None else 0),
             )
-        elif self.kind == "failed":
+        elif self.kind in ("failed", "timed_out"):
             event["reason"] = self.rule
         return event
 
@@ -298,7 +322,12 @@ class Reason:
 PLAN_REASON_CODES = ("plan_not_active", "plan_too_small", "plan_full")
 """Reasons of a plan preference (DESIGN section 10); section 4's never apply to it."""
 
+ELIGIBILITY_REASON_CODES = ("over_budget", "deadline_unreachable")
+"""Reasons of a preference that is not eligible (its budget or the job's deadline rule it
+out); they come before every other code, plan codes included."""
+
 REASON_CODES = (
+    *ELIGIBILITY_REASON_CODES,
     *PLAN_REASON_CODES,
     "no_limit_for_type",
     "capacity_unavailable",

@@ -57,6 +57,26 @@ def maxfit(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: 
     return room
 
 
+def own_fit(
+    shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: str, own_only: bool
+) -> int:
+    """:func:`maxfit` for a job that may (``own_only`` False) or may not borrow: for the
+    latter its share counts as one that cannot borrow (within free room and its limit)."""
+    room = maxfit(shares, pool, facts, share)
+    if own_only and not pool.is_plan and room > 0:
+        lim = shares[share].limits.get(pool.name)
+        if lim is not None:
+            own = lim - pool.usage.get(share, 0)
+            if own < room:
+                return own
+    return room
+
+
+def own_bound(b: Bound) -> Bound:
+    """A share's bound as seen by a job that may not borrow: no borrowing room."""
+    return Bound(min(b.maxfit, b.own_room), b.limit, b.base, b.in_share, b.own_room, -_HUGE)
+
+
 def borrowed_after(shares: dict[str, ShareConfig], pool: Pool, share: str, count: int) -> int:
     """How many of ``count`` more instances would lie beyond the share's limit."""
     if pool.is_plan:
@@ -160,21 +180,31 @@ def fits(
     count: int,
     priority: int,
     time_sensitive: set[str],
+    own_only: bool = False,
 ) -> bool:
     """Does a job of the share asking ``count`` fit on the pool, with or without
-    preemption? Monotone: true for any smaller count and any higher priority."""
-    if count <= maxfit(shares, pool, facts, share):
+    preemption (``own_only``: a job that may not borrow)? Monotone: true for any
+    smaller count and any higher priority."""
+    if count <= maxfit(shares, pool, facts, share) and (
+        not own_only or count <= own_fit(shares, pool, facts, share, True)
+    ):
         return True
     if pool.is_plan:
         return plan_search(cast(PlanPool, pool), facts, lost, share, count, priority) is not None
     b = bound(shares, pool, facts, share)
-    found = search(shares, pool, facts, lost, b, share, count, priority, time_sensitive)
+    if own_only:
+        b = own_bound(b)
+    found = search(shares, pool, facts, lost, b, share, count, priority, time_sensitive, own_only)
     return found is not None
 
 
 def _options(job: Job, resolve: Resolve) -> Iterator[tuple[int, int, Pool, PoolFacts, LostWork]]:
-    """(index, count, pool, facts, lost work) of each preference on a known type."""
+    """(index, count, pool, facts, lost work) of each eligible preference on a known
+    type, in list order."""
+    blocked = job.blocked
     for index, pref in enumerate(job.preferences):
+        if blocked and blocked >> index & 1:
+            continue  # not eligible now (its budget or the job's deadline)
         found = resolve(pref.pool)
         if found is not None:
             yield (index, pref.count, *found)
@@ -184,8 +214,9 @@ def first_without_preemption(
     shares: dict[str, ShareConfig], job: Job, resolve: Resolve
 ) -> Placement | None:
     """The first preference that fits without preemption."""
+    own_only = not job.may_borrow
     for index, count, pool, facts, _ in _options(job, resolve):
-        if count <= maxfit(shares, pool, facts, job.share):
+        if count <= own_fit(shares, pool, facts, job.share, own_only):
             if pool.is_plan:
                 return _placement(index, pool, count, 0)
             borrowed = borrowed_after(shares, pool, job.share, count)
@@ -204,13 +235,25 @@ def first_with_preemption(
     shares: dict[str, ShareConfig], job: Job, resolve: Resolve, time_sensitive: set[str]
 ) -> Placement | None:
     """The first preference that fits with preemption, and its victims."""
+    own_only = not job.may_borrow
     for index, count, pool, facts, lost in _options(job, resolve):
         if isinstance(pool, PlanPool):
             result = plan_search(pool, facts, lost, job.share, count, job.priority)
         else:
             b = bound(shares, pool, facts, job.share)
+            if own_only:
+                b = own_bound(b)
             result = search(
-                shares, pool, facts, lost, b, job.share, count, job.priority, time_sensitive
+                shares,
+                pool,
+                facts,
+                lost,
+                b,
+                job.share,
+                count,
+                job.priority,
+                time_sensitive,
+                own_only,
             )
         if result is not None:
             victims, borrowed = result

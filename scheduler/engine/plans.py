@@ -22,7 +22,13 @@ The rules, for a job of the plan's share asking ``n`` of the plan:
 from __future__ import annotations
 
 from scheduler.engine.model import InstanceType, Job, Plan, ShareConfig
-from scheduler.engine.preemption import LostWork, give_back, share_order, victim_order
+from scheduler.engine.preemption import (
+    LostWork,
+    give_back,
+    in_share_candidates,
+    share_order,
+    victim_order,
+)
 from scheduler.engine.state import Pool, PoolFacts, SearchResult
 
 
@@ -94,7 +100,8 @@ def plan_search(
     """Victims on the plan that make room for ``count`` (rule ``priority``), or None.
 
     Only a job asking at most the plan's count may preempt, and only the share's jobs on
-    the plan with strictly lower priority are candidates (in-share preemption on)."""
+    the plan with strictly lower priority are candidates (in-share preemption on), those
+    that are not preemptible excepted."""
     if pool.room(share) < 0 or count > pool.capacity:
         return None
     if not pool.shares[share].in_share_preemption:
@@ -105,16 +112,19 @@ def plan_search(
         return (), 0
     if held < need:
         return None
-    key = (share, count, lower)
+    key = (share, count, lower, False)
     if key in facts.search:
         return facts.search[key]
     picks: list[tuple[Job, str]] = []
     freed = 0
-    for victim in share_order(pool, facts, lost, share)[:lower]:
+    for victim in in_share_candidates(share_order(pool, facts, lost, share), lower):
         picks.append((victim, "priority"))
         freed += victim.count
         if freed >= need:
             break
+    if freed < need:  # jobs that are not preemptible held the rest
+        facts.search[key] = None
+        return None
 
     def keeps_fit(pick: tuple[Job, str]) -> bool:
         nonlocal freed

@@ -124,6 +124,7 @@ def search(
     count: int,
     priority: int,
     time_sensitive: set[str],
+    own_only: bool = False,
 ) -> SearchResult:
     """Victims that make a placement fit, or None (DESIGN "fits with preemption").
 
@@ -131,6 +132,9 @@ def search(
     first one pass for an own placement over reclaim then in-share candidates; else (or
     if that fails) in-share candidates alone for any placement. ``bound`` (see
     :func:`scheduler.engine.placement.bound`) rules out most hopeless searches first.
+    ``own_only``: the job may not borrow, so every placement must stay within the limit
+    (``bound`` is then :func:`scheduler.engine.placement.own_bound`). Jobs that are not
+    preemptible are never in-share candidates.
     """
     lim = bound.limit
     if lim < 0 or count > lim:
@@ -140,17 +144,32 @@ def search(
         lower, lower_held = pool.lower(share, priority)
     if not preemption_may_help(bound, count, lower_held):
         return None  # even every candidate together would not make it fit
-    key = (share, count, lower)
+    key = (share, count, lower, own_only)
     if key in facts.search:
         return facts.search[key]
-    own_lower = share_order(pool, facts, lost, share)[:lower] if lower else []
+    own_lower = in_share_candidates(share_order(pool, facts, lost, share), lower)
     result = None
     if pool.usage.get(share, 0) < lim:
-        result = _greedy(shares, pool, facts, lost, share, count, own_lower, True, time_sensitive)
-    if result is None and lower:
-        result = _greedy(shares, pool, facts, lost, share, count, own_lower, False, time_sensitive)
+        result = _greedy(
+            shares, pool, facts, lost, share, count, own_lower, True, time_sensitive, True
+        )
+    if result is None and own_lower:
+        result = _greedy(
+            shares, pool, facts, lost, share, count, own_lower, own_only, time_sensitive, False
+        )
     facts.search[key] = result
     return result
+
+
+def in_share_candidates(ordered: list[Job], lower: int) -> list[Job]:
+    """The first ``lower`` jobs of a share's victim order (those below the preempting
+    job's priority) less those that are not preemptible."""
+    if not lower:
+        return []
+    candidates = ordered[:lower]
+    if all(job.preemptible for job in candidates):
+        return candidates
+    return [job for job in candidates if job.preemptible]
 
 
 def _greedy(
@@ -163,9 +182,11 @@ def _greedy(
     own_lower: list[Job],
     own_placement: bool,
     time_sensitive: set[str],
+    reclaim: bool,
 ) -> SearchResult:
-    """One greedy pass, then the minimal set. ``own_placement``: reclaim then in-share
-    candidates, own placement only; otherwise in-share candidates for any placement."""
+    """One greedy pass, then the minimal set. ``reclaim``: reclaim then in-share
+    candidates, otherwise in-share candidates alone; ``own_placement``: the placement
+    must stay within the share's limit (always with reclaim)."""
     removed: dict[str, int] = {}
     freed = 0
     picks: list[tuple[Job, str]] = []
@@ -176,7 +197,7 @@ def _greedy(
     )
     # victims add at most what they hold to the room, so no fit is possible before:
     need = count - (pool.capacity - pool.total - reserved_for)
-    if own_placement:
+    if reclaim:
         for victim in reclaim_order(pool, facts, lost):
             other = victim.share
             if other == share:

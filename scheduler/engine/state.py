@@ -17,16 +17,18 @@ pool-kind agnostic for that reason; ``QueueState.pool(key)`` finds either kind.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from scheduler.engine import accounting
+from scheduler.engine import accounting, constraints
 from scheduler.engine.candidates import CandidateIndex
 from scheduler.engine.model import (
     InstanceType,
     Job,
     JobState,
+    Preference,
     ShareConfig,
     Work,
     exact,
@@ -243,7 +245,7 @@ class PoolFacts:
     """Per borrower, what reclaim could take from it at most."""
     reclaim_order: list[Job] | None = None
     share_order: dict[str, list[Job]] = field(default_factory=dict)
-    search: dict[tuple[str, int, int], SearchResult] = field(default_factory=dict)
+    search: dict[tuple[str, int, int, bool], SearchResult] = field(default_factory=dict)
 
 
 def pool_facts(pool: Pool) -> PoolFacts:
@@ -263,7 +265,23 @@ class QueueState:
     share within its limit only adds usage for everyone else).
     """
 
-    def __init__(self, instance_types: list[InstanceType], shares: list[ShareConfig]) -> None:
+    def __init__(
+        self,
+        instance_types: list[InstanceType],
+        shares: list[ShareConfig],
+        hour: int = constraints.HOUR_SECONDS,
+    ) -> None:
+        self.hour = hour
+        """Time units in an hour (prices are hourly): 3600, or 3,600,000 in ms."""
+        self.due: list[tuple[int, int, str]] = []
+        """(``timeout_at``, seq, job id) of pending jobs that will time out for their
+        deadline unless they start first (stale entries are skipped when read)."""
+        self.hint = 0
+        """An instant not after the next ``set_now`` (a live caller restoring jobs knows
+        it): eligibility is judged from it until the engine has an instant."""
+        self.cutoffs: list[tuple[int, int, str]] = []
+        """(first instant a preference stops being eligible, seq, job id) of pending jobs
+        with a deadline: :meth:`set_now` narrows their index entries then."""
         self.shares: dict[str, ShareConfig] = {
             s.name: replace(s, limits=dict(s.limits)) for s in shares
         }
@@ -303,6 +321,15 @@ class QueueState:
         if now == self.now:
             return
         self.now = now
+        cutoffs = self.cutoffs
+        while cutoffs and cutoffs[0][0] <= now:
+            job = self.pending.get(heapq.heappop(cutoffs)[2])
+            if job is not None:
+                blocked = constraints.blocked_at(job, now)
+                if blocked != job.blocked:
+                    self.index.remove(job)
+                    job.blocked = blocked
+                    self.index.add(job)
         for name in sorted(self.time_sensitive):
             self.touch(name)
         self.time_sensitive.clear()
@@ -342,7 +369,47 @@ class QueueState:
     def add_pending(self, job: Job) -> None:
         job.state = JobState.PENDING
         self.pending[job.id] = job
+        if job.deadline is not None or job.max_cost is not None:
+            self._constrain(job)
+        elif job.blocked or job.timeout_at is not None:
+            job.blocked = job.over_budget = 0
+            job.last_eligible = ()
+            job.timeout_at = None
         self.index.add(job)
+
+    def _constrain(self, job: Job) -> None:
+        """Eligibility of a job's preferences for the wait that starts now
+        (:mod:`scheduler.engine.constraints`); later cut-offs are queued."""
+        constraints.constrain(job, self.speed_and_price, self.hour)
+        # the instant the wait is judged from: eligibility only shrinks with time, so any
+        # instant not after the job's first chance to run is right, and the latest known
+        # spares set_now re-indexing what was already out of reach
+        now = max(job.submitted_at, self.now if self.now is not None else self.hint)
+        job.blocked = constraints.blocked_at(job, now)
+        if job.timeout_at is not None:
+            heapq.heappush(self.due, (job.timeout_at, job.seq, job.id))
+        for index, at in enumerate(job.last_eligible):
+            if at is not None and not job.blocked >> index & 1:
+                heapq.heappush(self.cutoffs, (at + 1, job.seq, job.id))
+
+    def speed_and_price(self, pref: Preference) -> tuple[Work, Work] | None:
+        """Speed and exact hourly price of where a preference runs (None: unknown)."""
+        pool = self.pools.get(pref.instance_type)
+        if pool is None:
+            return None
+        if pref.plan is None:
+            return pool.speed, exact(pool.spec.hourly_price)
+        on_plan = self.plans.get(pref.pool)
+        if on_plan is None:
+            return None
+        return pool.speed, exact(on_plan.plan.hourly_price)  # type: ignore[attr-defined]
+
+    def reconstrain(self, job: Job) -> None:
+        """Recompute a pending job's eligibility (its checkpointed work changed)."""
+        if job.state is JobState.PENDING and job.id in self.pending:
+            self.index.remove(job)
+            self.pending.pop(job.id)
+            self.add_pending(job)
 
     def remove_pending(self, job: Job) -> None:
         if self.pending.pop(job.id, None) is not None:

@@ -81,9 +81,16 @@ def lost_work_at(job: Job, speed: Work, now: int) -> Work:
 
 
 def finish_time(job: Job, speed: Work) -> int | None:
-    """When a running job with a known duration completes if left alone."""
-    if job.state is not JobState.RUNNING or job.duration is None:
+    """When a running job completes if left alone: from its duration, or, without one,
+    after its preference's expected ``runtime`` (plus restart overhead); None when it
+    has neither (it runs until stopped)."""
+    if job.state is not JobState.RUNNING:
         return None
+    if job.duration is None:
+        if job.preference is None or job.run_started_at is None:
+            return None
+        runtime = job.preferences[job.preference].runtime
+        return None if runtime is None else job.run_started_at + job.run_overhead + runtime
     begin = max(job.progress_at or 0, (job.run_started_at or 0) + job.run_overhead)
     remaining = job.duration - job.work_done
     needed = remaining if speed == 1 else Fraction(remaining) / speed
