@@ -227,7 +227,8 @@ def test_the_history_export_keeps_the_fields_and_replays_the_timeout(lab: Any) -
     assert timed_out == [
         {"at": 501_001, "type": "timed_out", "job": str(late.pk), "reason": "deadline"}
     ]
-    assert replay["events"] == out["recorded"]
+    assert replay["events"] == out["recorded"]["events"]
+    assert replay["jobs"] == out["recorded"]["jobs"]
     assert replay["jobs"][str(report.pk)]["preference"] == 1
 
 
