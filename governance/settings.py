@@ -109,7 +109,7 @@ def parse_database_url(url: str) -> dict[str, object]:
                 "DATABASE_URL: give the host either in the URL or as ?host=, not both"
             )
         host = query["host"][0]
-    if port_part and not (port_part.isdigit() and 0 < int(port_part) < 65536):
+    if port_part and not (port_part.isdecimal() and 0 < int(port_part) < 65536):
         raise ImproperlyConfigured(f"DATABASE_URL: invalid port {port_part!r}")
 
     options: dict[str, str] = {}
@@ -137,7 +137,7 @@ def celery_broker_url(url: str) -> str:
     """
     parsed = urlparse(url)
     if parsed.scheme in {"redis", "rediss"}:
-        if parsed.path.strip("/") and not parsed.path.strip("/").isdigit():
+        if parsed.path.strip("/") and not parsed.path.strip("/").isdecimal():
             raise ImproperlyConfigured(
                 f"REDIS_URL: the path must be a database number, as in .../0, got {parsed.path!r}"
             )
@@ -154,7 +154,7 @@ def celery_broker_url(url: str) -> str:
                 + (f"; unsupported parameter(s) {', '.join(unknown)}" if unknown else "")
             )
         db = query.get("db", ["0"])[0]
-        if not db.isdigit():
+        if not db.isdecimal():
             raise ImproperlyConfigured(f"REDIS_URL: db must be a number, got {db!r}")
         return f"redis+socket://{parsed.path}?virtual_host={db}"
     raise ImproperlyConfigured(

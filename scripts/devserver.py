@@ -77,7 +77,7 @@ def worker_count(env: dict[str, str]) -> int:
     one leaves the other scheduling while supervisor brings it back.
     """
     text = env.get("WORKERS", str(DEFAULT_WORKERS))
-    if not text.isdigit() or int(text) < 1:
+    if not text.isdecimal() or int(text) < 1:
         raise ValueError(f"WORKERS: expected a number of workers (1 or more), got {text!r}")
     return int(text)
 
@@ -379,7 +379,7 @@ def on_signal(signum: int, frame: FrameType | None) -> None:
 
 def main() -> int:
     port_text = os.environ.get("PORT", "8000")
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not port_text.isdecimal() or not 0 < int(port_text) < 65536:
         say(f"PORT: expected a port number, got {port_text!r}")
         return 2
     port = int(port_text)

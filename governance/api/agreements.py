@@ -243,7 +243,7 @@ class AgreementViewSet(
 
     def _pk(self) -> int:
         raw = str(self.kwargs.get("pk", ""))
-        if not raw.isdigit():
+        if not raw.isdecimal() or len(raw) > 12:
             raise NotFound({"detail": [f"No agreement with id {raw}."]})
         return int(raw)
 
@@ -313,7 +313,7 @@ class AgreementViewSet(
         if not Agreement.objects.filter(pk=agreement_id).exists():
             raise NotFound({"detail": [f"No agreement with id {agreement_id}."]})
         raw = request.query_params.get("limit", str(HISTORY_DEFAULT))
-        if not raw.isdigit() or not 1 <= int(raw) <= HISTORY_MAX:
+        if not raw.isdecimal() or not 1 <= int(raw) <= HISTORY_MAX:
             raise ValidationFailed({"limit": [f"A whole number from 1 to {HISTORY_MAX}."]})
         promises = list(Promise.objects.filter(agreement_id=agreement_id).order_by("id"))
         history = agreement_selectors.promise_history([p.pk for p in promises], limit=int(raw))

@@ -130,7 +130,7 @@ class ChangeRequestViewSet(
 
     def _pk(self) -> int:
         raw = str(self.kwargs.get("pk", ""))
-        if not raw.isdigit():
+        if not raw.isdecimal() or len(raw) > 12:
             raise NotFound({"detail": [f"No change request with id {raw}."]})
         return int(raw)
 

@@ -80,7 +80,7 @@ class PriorityExceptionViewSet(
 
     def _pk(self) -> int:
         raw = str(self.kwargs.get("pk", ""))
-        if not raw.isdigit():
+        if not raw.isdecimal() or len(raw) > 12:
             raise NotFound({"detail": [f"No exception with id {raw}."]})
         return int(raw)
 

@@ -282,7 +282,7 @@ class JobViewSet(
 
     def _pk(self) -> int:
         raw = str(self.kwargs.get("pk", ""))
-        if not raw.isdigit():
+        if not raw.isdecimal() or len(raw) > 12:
             raise NotFound({"detail": [f"No job with id {raw}."]})
         return int(raw)
 

@@ -25,7 +25,7 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
         raw = request.query_params.get(name)
         if raw is None or raw == "":
             return None
-        if not raw.isdigit() or not minimum <= int(raw) <= maximum:
+        if not raw.isdecimal() or not minimum <= int(raw) <= maximum:
             raise ValidationError({name: [f"must be an integer from {minimum} to {maximum}"]})
         return int(raw)
 

@@ -54,7 +54,7 @@ def queue_param(value: Any) -> JobQueue:
     """The ``queue`` query parameter: a queue id."""
     if value in (None, ""):
         raise ValidationFailed({"queue": ["Required: the id of a queue."]})
-    key = int(value) if isinstance(value, str) and value.isdigit() and len(value) < 19 else None
+    key = int(value) if isinstance(value, str) and value.isdecimal() and len(value) < 19 else None
     if key is None or not valid_id(key):
         raise ValidationFailed({"queue": ["Must be the id of a queue (a positive integer)."]})
     queue = JobQueue.objects.filter(pk=key).first()

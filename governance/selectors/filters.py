@@ -34,7 +34,7 @@ from governance.models.jobs import ACTIVE_STATES
 def user_filter(queryset: QuerySet[Any], field: str, value: str) -> QuerySet[Any]:
     """Match a user given as a username or a numeric id."""
     condition = Q(**{f"{field}__username": value})
-    if value.isdigit():
+    if value.isdecimal() and len(value) < 12:
         condition |= Q(**{f"{field}_id": int(value)})
     return queryset.filter(condition)
 

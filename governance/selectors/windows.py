@@ -86,7 +86,7 @@ def parse_month(value: Any, *, now: datetime | None = None) -> Window:
         year, month = now.year, now.month
     else:
         parts = value.split("-") if isinstance(value, str) and len(value) == 7 else []
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        if len(parts) != 2 or not all(p.isdecimal() for p in parts):
             raise ValidationFailed({"month": ["Give a month as YYYY-MM, e.g. 2025-01."]})
         year, month = int(parts[0]), int(parts[1])
         if not 1 <= month <= 12 or not 2000 <= year <= 2099:

@@ -299,7 +299,7 @@ def share_new(request: HttpRequest) -> HttpResponse:
     queues = [(q.pk, q.name) for q in capacity_selectors.queues()]
     teams = [(t.pk, t.name) for t in sel.teams()]
     initial = {"policy": "RESERVE", "enabled": True}
-    if request.GET.get("queue", "").isdigit():
+    if request.GET.get("queue", "").isdecimal():
         initial["queue"] = int(request.GET["queue"])
     form = ShareCreateForm(
         request.POST or None,

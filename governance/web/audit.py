@@ -185,7 +185,7 @@ def _cursor(value: str | None) -> tuple[datetime, int] | None:
         return None
     stamp, _, pk = value.rpartition("_")
     at = parse_datetime(stamp)
-    if at is None or not pk.isdigit():
+    if at is None or not pk.isdecimal():
         return None
     return at, int(pk)
 

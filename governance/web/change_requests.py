@@ -208,7 +208,7 @@ def change_request_decide(request: HttpRequest, pk: int, action: str) -> HttpRes
     form.is_valid()
     kwargs: dict[str, Any] = {"note": form.cleaned_data.get("note", "")}
     raw = request.POST.get("confirm_version", "")
-    if action == "approve" and raw.isdigit() and len(raw) < 10:
+    if action == "approve" and raw.isdecimal() and len(raw) < 10:
         kwargs["confirm_version"] = int(raw)
     try:
         service(actor=request.user, request=pk, **kwargs)

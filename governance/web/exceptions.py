@@ -116,7 +116,7 @@ def exception_new(request: HttpRequest) -> HttpResponse:
     jobs, shares = sel.lead_targets(request.user)
     # "File an exception for this job" on a job page links here with ?job=<id>.
     raw_job = request.GET.get("job", "")
-    initial = {"job": int(raw_job)} if raw_job.isdigit() and len(raw_job) < 12 else {}
+    initial = {"job": int(raw_job)} if raw_job.isdecimal() and len(raw_job) < 12 else {}
     form = ExceptionFileForm(request.POST or None, jobs=jobs, shares=shares, initial=initial)
     status = 200
     if request.method == "POST":

@@ -159,7 +159,7 @@ class PromiseFields(forms.Form):
             return None
         kind, _, rest = (data.get("promise_subject") or "").partition(":")
         subject: dict[str, Any] = {"share": None, "team": None}
-        if kind == "share" and rest.isdigit():
+        if kind == "share" and rest.isdecimal():
             subject["share"] = int(rest)
         elif kind == "team":
             team, _, queue = rest.partition(":")

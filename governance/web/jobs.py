@@ -191,7 +191,7 @@ def _chosen_share(request: HttpRequest, share_limits: dict[int, list[str]]) -> i
     """The share the form is for (posted, or ``?share=`` in the link), if the user may
     submit to it and it has limits."""
     raw = (request.POST if request.method == "POST" else request.GET).get("share", "")
-    if not raw.isdigit() or len(raw) > 12:
+    if not raw.isdecimal() or len(raw) > 12:
         return None
     share_id = int(raw)
     return share_id if share_id in share_limits else None

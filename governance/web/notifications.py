@@ -66,7 +66,7 @@ def notification_list(request: HttpRequest) -> HttpResponse:
 def notification_read(request: HttpRequest) -> HttpResponse:
     """Mark one notification (``id``) or all of them read, then go where it points."""
     raw = request.POST.get("id", "")
-    ids = [int(raw)] if raw.isdigit() and len(raw) < 19 else None
+    ids = [int(raw)] if raw.isdecimal() and len(raw) < 19 else None
     services.notifications_mark_read(actor=request.user, ids=ids)
     target = request.POST.get("next", "")
     if target.startswith("/") and not target.startswith("//"):

@@ -32,7 +32,7 @@ def signals_page(request: HttpRequest) -> HttpResponse:
     queue_key = params.get("queue") or (str(queues[0][0]) if queues else "")
     queue = (
         capacity_selectors.queue(int(queue_key))
-        if queue_key.isdigit() and len(queue_key) < 12
+        if queue_key.isdecimal() and len(queue_key) < 12
         else None
     )
     window_params = {"from": params.get("from"), "to": params.get("to")}

@@ -153,12 +153,12 @@ def _proposal(queue: JobQueue, post: Any) -> dict[str, Any]:
         borrow = post.get(prefix + "borrow_limit", "").strip()
         now_borrow = "" if share.borrow_limit is None else str(share.borrow_limit)
         if borrow != now_borrow and borrow != "":
-            fields["borrow_limit"] = int(borrow) if borrow.lstrip("-").isdigit() else borrow
+            fields["borrow_limit"] = int(borrow) if borrow.lstrip("-").isdecimal() else borrow
         retries = post.get(prefix + "preemption_retries", "").strip()
         now_retries = "" if share.preemption_retries is None else str(share.preemption_retries)
         if retries != now_retries:
             fields["preemption_retries"] = (
-                None if retries == "" else int(retries) if retries.isdigit() else retries
+                None if retries == "" else int(retries) if retries.isdecimal() else retries
             )
         in_share = post.get(prefix + "in_share_preemption") == "on"
         if in_share != share.in_share_preemption:
@@ -168,7 +168,7 @@ def _proposal(queue: JobQueue, post: Any) -> dict[str, Any]:
             name = capacity.instance_type.name
             raw = post.get(f"{prefix}limit-{name}", "").strip()
             if raw != "":
-                limits[name] = int(raw) if raw.isdigit() else raw
+                limits[name] = int(raw) if raw.isdecimal() else raw
         if limits != current:
             fields["limits"] = limits
         if fields:
@@ -177,7 +177,7 @@ def _proposal(queue: JobQueue, post: Any) -> dict[str, Any]:
     for capacity in queue.capacities.select_related("instance_type"):
         raw = post.get(f"capacity-{capacity.instance_type.name}", "").strip()
         if raw != "" and raw != str(capacity.count):
-            capacity_changes[capacity.instance_type.name] = int(raw) if raw.isdigit() else raw
+            capacity_changes[capacity.instance_type.name] = int(raw) if raw.isdecimal() else raw
     return {
         "baseline": post.get("baseline") or None,
         "shares": shares,
@@ -448,7 +448,7 @@ def whatif_attach(request: HttpRequest, run_id: int) -> HttpResponse:
         whatif_services.whatif_attach(
             actor=request.user,
             whatif=run,
-            agreement=int(raw) if raw.isdigit() and len(raw) < 12 else 0,
+            agreement=int(raw) if raw.isdecimal() and len(raw) < 12 else 0,
         )
     except ServiceError as exc:
         for field, problems in exc.errors.items():

@@ -27,7 +27,7 @@ class Command(BaseCommand):
         expect = None
         if options.get("expect"):
             link, _, digest = str(options["expect"]).partition(":")
-            if not link.isdigit() or len(link) > 18 or len(digest) != 64:
+            if not link.isdecimal() or len(link) > 18 or len(digest) != 64:
                 raise CommandError("--expect: give LINK:HASH as printed after 'head'")
             expect = (int(link), digest.lower())
         report = verify_chain(expect=expect)

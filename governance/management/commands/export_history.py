@@ -20,7 +20,7 @@ def find_queue(key: str) -> JobQueue:
     """A queue by id or by name."""
     found = (
         JobQueue.objects.filter(pk=int(key)).first()
-        if key.isdigit() and len(key) < 12
+        if key.isdecimal() and len(key) < 12
         else JobQueue.objects.filter(name=key).first()
     )
     if found is None:

@@ -227,7 +227,7 @@ class Cli:
         width = len(QUEUE_FIELDS)
         for line in out.splitlines():
             parts = line.split("|", width - 1)
-            if len(parts) < width or not parts[0].strip().isdigit():
+            if len(parts) < width or not parts[0].strip().isdecimal():
                 continue
             row = dict(zip(QUEUE_FIELDS, (p.strip() for p in parts[:-1]), strict=False))
             code = row["exit_code"]
@@ -237,10 +237,10 @@ class Cli:
                     "job_id": int(parts[0]),
                     "job_state": row["State"],
                     "partition": row["Partition"],
-                    "exit_code": int(code) if code.isdigit() else None,
+                    "exit_code": int(code) if code.isdecimal() else None,
                     "user": row["UserName"],
-                    "nodes": int(row["NumNodes"]) if row["NumNodes"].isdigit() else 0,
-                    "tasks": int(row["NumTasks"]) if row["NumTasks"].isdigit() else 0,
+                    "nodes": int(row["NumNodes"]) if row["NumNodes"].isdecimal() else 0,
+                    "tasks": int(row["NumTasks"]) if row["NumTasks"].isdecimal() else 0,
                     # What it was given, when Slurm accounts GPUs as a TRES; else what it
                     # asked for (which Slurm gives in full, or not at all).
                     "gpus": max(tres_gpus(alloc), requested_gpus(row)),
@@ -293,14 +293,14 @@ def _finished_lines(out: str) -> dict[int, Finished]:
     found: dict[int, Finished] = {}
     for line in out.splitlines():
         parts = line.split("|")
-        if len(parts) < 3 or not parts[0].isdigit():
+        if len(parts) < 3 or not parts[0].isdecimal():
             continue
         code, _, sig = parts[2].partition(":")
         found[int(parts[0])] = Finished(
             state=parts[1].split()[0] if parts[1] else "",
-            exit_code=int(code) if code.isdigit() else None,
+            exit_code=int(code) if code.isdecimal() else None,
             # "0:9": killed by signal 9 ("0" after the colon is no signal).
-            signal=int(sig) if sig.isdigit() and int(sig) else None,
+            signal=int(sig) if sig.isdecimal() and int(sig) else None,
         )
     return found
 
@@ -312,7 +312,7 @@ def tres_gpus(tres: str, gres_name: str = "gpu") -> int:
     typed = 0
     for item in tres.split(","):
         key, _, value = item.partition("=")
-        if not value.isdigit():
+        if not value.isdecimal():
             continue
         if key == f"gres/{gres_name}":
             plain = max(plain, int(value))
@@ -328,15 +328,15 @@ def _per(value: str, gres_name: str = "gpu") -> int:
         parts = item.replace("gres/", "gres:").split(":")
         if parts and parts[0] == "gres":
             parts = parts[1:]
-        if parts and parts[0] == gres_name and parts[-1].isdigit():
+        if parts and parts[0] == gres_name and parts[-1].isdecimal():
             total += int(parts[-1])
     return total
 
 
 def requested_gpus(row: Mapping[str, str]) -> int:
     """The GPUs a pending job asks for, from its ``tres-per-*`` fields."""
-    nodes = int(row["NumNodes"]) if row.get("NumNodes", "").isdigit() else 1
-    tasks = int(row["NumTasks"]) if row.get("NumTasks", "").isdigit() else 1
+    nodes = int(row["NumNodes"]) if row.get("NumNodes", "").isdecimal() else 1
+    tasks = int(row["NumTasks"]) if row.get("NumTasks", "").isdecimal() else 1
     return max(
         _per(row.get("tres-per-job", "")),
         _per(row.get("tres-per-node", "")) * max(1, nodes),
@@ -371,7 +371,7 @@ def node_gpus(node: Mapping[str, Any], gres_name: str) -> int:
     total = 0
     for item in str(node.get("gres", "")).split(","):
         parts = re.sub(r"\(.*?\)", "", item).split(":")
-        if parts[0] == gres_name and len(parts) >= 2 and parts[-1].isdigit():
+        if parts[0] == gres_name and len(parts) >= 2 and parts[-1].isdecimal():
             total += int(parts[-1])
     return total
 
