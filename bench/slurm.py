@@ -145,7 +145,7 @@ def rotate_completion_log(cli: Any) -> None:
 
 
 def pct(values: list[float], p: float) -> float | None:
-    """Nearest rank (DESIGN 8)."""
+    """Nearest rank (docs/signals.md)."""
     if not values:
         return None
     ordered = sorted(values)

@@ -9,7 +9,7 @@
   escapes that no character follows: not text PostgreSQL can store), naming the
   top-level field.
 - ``ErrorPageMiddleware`` and the ``handler*`` views: under ``/api/`` every error is the
-  JSON error shape (DESIGN section 7, ``{"field": ["message"]}``); on the web it is a
+  JSON error shape (docs/data-model.md, ``{"field": ["message"]}``); on the web it is a
   page with the navigation that shows the reason the service gave.
 """
 

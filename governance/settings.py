@@ -460,7 +460,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Quota shares, priorities, exceptions, agreements, jobs and audit.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    # The schema and its docs are for signed-in users (DESIGN section 7); Swagger UI is
+    # The schema and its docs are for signed-in users (docs/data-model.md); Swagger UI is
     # served from the project's static files (drf-spectacular-sidecar), not a CDN.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -128,7 +128,7 @@ class Loaded:
     type_ids: dict[str, int]
     capacity: dict[str, int]
     plans: dict[str, CapacityPlan] = field(default_factory=dict)
-    """The queue's capacity plans the engine knows, by name (DESIGN section 10)."""
+    """The queue's capacity plans the engine knows, by name (docs/scheduling.md#capacity-plans)."""
     disabled_pending: list[Job] = field(default_factory=list)
     completions: list[tuple[Job, datetime]] = field(default_factory=list)
 
@@ -233,7 +233,7 @@ def _engine_job(
             ej.work_done = eng.exact(round(work * MS))
             ej.progress_at = to_ms(now)
         elif row["progress_at"] is not None:
-            # An executor's latest report (DESIGN 2, "Work and lost work").
+            # An executor's latest report (docs/scheduling.md, "Work and lost work").
             ej.progress_at = to_ms(row["progress_at"])
     return ej
 
@@ -385,7 +385,7 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
             name=name,
             capacity=max(loaded.capacity.get(name, 0), usage.get(name, 0)),
             speed=eng.exact(speeds[name]),
-            # The stored flag decides (DESIGN 2, "Max pending time"), never the name.
+            # The stored flag decides (docs/scheduling.md, "Max pending time"), never the name.
             accelerated=itypes[name].accelerated,
             hourly_price=float(itypes[name].hourly_price),
         )
@@ -414,7 +414,7 @@ def play_instant(loaded: Loaded, engine: eng.Engine | None = None) -> list[eng.D
     engine = engine if engine is not None else loaded.engine
     ms = to_ms(loaded.now)
     decisions: list[eng.Decision] = []
-    # Plan ends first (DESIGN section 10, order within an instant), then the stored
+    # Plan ends first (docs/scheduling.md#capacity-plans, order within an instant), then the stored
     # capacities and plan counts, then the cycles (which start the plans due).
     decisions += engine.advance_plans(ms)
     for name in sorted(loaded.type_ids):
@@ -547,7 +547,7 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
                 lost_work=lost,
                 saved_work=float(engine_job.last_checkpoint) / MS,
                 fail=d.job in failed,
-                # Lost capacity and plan ends are nobody's doing (DESIGN 2 and 10).
+                # Lost capacity and plan ends are nobody's doing (docs/scheduling.md).
                 counts_against_retries=d.rule
                 not in (DecisionRule.CAPACITY_LOST, DecisionRule.PLAN_ENDED),
                 share_versions=_versions(loaded, job.share.name, by.share.name if by else None),

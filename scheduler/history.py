@@ -1,4 +1,4 @@
-"""A queue's recorded history as a scenario file (DESIGN 8, "History export").
+"""A queue's recorded history as a scenario file (docs/signals.md, "History export").
 
 ``export(queue, start, stop)`` reads the database (jobs, their timeline events, and the
 audit entries of share and capacity changes) and returns ``{"scenario", "recorded",
@@ -492,8 +492,9 @@ def _plans(
     named: set[str],
     rel: Any,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The queue's capacity plans (DESIGN 10) that overlap the window or that an exported
-    job names, as scenario ``plans``, with their count at ``start`` (the ``before`` of the
+    """The queue's capacity plans (docs/scheduling.md#capacity-plans) that overlap the window or
+    that an exported job names, as scenario ``plans``, with their count at ``start`` (the ``before``
+    of the
     first later resize) and later resizes as ``set_plan`` actions. Times are relative to
     ``start`` and clipped at 0 (a plan that ended before the window, named by a job still
     waiting then, is kept as an empty one so the file stays valid)."""

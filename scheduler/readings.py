@@ -56,8 +56,8 @@ def _valid_for(loaded: Loaded) -> float | None:
     Only time changes the answer without a stored change: a simulated run that finishes
     (``load`` completes it in memory once due) frees its instances; the earliest such
     finish bounds the answer. Other executors' runs end by a report, a stored change. A
-    capacity plan's next start or end (DESIGN section 10) bounds it too, whatever runs
-    the queue.
+    capacity plan's next start or end (docs/scheduling.md#capacity-plans) bounds it too, whatever
+    runs the queue.
     """
     valid_for: float | None = None
     for plan in loaded.plans.values():
@@ -79,8 +79,9 @@ def _valid_for(loaded: Loaded) -> float | None:
 
 
 def explain_queue(queue_id: int) -> tuple[dict[int, list[dict[str, Any]]], float | None]:
-    """Why each pending job of the queue waits, per preference (DESIGN section 4), and
-    for how many seconds that answer holds if nothing stored changes (None: until
+    """Why each pending job of the queue waits, per preference
+    (docs/scheduling.md#why-is-my-job-waiting), and for how many seconds that answer holds if
+    nothing stored changes (None: until
     something stored changes), for callers that cache it.
 
     Reasons describe the state at the end of the instant: the cycle that is due now is

@@ -1,4 +1,4 @@
-"""Signals of DESIGN section 8: whether sharing turns idle capacity into finished work
+"""Signals of docs/signals.md: whether sharing turns idle capacity into finished work
 without costing owners their predictable access, computed from a recording.
 
 Plain Python, no Django: the same function serves a live queue (its recording from
@@ -17,7 +17,7 @@ a constant per event whatever the window; each interval takes the state at the e
 first instant (every change at one instant is applied before the instant's interval
 starts counting).
 
-Rules of counting (DESIGN 8): an event is in the window ``[from, to)`` when
+Rules of counting (docs/signals.md): an event is in the window ``[from, to)`` when
 ``from <= at < to``; integrals run over ``[from, min(to, E))`` where ``E`` is the end of
 the recording (``until`` + 1 time unit for a history file, "now" for a live queue).
 Percentiles use the nearest rank; an empty set or a zero denominator gives ``None``.
@@ -226,7 +226,8 @@ class _Job:
         self.duration: float = raw["duration"]
         common = raw.get("count")
         # On-demand preferences only: a plan preference draws on its plan's own pool
-        # (DESIGN 10), never on the idle capacity that idle_lendable_seconds measures.
+        # (docs/scheduling.md#capacity-plans), never on the idle capacity that
+        # idle_lendable_seconds measures.
         key = (
             self.share,
             tuple(
@@ -294,7 +295,7 @@ def compute(
     *,
     group_by: str = "share",
 ) -> dict[str, Any]:
-    """Every signal of DESIGN 8 for the queue and per share or team, over ``[start, stop)``
+    """Every signal of docs/signals.md for the queue and per share or team, over ``[start, stop)``
     (in the recording's time unit). Times in the answer are seconds, work is
     work-seconds at speed 1.0.
 
@@ -517,7 +518,9 @@ def _compute(
                 cell.usage += count
                 cell.type.total += count
                 dirty.add(cell.type)
-            else:  # a plan's pool: apart from usage(S, T) and T's total (DESIGN 10)
+            else:
+                # a plan's pool: apart from usage(S, T) and T's total
+                # (docs/scheduling.md#capacity-plans)
                 plans.add_usage(plan, count, at)
             job.on_plan = plan
             set_pending(job, False)
@@ -670,8 +673,9 @@ def _compute(
 
 
 class _Plans:
-    """Capacity plans (DESIGN 10) of a recording: each plan's usage and count integrated
-    over its active time inside the window, for ``plan_utilization`` and the plan's cost
+    """Capacity plans (docs/scheduling.md#capacity-plans) of a recording: each plan's usage and
+    count integrated over its active time inside the window, for ``plan_utilization`` and the plan's
+    cost
     (its whole active time x count x price, used or not). Counts change by ``set_plan``."""
 
     def __init__(self, raw: Iterable[Mapping[str, Any]], win: _Integrals) -> None:
@@ -821,7 +825,7 @@ def _figures(
         },
         "fallback_rate": _ratio(sum(1 for i, _ in first if i > 0), len(first)),
         # Of the first admissions (in the window) of jobs whose first preference names a
-        # capacity plan, the fraction that started on that plan (DESIGN 10).
+        # capacity plan, the fraction that started on that plan (docs/scheduling.md#capacity-plans).
         "plan_first_rate": _ratio(
             sum(on for col in cols for on in col.plan_first),
             sum(len(col.plan_first) for col in cols),

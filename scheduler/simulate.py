@@ -1,6 +1,6 @@
 """Scenario runner: ``python -m scheduler.simulate FILE.json [--explain] [--check]``.
 
-Runs the engine over a scenario (DESIGN section 3; capacity plans: section 10) with no
+Runs the engine over a scenario (docs/scenarios.md) with no
 database and prints the JSON result. It is a thin event loop over
 :class:`scheduler.engine.Engine`, the same object the live scheduler drives, so a
 scenario exercises exactly the production rules.
@@ -385,7 +385,8 @@ def validate(data: object) -> list[str]:
 def _validate_plans(
     v: _Validator, data: Mapping[str, Any], types: set[str], shares: set[str]
 ) -> dict[str, str]:
-    """Check the top-level ``plans`` (DESIGN section 10); return plan name -> share."""
+    """Check the top-level ``plans`` (docs/scheduling.md#capacity-plans); return plan name ->
+    share."""
     plans: dict[str, str] = {}
     raw_plans = data.get("plans", [])
     if raw_plans is None:
@@ -534,7 +535,7 @@ def _build(data: Mapping[str, Any], incremental: bool = True) -> tuple[Engine, l
 def run(
     data: Mapping[str, Any], *, explain: bool = False, incremental: bool = True
 ) -> dict[str, Any]:
-    """Run a valid scenario and return the result of DESIGN section 3.
+    """Run a valid scenario and return the result of docs/scenarios.md.
 
     Raises :class:`ScenarioError` if the scenario is invalid. With ``explain`` the
     ``pending`` map gives ``{preference, reason, message}`` objects; otherwise it gives
@@ -603,7 +604,9 @@ def run(
             done.append((index, job_id))
         for _, job_id in sorted(done):
             emit(engine.complete(job_id, now))
-        emit(engine.advance_plans(now))  # plan ends, then plan starts (DESIGN section 10)
+        emit(
+            engine.advance_plans(now)
+        )  # plan ends, then plan starts (docs/scheduling.md#capacity-plans)
         while next_act < len(actions) and actions[next_act][1]["at"] == now:
             action = actions[next_act][1]
             _apply_action(engine, action, now, by_id, submitted, cancelled_early, emit)

@@ -92,7 +92,7 @@ def demo_activity() -> None:
 
 @shared_task(ignore_result=True)
 def run_whatif(whatif_id: int) -> None:
-    """Replay a queue's history as it was and with a proposal (DESIGN 8, "What-if"),
+    """Replay a queue's history as it was and with a proposal (docs/signals.md, "What-if"),
     reporting progress as it goes; idempotent (a finished run is left as it is)."""
     run = WhatIf.objects.select_related("queue").filter(pk=whatif_id).first()
     if run is None or run.state in (WhatIfState.DONE, WhatIfState.FAILED):

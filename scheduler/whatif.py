@@ -1,4 +1,4 @@
-"""What-if (DESIGN 8): a proposed configuration applied to an exported history, both
+"""What-if (docs/signals.md): a proposed configuration applied to an exported history, both
 versions replayed through the engine, and the signals of each side by side with the
 per-share differences in wait, turnaround, preemptions, goodput and cost.
 

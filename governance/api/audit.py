@@ -1,4 +1,4 @@
-"""Audit trail API (DESIGN section 7): read-only, reviewers and admins only.
+"""Audit trail API (docs/data-model.md): read-only, reviewers and admins only.
 
 ``?format=csv`` and ``?format=json`` download every matching entry (not one page),
 streamed from the database. DRF reads ``format`` for content negotiation, so the view

@@ -150,7 +150,7 @@ class TypeTotalsSerializer(serializers.Serializer):
 
 
 class PlanUsageSerializer(serializers.Serializer):
-    """A capacity plan beside the queue's on-demand capacity (DESIGN section 10)."""
+    """A capacity plan beside the queue's on-demand capacity (docs/scheduling.md#capacity-plans)."""
 
     id = serializers.IntegerField()
     name = serializers.CharField()

@@ -1,4 +1,4 @@
-"""Turns service errors into DESIGN section 7 error bodies: ``{"field": ["message"]}``."""
+"""Turns service errors into docs/data-model.md error bodies: ``{"field": ["message"]}``."""
 
 from __future__ import annotations
 

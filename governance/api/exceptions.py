@@ -1,4 +1,4 @@
-"""Priority exceptions API (DESIGN section 7): list, file, read; approve/reject/withdraw."""
+"""Priority exceptions API (docs/data-model.md): list, file, read; approve/reject/withdraw."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Jobs API (DESIGN section 7): list, submit, read with events, reprioritise, cancel."""
+"""Jobs API (docs/data-model.md): list, submit, read with events, reprioritise, cancel."""
 
 from __future__ import annotations
 
@@ -54,7 +54,11 @@ class ReasonSerializer(serializers.Serializer):
 
 class ExplainSerializer(serializers.Serializer):
     reasons = ReasonSerializer(
-        many=True, help_text="one reason per preference, in preference order (DESIGN 4)"
+        many=True,
+        help_text=(
+            "one reason per preference, in preference order"
+            " (docs/scheduling.md#why-is-my-job-waiting)"
+        ),
     )
     position = serializers.IntegerField(
         allow_null=True,
@@ -83,7 +87,7 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 
 class JobSerializer(serializers.ModelSerializer):
-    """A job as the API shows it (DESIGN section 7), plus ``submitter`` and ``borrowed``."""
+    """A job as the API shows it (docs/data-model.md), plus ``submitter`` and ``borrowed``."""
 
     instance_type: serializers.SlugRelatedField = serializers.SlugRelatedField(
         slug_field="name", read_only=True, allow_null=True

@@ -1,5 +1,5 @@
-"""``/api/plans/``: capacity plans (DESIGN section 10). Everyone signed in reads; admins
-create them, change their ``count`` (PATCH, with a ``reason``) and end them early
+"""``/api/plans/``: capacity plans (docs/scheduling.md#capacity-plans). Everyone signed in reads;
+admins create them, change their ``count`` (PATCH, with a ``reason``) and end them early
 (``POST /api/plans/{id}/end/`` with a ``reason``). Filters: ``queue``, ``share``,
 ``team``, ``instance_type``, ``state`` (``upcoming``, ``active``, ``ended``).
 """

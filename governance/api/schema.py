@@ -2,8 +2,8 @@
 
 Any request can be refused before its view runs (401 without credentials, 403, 413 for
 a large body, 414 for a long address, 429 when throttled) or by it (400 naming fields,
-404, 405); the schema says so for every operation, with the error shape of DESIGN
-section 7, so clients and the schema fuzzer know what to expect.
+404, 405); the schema says so for every operation, with the error shape of
+docs/data-model.md, so clients and the schema fuzzer know what to expect.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``/api/signals/`` (DESIGN 8), ``/api/signals/chargeback/`` and
+"""``/api/signals/`` (docs/signals.md), ``/api/signals/chargeback/`` and
 ``/api/queues/{id}/history/``: figures read from the recorded history; everyone signed in
 reads them. ``?format=csv`` gives a flat table (one row per group, nested keys joined with
 dots; chargeback one row per team, queue, type and month)."""
@@ -77,7 +77,7 @@ FORMAT_PARAMETER = OpenApiParameter(
 
 
 class SignalsView(APIView):
-    """Every signal of DESIGN 8 for one queue over ``[from, to)``, per share or team."""
+    """Every signal of docs/signals.md for one queue over ``[from, to)``, per share or team."""
 
     renderer_classes = [renderers.JSONRenderer, CSVRenderer]
 

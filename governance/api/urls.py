@@ -1,4 +1,4 @@
-"""API routes (DESIGN section 7). Each resource module registers its viewsets here."""
+"""API routes (docs/data-model.md). Each resource module registers its viewsets here."""
 
 from django.contrib.auth.decorators import login_required
 from django.urls import path

@@ -1,4 +1,4 @@
-"""Governance data, one module per aggregate (DESIGN section 1 gives the meanings)."""
+"""Governance data, one module per aggregate (docs/data-model.md gives the meanings)."""
 
 from governance.models.agreements import (
     Agreement,

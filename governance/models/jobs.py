@@ -82,7 +82,8 @@ class Job(models.Model):
     # Progress, in work units (seconds at speed 1.0): ``work_done`` is the latest progress
     # known (what the run started from, or an executor's last report, made at
     # ``progress_at``), ``checkpoint_work`` what the last checkpoint saved. Work at a later
-    # time and lost work at a preemption follow from these (DESIGN 2, "Work and lost work").
+    # time and lost work at a preemption follow from these (docs/scheduling.md, "Work and lost
+    # work").
     run_started_at = models.DateTimeField(null=True, blank=True)
     work_done = models.FloatField(default=0)
     progress_at = models.DateTimeField(null=True, blank=True)
@@ -95,7 +96,7 @@ class Job(models.Model):
     # External agents: who claimed the current run, and the stop order after a preemption.
     agent = models.CharField(max_length=100, blank=True, default="")
     # The credential (an ``agent`` group user) that claimed the current run: only it may
-    # report on the run or acknowledge its stop order (DESIGN section 9).
+    # report on the run or acknowledge its stop order (docs/agents.md).
     claimed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

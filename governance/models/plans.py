@@ -1,5 +1,5 @@
 """Capacity plans: instances of one type bought ahead for one share of one queue, for a
-period (DESIGN section 10).
+period (docs/scheduling.md#capacity-plans).
 
 A plan's instances come on top of the queue's capacity of that type; only training jobs
 of the plan's share whose preference names the plan run on them, and only while the plan
@@ -34,7 +34,7 @@ class CapacityPlan(models.Model):
     start = models.DateTimeField()
     end = models.DateTimeField()
     # Price of one instance for one hour; a plan costs count x its whole active time x
-    # this, used or not (DESIGN section 10, "Signals").
+    # this, used or not (docs/scheduling.md#capacity-plans, "Signals").
     hourly_price = models.DecimalField(max_digits=10, decimal_places=4, default=0)
     # When an admin ended the plan before its planned end (its ``end`` is then this).
     ended_at = models.DateTimeField(null=True, blank=True)

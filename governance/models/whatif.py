@@ -1,4 +1,4 @@
-"""What-if runs (DESIGN 8): a proposed configuration replayed against a queue's recorded
+"""What-if runs (docs/signals.md): a proposed configuration replayed against a queue's recorded
 history, kept with its progress and result so it can be linked to and attached to an
 allocation agreement as evidence."""
 

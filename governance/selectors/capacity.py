@@ -19,7 +19,7 @@ so what people see is what the scheduler decides with:
 - ``plans``: the queue's capacity plans (not ended, ended within a day, or with jobs
   still on them until the scheduler's next cycle stops them) with their
   count and usage. Jobs running on a plan hold the plan's instances: they are in none
-  of the figures above (DESIGN section 10).
+  of the figures above (docs/scheduling.md#capacity-plans).
 """
 
 from __future__ import annotations
@@ -234,7 +234,8 @@ def queues_usage(queue_list: list[JobQueue]) -> list[QueueUsage]:
         shares_by_queue[share.queue_id].append(share)
     running_by_queue: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     # Jobs on a capacity plan hold the plan's instances, not the queue's: they count
-    # neither in a share's usage against its limits nor in the type's total (DESIGN 10).
+    # neither in a share's usage against its limits nor in the type's total
+    # (docs/scheduling.md#capacity-plans).
     on_plans: dict[int, int] = defaultdict(int)
     for job in Job.objects.filter(
         queue_id__in=ids, state=JobState.RUNNING, instance_type__isnull=False

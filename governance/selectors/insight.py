@@ -42,7 +42,7 @@ def forecast_error(
     """How far first estimates were from the actual first starts, in seconds, over jobs
     whose first start falls in ``[since, until)``: ``jobs`` (how many), ``p50`` and
     ``p90`` of the absolute error, and ``late_p50``, the median signed error (positive:
-    jobs started later than estimated). Percentiles by nearest rank (DESIGN section 8,
+    jobs started later than estimated). Percentiles by nearest rank (docs/signals.md,
     ``percentile_disc``); None when no job qualifies."""
     where: list[str] = []
     params: dict[str, Any] = {}

@@ -151,8 +151,9 @@ def with_blockers(
     return out
 
 
-# A job that can never start as configured (DESIGN section 4 gives the reason for now;
-# this says whether waiting can ever help). Plain arithmetic on the stored limits and
+# A job that can never start as configured (docs/scheduling.md#why-is-my-job-waiting gives the
+# reason for now; this says whether waiting can ever help). Plain arithmetic on the stored limits
+# and
 # capacity (scheduler.engine.accounting.most_ever): no engine run, so it is cheap enough
 # for every page that shows a pending job.
 
@@ -381,7 +382,7 @@ def engine_usage(queue_id: int) -> list[dict[str, Any]]:
 
 def queue_history(queue: JobQueue, start: datetime, stop: datetime) -> dict[str, Any]:
     """The queue's recorded history over ``[start, stop)`` as a replayable scenario
-    (DESIGN 8, "History export")."""
+    (docs/signals.md, "History export")."""
     return history.export(queue, start, stop, now=timezone.now())
 
 
@@ -497,7 +498,7 @@ def _reclaims(queue_id: int, start: datetime, stop: datetime) -> list[dict[str, 
 def queue_signals(
     queue: JobQueue, start: datetime, stop: datetime, *, group_by: str = "share"
 ) -> dict[str, Any]:
-    """Every signal of DESIGN 8 for the queue over ``[start, stop)``, per share or team:
+    """Every signal of docs/signals.md for the queue over ``[start, stop)``, per share or team:
     computed from the queue's recording with the state at ``start`` as it was (runs
     going, earlier admissions and preemptions) plus the audit entries that count as
     policy changes, with the end of the recording at ``min(stop, now)``."""

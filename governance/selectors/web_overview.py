@@ -96,7 +96,7 @@ class TypeBlock:
 @dataclass
 class PlanBar:
     """A capacity plan's bar: its usage in the plan colour over its count, apart from
-    the on-demand bars (DESIGN section 10)."""
+    the on-demand bars (docs/scheduling.md#capacity-plans)."""
 
     plan_id: int
     name: str

@@ -432,7 +432,9 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
             lambda s: links.audit(s, "share.updated"),
         ),
     ]
-    if answer["queue"].get("plan_utilization"):  # the queue has capacity plans (DESIGN 10)
+    if answer["queue"].get(
+        "plan_utilization"
+    ):  # the queue has capacity plans (docs/scheduling.md#capacity-plans)
         rows += [
             row(
                 "plan_utilization",

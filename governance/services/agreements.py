@@ -1,4 +1,4 @@
-"""Allocation agreements: the written, versioned record behind shares (DESIGN section 1).
+"""Allocation agreements: the written, versioned record behind shares (docs/data-model.md).
 
 Versioning: every version of an agreement is kept as an ``AgreementVersion`` snapshot.
 Creating writes version 1's snapshot; each edit bumps ``version`` and writes the new

@@ -1,4 +1,4 @@
-"""Priority exceptions: filing, deciding, withdrawing and expiring (DESIGN section 1).
+"""Priority exceptions: filing, deciding, withdrawing and expiring (docs/data-model.md).
 
 A team lead asks to run one job, or every job of one share, above the highest band
 they may use. Someone else (a reviewer or an admin) decides. An approved job exception

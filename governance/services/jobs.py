@@ -1,4 +1,4 @@
-"""Job submission, cancellation and reprioritisation (DESIGN sections 1 and 7).
+"""Job submission, cancellation and reprioritisation (docs/data-model.md).
 
 Every function here is the single writer of its change: it checks who may do it,
 validates the whole input (all field errors at once), writes the job, its timeline
@@ -149,8 +149,8 @@ def _resolve_preferences(
     Errors use the key ``preferences`` (messages name the 0-based index and the field,
     as in ``preferences[1].count`` or ``preferences[0].plan``) or ``count`` for the
     job-level count. A preference ``{"plan": NAME, "count": n}`` names a capacity plan
-    of the job's share (DESIGN section 10): only training jobs may name one, the plan
-    must not have ended, and ``instance_type`` may not be given with it (the plan's
+    of the job's share (docs/scheduling.md#capacity-plans): only training jobs may name one, the
+    plan must not have ended, and ``instance_type`` may not be given with it (the plan's
     type is implied). ``share_plans`` maps the share's plan names to the plans.
     """
     share_plans = share_plans or {}

@@ -1,4 +1,4 @@
-"""Capacity plans (DESIGN section 10): admins create, resize and end them.
+"""Capacity plans (docs/scheduling.md#capacity-plans): admins create, resize and end them.
 
 Each function validates its whole input (errors keyed by the field, naming the rule),
 writes the plan and its audit entry in one transaction, and asks for a scheduling cycle

@@ -6,7 +6,7 @@ simulated fleet and external agents) report progress through the ``run_*`` repor
 Every report names the job's ``run``: a late report from a run that was preempted since
 is refused, so it can never complete or checkpoint the next run.
 
-Executors act only on runs of their own queues that they hold (DESIGN section 9): a
+Executors act only on runs of their own queues that they hold (docs/agents.md): a
 report with an ``actor`` (an agent's credentials) must be about a job of a queue run by
 agents, and about a run that this credential claimed (under the ``agent`` name it
 claimed with, when the report names one). ``actor=None`` is the system: the scheduler
@@ -61,7 +61,7 @@ def _snapshot(job: Job, type_name: str | None = None) -> dict[str, Any]:
 
 
 def current_work(job: Job, now: datetime, *, speed: float, time_factor: float = 1.0) -> float:
-    """Work units done by ``job`` at ``now`` in its current run (DESIGN 2, "Work and lost
+    """Work units done by ``job`` at ``now`` in its current run (docs/scheduling.md, "Work and lost
     work"): its latest progress plus the time since then at the type's speed.
 
     Before any report the latest progress is what the run started from, at its start; a

@@ -194,7 +194,7 @@ def share_create(
                 "the most a queue may have.",
             )
         team_obj = team if isinstance(team, Team) else Team.objects.filter(pk=team).first()
-        if policy == Policy.LEND_AND_BORROW and borrow_limit is None:  # DESIGN default
+        if policy == Policy.LEND_AND_BORROW and borrow_limit is None:  # documented default
             borrow_limit = -1
         values: dict[str, Any] = {
             "name": name,
@@ -260,7 +260,7 @@ def _merged_values(
     if "team" in changes and not isinstance(changes["team"], Team):
         values["team"] = Team.objects.filter(pk=changes["team"]).first()
     if values["policy"] == Policy.LEND_AND_BORROW and values["borrow_limit"] is None:
-        values["borrow_limit"] = -1  # the DESIGN default: unlimited
+        values["borrow_limit"] = -1  # the documented default: unlimited
     elif values["policy"] != Policy.LEND_AND_BORROW and "borrow_limit" not in changes:
         values["borrow_limit"] = None  # leaving LEND_AND_BORROW drops its borrow limit
     return values

@@ -318,7 +318,7 @@ def queue_capacity_observed(
 ) -> dict[str, int] | None:
     """The executor saw the cluster supply ``capacity`` (types it runs only): store it
     when it differs, audited as CAPACITY_CHANGED by the system, and ask for a cycle, where
-    a drop below usage stops jobs as ``capacity_lost`` (DESIGN 2). None when unchanged."""
+    a drop below usage stops jobs as ``capacity_lost`` (docs/scheduling.md). None when unchanged."""
     with transaction.atomic():
         queue = JobQueue.objects.select_for_update().get(pk=queue_id)
         before = capacity_map(queue)

@@ -1,4 +1,4 @@
-"""What-if runs (DESIGN 8): requesting one, its progress and result as the worker reports
+"""What-if runs (docs/signals.md): requesting one, its progress and result as the worker reports
 them, and attaching a result to an allocation agreement as evidence.
 
 The replay itself is the scheduler's (``scheduler.whatif``, run by a Celery task that

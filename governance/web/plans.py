@@ -1,5 +1,5 @@
-"""Capacity plans (DESIGN section 10): everyone sees each queue's plans on a timeline
-with their usage; admins create, resize and end them through ``services.plans``."""
+"""Capacity plans (docs/scheduling.md#capacity-plans): everyone sees each queue's plans on a
+timeline with their usage; admins create, resize and end them through ``services.plans``."""
 
 from __future__ import annotations
 

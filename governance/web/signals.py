@@ -1,5 +1,5 @@
 """The Signals page: does sharing turn idle capacity into finished work without costing
-owners their predictable access? Charts and the figures of DESIGN 8 for one queue over a
+owners their predictable access? Charts and the figures of docs/signals.md for one queue over a
 window, per share or team, every figure linking to the jobs or audit entries behind it,
 and the month's chargeback. The filter form works without JavaScript; with htmx it
 swaps only the results."""

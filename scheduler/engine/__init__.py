@@ -1,6 +1,6 @@
-"""Scheduling engine of one job queue: pure Python, no Django (DESIGN sections 2 to 4).
+"""Scheduling engine of one job queue: pure Python, no Django (docs/scheduling.md).
 
-Reading order (each module names one part of DESIGN section 2)
+Reading order (each module names one part of docs/scheduling.md)
 -----------------------------------------------------------------
 1. :mod:`~scheduler.engine.model`: the plain data (types, shares, jobs, decisions).
 2. :mod:`~scheduler.engine.accounting`: own / borrowed / idle / free, the one function
@@ -20,11 +20,12 @@ Reading order (each module names one part of DESIGN section 2)
    rules over every pending job, what ``Engine(incremental=False)`` runs.
 8. :mod:`~scheduler.engine.facade`: :class:`Engine`, the thin object callers use;
    :mod:`~scheduler.engine.explain` words the reasons from public accounting.
-9. :mod:`~scheduler.engine.plans`: capacity plans (DESIGN section 10), a pool of their
+9. :mod:`~scheduler.engine.plans`: capacity plans (docs/scheduling.md#capacity-plans), a pool of
+their
    own with its fit, victims and count drop; :mod:`~scheduler.engine.plan_life` their
    start, resize and end.
 10. :mod:`~scheduler.engine.constraints`: interruption classes and constrained fallback
-   (DESIGN section 11): expected run time and cost of a preference, which preferences
+   (docs/scheduling.md): expected run time and cost of a preference, which preferences
    are eligible, and when a job times out for its deadline.
 
 Public API

@@ -1,4 +1,4 @@
-"""Entitlement accounting of DESIGN section 2, written once.
+"""Entitlement accounting of docs/scheduling.md, written once.
 
 The engine decides with these figures, and the pages and the API show them: both call
 :func:`account_type`, so "who has the right" and "who uses it now" cannot drift apart
@@ -183,7 +183,7 @@ def account_type(capacity: int, shares: Sequence[ShareOnType[K]]) -> TypeAccount
 
 def most_ever(policy: str, limit: int | None, borrow_limit: int | None, capacity: int) -> int:
     """The most instances of a type one job of a share could ever hold, as the share and
-    the queue are configured (DESIGN section 2), whatever else runs: at most the capacity;
+    the queue are configured (docs/scheduling.md), whatever else runs: at most the capacity;
     nothing without a limit for the type; beyond the limit only for LEND_AND_BORROW, up
     to ``floor(limit * pct / 100)`` more (any amount when -1). A job asking more on every
     preference waits forever unless an admin changes something."""

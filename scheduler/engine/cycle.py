@@ -1,4 +1,4 @@
-"""A cycle (DESIGN section 2): ordering, the skip rule, admission and preemption.
+"""A cycle (docs/scheduling.md): ordering, the skip rule, admission and preemption.
 
 The rules: every pending job gets a tentative placement against the state at the cycle's
 start; jobs are taken with non-borrowing tentative placements (and none) first, then
@@ -151,7 +151,7 @@ def incremental_cycle(state: QueueState, now: int, out: list[Decision]) -> bool:
 
 
 def reference_cycle(state: QueueState, now: int, out: list[Decision]) -> bool:
-    """DESIGN's cycle written as it reads, over every pending job: what
+    """The cycle of docs/scheduling.md written as it reads, over every pending job: what
     ``Engine(incremental=False)`` runs, so tests can hold the walk to it."""
     resolve = state.resolve
     tentative = {

@@ -1,7 +1,8 @@
 """Why a pending job waits: one reason code and an actionable sentence per preference.
 
-The codes are checked in the order DESIGN section 4 gives; the first that applies wins.
-Messages name the share, the type and the numbers, so a team lead can see what to change
+The codes are checked in the order docs/scheduling.md#why-is-my-job-waiting gives; the first that
+applies wins. Messages name the share, the type and the numbers, so a team lead can see what to
+change
 (a limit, a borrow limit, a policy, the job's count or preferences) or that waiting is
 the answer.
 """
@@ -77,7 +78,8 @@ def reason_for(
     account: TypeAccount[str] | None,
     row: ShareAccount[str] | None,
 ) -> Reason:
-    """The first reason of section 4 that applies to one preference of a pending job.
+    """The first reason (docs/scheduling.md#why-is-my-job-waiting) that applies to one preference
+    of a pending job.
 
     ``account`` is the accounting of the preference's type (None: the queue has no such
     type) and ``row`` the share's line in it: the public figures the pages show.
@@ -154,8 +156,9 @@ def reason_for(
 
 
 def plan_reason(pool: PlanPool | None, index: int, pref: Preference) -> Reason:
-    """Why a plan preference waits (DESIGN section 10): the first of plan_not_active,
-    plan_too_small, else plan_full; section 4's codes never apply to a plan. ``pool``
+    """Why a plan preference waits (docs/scheduling.md#capacity-plans): the first of
+    plan_not_active, plan_too_small, else plan_full; the on-demand codes never apply to a plan.
+    ``pool``
     None: the engine does not know the plan (a live caller did not load it): not active."""
     if pool is None:
         return Reason(

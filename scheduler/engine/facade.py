@@ -1,6 +1,6 @@
 """The :class:`Engine`: the one object the live scheduler and the scenario runner drive.
 
-A thin facade over the parts of DESIGN section 2, each in its own module: the state and
+A thin facade over the parts of docs/scheduling.md, each in its own module: the state and
 its indices (:mod:`~scheduler.engine.state`), entitlement accounting
 (:mod:`~scheduler.engine.accounting`), fits and the preference choice
 (:mod:`~scheduler.engine.placement`), victims (:mod:`~scheduler.engine.preemption`), the
@@ -46,7 +46,7 @@ __all__ = ["Engine", "Placement", "PlanUsage", "ShareUsage"]
 
 @dataclass(frozen=True, slots=True)
 class ShareUsage:
-    """Accounting of one share on one type (DESIGN section 2), for pages and API."""
+    """Accounting of one share on one type (docs/scheduling.md), for pages and API."""
 
     share: str
     instance_type: str
@@ -75,7 +75,7 @@ class Engine:
         incremental: bool = True,
         hour: int = constraints.HOUR_SECONDS,
     ) -> None:
-        """``incremental=False`` makes every cycle examine every pending job as DESIGN
+        """``incremental=False`` makes every cycle examine every pending job as docs/scheduling.md
         words it; same decisions, only slower: it exists so tests can prove exactly that.
         ``plans`` are added in order (:meth:`add_plan`). ``hour`` is the number of time
         units in an hour (3,600,000 when times are milliseconds): hourly prices turn
@@ -151,7 +151,7 @@ class Engine:
         return account
 
     def accounting(self, instance_type: str) -> list[ShareUsage]:
-        """Per-share limit/usage/own/borrowed/idle/free on a type (DESIGN section 2)."""
+        """Per-share limit/usage/own/borrowed/idle/free on a type (docs/scheduling.md)."""
         return [
             ShareUsage(
                 share=row.key,
@@ -227,8 +227,9 @@ class Engine:
         return found
 
     def explain(self, job_id: str, now: int | None = None) -> list[Reason]:
-        """One reason per preference why a pending job waits (DESIGN section 4), judged
-        at ``now`` (default: the engine's instant): a preference that is not eligible
+        """One reason per preference why a pending job waits
+        (docs/scheduling.md#why-is-my-job-waiting), judged at ``now`` (default: the engine's
+        instant): a preference that is not eligible
         (its budget, the job's deadline) gives that reason before any other."""
         st = self._state
         job = st.jobs[job_id]
@@ -401,8 +402,8 @@ class Engine:
         return out
 
     def add_plan(self, plan: Plan) -> None:
-        """Add a capacity plan (DESIGN section 10). Its start and end are instants of
-        the run (:meth:`next_deadline`); it is active in ``[start, end)``."""
+        """Add a capacity plan (docs/scheduling.md#capacity-plans). Its start and end are instants
+        of the run (:meth:`next_deadline`); it is active in ``[start, end)``."""
         plan_life.add(self._state, plan)
 
     def set_plan(self, name: str, count: int, now: int) -> list[Decision]:

@@ -44,7 +44,7 @@ FORECAST_BUDGET_SECONDS = 0.5
 
 def cycle_order_key(job: Job) -> tuple[int, int, str]:
     """The order the cycle takes pending jobs in once tentative placements are equal:
-    priority descending, then submission ascending, then job id (DESIGN section 2)."""
+    priority descending, then submission ascending, then job id (docs/scheduling.md)."""
     return (-job.priority, job.submitted_at, job.id)
 
 

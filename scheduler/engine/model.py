@@ -50,7 +50,7 @@ def plain(value: Work) -> int | float:
 
 
 class Policy(enum.StrEnum):
-    """How a share treats idle entitlement (see DESIGN section 1)."""
+    """How a share treats idle entitlement (see docs/data-model.md)."""
 
     RESERVE = "RESERVE"
     LEND = "LEND"
@@ -133,7 +133,7 @@ def plan_pool(name: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Preference:
     """One option of a job's ordered preference list: ``count`` instances of a type, or,
-    when ``plan`` is given, of that capacity plan (DESIGN section 10), in which case
+    when ``plan`` is given, of that capacity plan (docs/scheduling.md#capacity-plans), in which case
     ``instance_type`` is the plan's type.
 
     ``pool`` is where the option runs: the type's name, or the plan's pool key. It is a
@@ -155,7 +155,7 @@ class Preference:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A capacity plan (DESIGN section 10): ``count`` instances of ``instance_type``
+    """A capacity plan (docs/scheduling.md#capacity-plans): ``count`` instances of ``instance_type``
     bought for ``share`` during ``[start, end)``, in addition to the queue's capacity.
     Only training jobs of ``share`` that name it run on it; it is never lent."""
 
@@ -205,7 +205,7 @@ class Job:
     kind: str = TRAINING
     """``training`` or ``processing``: only training jobs may name a plan."""
     order: int | None = None
-    """The caller's order of jobs (file order in the simulator) where DESIGN says "in
+    """The caller's order of jobs (file order in the simulator) where docs/scheduling.md says "in
     file order" (jobs preempted at a plan's end); None falls back to ``seq``."""
     may_borrow: bool = True
     """False: the job never borrows; for it, its share counts as one that cannot."""
@@ -282,7 +282,7 @@ class Decision:
     """The plan of the run admitted or preempted (None: on-demand capacity)."""
 
     def to_event(self) -> dict[str, object]:
-        """The JSON event of DESIGN section 3 (an admission's rule is implied by
+        """The JSON event of docs/scenarios.md (an admission's rule is implied by
         ``borrowed``: own when 0, borrow otherwise); a run on a plan carries ``plan``."""
         event: dict[str, object] = {"at": self.at, "type": self.kind, "job": self.job}
         if self.plan is not None and self.kind in ("admitted", "preempted"):
@@ -309,7 +309,8 @@ class Decision:
 
 @dataclass(frozen=True, slots=True)
 class Reason:
-    """Why one preference of a pending job does not run (DESIGN section 4)."""
+    """Why one preference of a pending job does not run
+    (docs/scheduling.md#why-is-my-job-waiting)."""
 
     preference: int
     reason: str
@@ -320,7 +321,8 @@ class Reason:
 
 
 PLAN_REASON_CODES = ("plan_not_active", "plan_too_small", "plan_full")
-"""Reasons of a plan preference (DESIGN section 10); section 4's never apply to it."""
+"""Reasons of a plan preference (docs/scheduling.md#capacity-plans); the other reason codes never
+apply to it."""
 
 ELIGIBILITY_REASON_CODES = ("over_budget", "deadline_unreachable")
 """Reasons of a preference that is not eligible (its budget or the job's deadline rule it

@@ -2,9 +2,9 @@
 
 A job of share S asking ``n`` of a pool fits without preemption when ``n <=
 maxfit(S)``: within ``free(S,T)`` (:mod:`scheduler.engine.accounting`) and either within
-its limit or, for ``LEND_AND_BORROW``, within its borrow cap. :func:`choose` is DESIGN's
-preference choice: the first preference that fits without preemption, else the first
-that fits with preemption (:func:`scheduler.engine.preemption.search`).
+its limit or, for ``LEND_AND_BORROW``, within its borrow cap. :func:`choose` is the
+preference choice of docs/scheduling.md: the first preference that fits without preemption, else
+the first that fits with preemption (:func:`scheduler.engine.preemption.search`).
 
 :func:`bound` and :func:`largest_possible` are exact necessary conditions the candidate
 index uses to rule out whole classes of jobs at once; :func:`own_possible` says whether

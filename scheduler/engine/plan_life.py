@@ -1,4 +1,5 @@
-"""A capacity plan's life in the engine (DESIGN section 10): added, started, resized, ended.
+"""A capacity plan's life in the engine (docs/scheduling.md#capacity-plans): added, started,
+resized, ended.
 
 A plan's start and end are instants of the run, like max-pending deadlines:
 :func:`advance` is what the engine does at each instant before anything else is decided
@@ -21,8 +22,8 @@ from scheduler.engine.state import QueueState
 
 @dataclass(frozen=True, slots=True)
 class PlanUsage:
-    """A capacity plan now (DESIGN section 10): its count, the instances its jobs hold,
-    and whether it is active; for pages and API (plan capacity apart from on-demand)."""
+    """A capacity plan now (docs/scheduling.md#capacity-plans): its count, the instances its jobs
+    hold, and whether it is active; for pages and API (plan capacity apart from on-demand)."""
 
     plan: str
     instance_type: str
@@ -147,8 +148,8 @@ def find(state: QueueState, name: str) -> PlanPool:
 
 def check_preferences(state: QueueState, job: Job) -> None:
     """A job may name a plan only when it is a training job of the plan's share, with the
-    plan's type (DESIGN section 10); raise ValueError otherwise. A plan the engine was
-    not given (a live caller may load only current plans) is no error: the preference
+    plan's type (docs/scheduling.md#capacity-plans); raise ValueError otherwise. A plan the engine
+    was not given (a live caller may load only current plans) is no error: the preference
     never fits, and its reason is ``plan_not_active``."""
     for index, pref in enumerate(job.preferences):
         if pref.plan is None:

@@ -1,9 +1,10 @@
-"""Capacity plans (DESIGN section 10): a plan's pool and its fit, victims and count drop.
+"""Capacity plans (docs/scheduling.md#capacity-plans): a plan's pool and its fit, victims and count
+drop.
 
 A plan is a pool of its own, beside the queue's pools of on-demand capacity: its
 ``count`` instances of one type for one share during ``[start, end)``. Jobs on it count
 neither in the share's usage against its limits nor in the type's total, so nothing of
-section 2's entitlement accounting (limits, RESERVE idle, borrowing, reclaim) reaches it,
+the entitlement accounting (limits, RESERVE idle, borrowing, reclaim) reaches it,
 and no on-demand placement or ``set_capacity`` ever stops a job on it. What it shares
 with a type's pool is the running index (usage, the share's priorities, victim order),
 so :class:`PlanPool` is a :class:`~scheduler.engine.state.Pool` whose entitlement

@@ -1,4 +1,4 @@
-"""Fits with preemption (DESIGN section 2): victim order, greedy pick, minimal set.
+"""Fits with preemption (docs/scheduling.md): victim order, greedy pick, minimal set.
 
 Victims are taken in one order (:func:`scheduler.engine.state.victim_key`): lower
 priority, least work lost, most recently started, id descending. A search is one greedy
@@ -126,7 +126,8 @@ def search(
     time_sensitive: set[str],
     own_only: bool = False,
 ) -> SearchResult:
-    """Victims that make a placement fit, or None (DESIGN "fits with preemption").
+    """Victims that make a placement fit, or None (docs/scheduling.md, "When a job may stop other
+    jobs").
 
     Only a job within its share's limit may preempt. If the share is under its limit,
     first one pass for an own placement over reclaim then in-share candidates; else (or

@@ -1,4 +1,4 @@
-"""State of one queue and the indices kept on it (DESIGN section 2).
+"""State of one queue and the indices kept on it (docs/scheduling.md).
 
 A :class:`Pool` is one instance type's capacity and the running jobs that hold it, with
 the per-share priority index in-share preemption needs. :class:`PoolFacts` are the values
@@ -7,7 +7,7 @@ computed on demand and dropped whenever the pool changes or time moves on.
 :class:`QueueState` ties the pools, the shares and the jobs together and keeps the
 change clock every incremental structure keys on (``touch``).
 
-Capacity plans (DESIGN section 10) are a second kind of pool
+Capacity plans (docs/scheduling.md#capacity-plans) are a second kind of pool
 (:class:`~scheduler.engine.plans.PlanPool`, kept in ``QueueState.plans``): a plan's own
 capacity, running jobs and priority index, with its own fit rule (no limits, no
 borrowing, no reclaim). Everything here that is not about entitlements (the running
@@ -61,7 +61,7 @@ VictimKey = tuple[int, Work, int, _Descending]
 
 
 def victim_key(job: Job, lost_work: Work) -> VictimKey:
-    """DESIGN's victim order: lower priority first, then least work lost, then most
+    """The victim order (docs/scheduling.md): lower priority first, then least work lost, then most
     recently started, then job id descending."""
     return (job.priority, lost_work, -(job.run_started_at or 0), _Descending(job.id))
 

@@ -1,4 +1,4 @@
-"""Work and lost work of a job (DESIGN section 2, "Work and lost work"), written once.
+"""Work and lost work of a job (docs/scheduling.md, "Work and lost work"), written once.
 
 Work done at ``t`` is the last reported progress plus ``(t - report) x speed`` (none
 during restart overhead), capped at the duration; checkpoints fall at whole multiples

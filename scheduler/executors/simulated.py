@@ -4,7 +4,7 @@ A run does its job's work at the type's speed times ``DEMO_TIME_FACTOR`` (simula
 seconds per real second, 60 in the demo: an hour a minute), checkpoints every
 ``checkpoint_interval`` of work, and completes when its work is done. It needs no
 process of its own: the scheduler's cycle asks this module which runs are done by now
-(and completes them first, as DESIGN's order within an instant wants), how far each
+(and completes them first, as the order within one moment (docs/scheduling.md) wants), how far each
 running job has got, and when the next run will finish (to wake up then).
 """
 

@@ -1,4 +1,4 @@
-"""DESIGN section 9 for agents: credentials act only on runs of queues run by agents, and
+"""docs/agents.md for agents: credentials act only on runs of queues run by agents, and
 on a run only as the agent that claimed it; unknown jobs are 404s; a run that is over is
 one 409 shape everywhere."""
 

@@ -1,4 +1,4 @@
-"""Capacity plans (DESIGN section 10), one rule per test, through the public runner.
+"""Capacity plans (docs/scheduling.md#capacity-plans), one rule per test, through the public runner.
 
 Each test states a tiny scenario; ``simulate`` runs it both incrementally and with full
 re-examination and insists the two agree.

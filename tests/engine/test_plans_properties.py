@@ -1,4 +1,5 @@
-"""Property-based checks of capacity plans (DESIGN section 10) over random scenarios.
+"""Property-based checks of capacity plans (docs/scheduling.md#capacity-plans) over random
+scenarios.
 
 Each generated scenario (types, shares, plans with random windows and counts, training
 and processing jobs whose lists mix plans and types, capacity, share and plan changes)

@@ -2,7 +2,7 @@
 
 Each generated scenario is run through the public runner; its event stream is then
 replayed against a shadow accounting that checks, decision by decision, the invariants
-of DESIGN section 2. Profiles: ``HYPOTHESIS_PROFILE=thorough`` runs many more examples.
+of docs/scheduling.md. Profiles: ``HYPOTHESIS_PROFILE=thorough`` runs many more examples.
 """
 
 from __future__ import annotations

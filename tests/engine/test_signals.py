@@ -1,4 +1,4 @@
-"""Every signal of DESIGN section 8 against values worked out by hand.
+"""Every signal of docs/signals.md against values worked out by hand.
 
 The recording (``data/signals_small.json``) is the engine's own output for a small
 scenario (the first test replays it), so the history is one that can happen:

@@ -1,4 +1,4 @@
-"""Plan signals of DESIGN 8 and 10 (``plan_utilization``, ``plan_first_rate``, a plan's
+"""Plan signals of docs/signals.md (``plan_utilization``, ``plan_first_rate``, a plan's
 cost) on a small recording played by the scenario runner and worked out by hand.
 
 One type g (capacity 1, $1 an instance-second), share A with limit 1, and plan P of A on

@@ -2,7 +2,7 @@
 
 Each test calls ``bridge.run_cycle`` with explicit ``now`` datetimes; with
 ``DEMO_TIME_FACTOR=1`` the simulated fleet runs at the clock's pace, so work equals
-elapsed seconds and the figures match DESIGN's worked examples.
+elapsed seconds and the figures match the worked examples of docs/scheduling.md.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def refresh(*jobs: Job) -> None:
 
 @pytest.fixture
 def aws() -> Any:
-    """DESIGN's AWS example: three shares of one queue of 3 x ml.g5.xlarge."""
+    """The worked example of docs/scheduling.md: three shares of one queue of 3 x ml.g5.xlarge."""
     from types import SimpleNamespace
 
     queue = make_queue("sagemaker-training", {G5: 3})

@@ -1,4 +1,4 @@
-"""The live scheduler with capacity plans (DESIGN section 10): the bridge loads a
+"""The live scheduler with capacity plans (docs/scheduling.md#capacity-plans): the bridge loads a
 queue's plans into the engine, starts and ends them on time (time-driven instants of
 the cycle), applies resizes like capacity, and admitted runs record their plan."""
 

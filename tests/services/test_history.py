@@ -1,4 +1,4 @@
-"""The history export (DESIGN 8): a queue run by the simulated fleet from its first
+"""The history export (docs/signals.md): a queue run by the simulated fleet from its first
 submission, exported, and replayed by the scenario runner, reproduces what happened.
 
 The fleet runs at the clock's pace (``DEMO_TIME_FACTOR=1``) and the test plays the
@@ -298,7 +298,7 @@ def run_plan_history(world: Any, clock: Clock) -> None:
 
 
 def test_a_queue_with_a_capacity_plan_exports_and_replays_exactly(world: Any, clock: Clock) -> None:
-    """DESIGN 8 and 10: the plan, its resize and the runs on it are in the export; the
+    """docs/signals.md: the plan, its resize and the runs on it are in the export; the
     replay reproduces the recorded events (plan admissions and the plan_ended stop
     included), and the signals read the plan's figures from it."""
     run_plan_history(world, clock)

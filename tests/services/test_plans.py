@@ -1,5 +1,5 @@
-"""Capacity plans through their services (DESIGN section 10): create, resize, end, the
-audit entries with their reasons, field-keyed errors; and job preferences naming plans."""
+"""Capacity plans through their services (docs/scheduling.md#capacity-plans): create, resize, end,
+the audit entries with their reasons, field-keyed errors; and job preferences naming plans."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Rules written once (issue: one copy of each rule), checked where they used to differ.
 
-- Lost work of a run the product does not execute follows DESIGN 2 "Work and lost work":
+- Lost work of a run the product does not execute follows docs/scheduling.md "Work and lost work":
   the latest progress the executor reported plus the time since, minus the checkpoint,
   never below 0 (it used to be wall-clock time since admission minus the checkpoint,
   which went negative when an agent worked faster than the clock).

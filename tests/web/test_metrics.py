@@ -1,8 +1,8 @@
 """/metrics: the Prometheus endpoint exposes the gauges and counters of a known state,
 and only to a bearer of METRICS_TOKEN or an admin.
 
-State (DESIGN's AWS example shape): capacity 3 x ml.g5.xlarge; "bg" LEND_AND_BORROW
-limit 1 (borrow limit 200%), "med" LEND limit 1, "prot" RESERVE limit 1. bg submits
+State (the shape of the worked example in docs/scheduling.md): capacity 3 x ml.g5.xlarge; "bg"
+LEND_AND_BORROW limit 1 (borrow limit 200%), "med" LEND limit 1, "prot" RESERVE limit 1. bg submits
 three one-instance jobs. The first runs within bg's limit (own 1); the second borrows
 (borrowed 1): no capacity is unowned (3 - 3 = 0), so it sits on med's idle (med lent 1);
 prot's idle is reserved, so the third waits (bg pending 1). Admissions: 1 own, 1 borrow.

@@ -1,5 +1,5 @@
 """``manage.py export_history QUEUE --from ISO --to ISO [--output FILE]``: a queue's
-recorded history as a scenario file (DESIGN 8) that ``python -m scheduler.simulate``
+recorded history as a scenario file (docs/signals.md) that ``python -m scheduler.simulate``
 replays and ``manage.py whatif`` takes."""
 
 from __future__ import annotations

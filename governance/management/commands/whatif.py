@@ -1,5 +1,5 @@
 """``manage.py whatif``: replay a queue's window (or an exported history file) as it was
-and with a proposed configuration, and print the per-share differences (DESIGN 8).
+and with a proposed configuration, and print the per-share differences (docs/signals.md).
 
     manage.py whatif QUEUE --from ISO --to ISO --set beta.borrow_limit=0 --capacity ml.g5.xlarge=4
     manage.py whatif --file history.json --set beta.limits='{"ml.g5.xlarge": 2}' [--json]
