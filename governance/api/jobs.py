@@ -126,6 +126,7 @@ class JobSerializer(serializers.ModelSerializer):
             "preemptible",
             "deadline",
             "max_cost",
+            "workload",
             "state",
             "instance_type",
             "plan",
@@ -231,6 +232,13 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="budget in the queue's currency (at most 2 decimals): preferences that "
         "would cost more are not eligible; refused when every one would",
     )
+    workload = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="id of a workload of the share's team (docs/workloads.md); a protected "
+        "one makes the job never borrow and never an in-share victim",
+    )
     program = serializers.JSONField(
         required=False,
         default=None,
@@ -309,6 +317,7 @@ class JobViewSet(
                 preemptible=data["preemptible"],
                 deadline=data["deadline"],
                 max_cost=data["max_cost"],
+                workload=data["workload"],
             ),
         )
         # Built from what the service returned (the job, its share and team, the

@@ -28,6 +28,7 @@ from governance.web import notifications as notification_pages
 from governance.web import priorities as priority_pages
 from governance.web import signals as signal_pages
 from governance.web import whatif as whatif_pages
+from governance.web import workloads as workload_pages
 
 app_name = "web"
 
@@ -59,6 +60,7 @@ urlpatterns: list = [
     # Teams: your team first, then the others.
     path("teams/", teams.team_list, name="teams"),
     path("teams/<int:team_id>/", teams.team_detail, name="team"),
+    path("workloads/<int:workload_id>/", workload_pages.workload_detail, name="workload"),
     # Jobs.
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/new/", jobs.job_new, name="job-new"),
