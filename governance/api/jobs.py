@@ -19,6 +19,7 @@ from governance.selectors import jobs as job_selectors
 from governance.selectors import scheduling
 from governance.selectors.filters import JobFilter
 from governance.services import jobs as job_services
+from governance.services import workloads as workload_services
 from governance.services.errors import NotFound
 
 
@@ -127,6 +128,7 @@ class JobSerializer(serializers.ModelSerializer):
             "deadline",
             "max_cost",
             "workload",
+            "output_valid",
             "state",
             "instance_type",
             "plan",
@@ -260,6 +262,13 @@ class JobCancelSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="")
 
 
+class JobOutputSerializer(serializers.Serializer):
+    valid = serializers.BooleanField(
+        required=False, allow_null=True, default=None, help_text="the output is valid"
+    )
+    note = serializers.CharField(required=False, allow_blank=True, default="")
+
+
 class JobViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
@@ -356,6 +365,28 @@ class JobViewSet(
             request.data,
             lambda data: job_services.job_cancel(
                 actor=request.user, job=job_id, reason=data["reason"]
+            ),
+        )
+        return self._detail(job_id)
+
+    @extend_schema(
+        request=JobOutputSerializer,
+        responses={200: JobDetailSerializer},
+        description=(
+            "A lead of the job's team (or an admin) confirms (valid: true) or rejects a "
+            "resumed run's output: the job must have succeeded after a preemption and name "
+            "a workload, whose recovery becomes verified or failed with the job as evidence "
+            "(docs/workloads.md)."
+        ),
+    )
+    @action(detail=True, methods=["post"])
+    def output(self, request: Request, pk: str | None = None) -> Response:
+        job_id = self._pk()
+        call_service(
+            JobOutputSerializer,
+            request.data,
+            lambda data: workload_services.job_output_judge(
+                actor=request.user, job=job_id, valid=data.get("valid"), note=data["note"]
             ),
         )
         return self._detail(job_id)

@@ -67,6 +67,9 @@ class Job(models.Model):
         on_delete=models.PROTECT,
         related_name="jobs",
     )
+    # A resumed run's output: confirmed valid (True) or invalid (False) by the executor's
+    # completion report or a lead; null while nobody said.
+    output_valid = models.BooleanField(null=True, blank=True)
     state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.PENDING)
     instance_type = models.ForeignKey(
         InstanceType, null=True, blank=True, on_delete=models.PROTECT, related_name="+"

@@ -21,6 +21,7 @@ from governance.models import (
     AuditEvent,
     Interruption,
     Job,
+    JobState,
     RecoveryChange,
     RecoveryStatus,
     Team,
@@ -29,6 +30,7 @@ from governance.models import (
 from governance.roles import AnyUser
 from governance.services import audit, limits, notifications
 from governance.services.errors import Errors, NotFound, PermissionDenied, ValidationFailed
+from governance.services.kit import lock_job
 
 NAME_MAX_LENGTH = 100
 TEXT_MAX_LENGTH = 4000
@@ -283,4 +285,111 @@ def recovery_record(
         at=at,
     )
     notifications.recovery_changed(locked, job=job, note=note, actor=actor, at=at)
+    return locked
+
+
+def resumed(job: Job) -> bool:
+    """Whether the job's last run resumed after a preemption: only such a run says
+    anything about its workload's recovery."""
+    return job.preemptions > 0
+
+
+def run_outcome(
+    job: Job,
+    *,
+    output_valid: bool | None,
+    failed: bool = False,
+    actor: AnyUser | None = None,
+    note: str = "",
+    at: datetime | None = None,
+) -> None:
+    """A run of ``job`` ended (in the caller's transaction): when it had resumed after a
+    preemption and names a workload, a failure or an invalid output sets the workload
+    ``failed`` and a valid output verifies it, with the job as evidence. A completion
+    without a verdict on its output waits for a lead (``job_output_judge``)."""
+    if job.workload_id is None or not resumed(job):
+        return
+    if failed:
+        recovery_record(
+            workload=job.workload_id,
+            after=RecoveryStatus.FAILED,
+            job=job,
+            note=note or "The resumed run failed.",
+            actor=actor,
+            at=at,
+        )
+    elif output_valid is not None:
+        recovery_record(
+            workload=job.workload_id,
+            after=RecoveryStatus.VERIFIED if output_valid else RecoveryStatus.FAILED,
+            job=job,
+            note=note
+            or (
+                "The resumed run completed; the executor reported its output "
+                + ("valid." if output_valid else "invalid.")
+            ),
+            actor=actor,
+            at=at,
+        )
+
+
+def may_judge(actor: AnyUser, job: Job) -> bool:
+    """Leads of the job's team and admins confirm or reject a resumed run's output."""
+    return roles.is_admin(actor) or roles.is_lead_of(actor, job.share.team_id)
+
+
+def job_output_judge(*, actor: AnyUser, job: Job | int, valid: Any, note: Any = "") -> Job:
+    """A lead confirms (``valid`` true) or rejects a resumed run's output: the job must
+    have succeeded after at least one preemption and name a workload, whose recovery
+    becomes ``verified`` or ``failed`` with the job as evidence. Audited as
+    JOB_OUTPUT_JUDGED (and the workload's change as WORKLOAD_RECOVERY_CHANGED)."""
+    with transaction.atomic():
+        locked = lock_job(job, "share__team")
+        if not may_judge(actor, locked):
+            raise PermissionDenied(
+                {
+                    "valid": [
+                        f"Only leads of team {locked.share.team.name} and admins may judge "
+                        "this job's output."
+                    ]
+                }
+            )
+        errors = Errors()
+        if not isinstance(valid, bool):
+            errors.add("valid", "Say true (the output is valid) or false (it is not).")
+        clean_note = _clean_text(errors, "note", note, NOTE_MAX_LENGTH)
+        if locked.state != JobState.SUCCEEDED:
+            errors.add(
+                "state",
+                f"Job {locked.pk} is {locked.state}: only a completed run's output is judged.",
+            )
+        elif not resumed(locked):
+            errors.add(
+                "state",
+                f"Job {locked.pk} was never preempted: its output says nothing about recovery.",
+            )
+        if locked.workload_id is None:
+            errors.add("workload", f"Job {locked.pk} names no workload whose recovery it shows.")
+        errors.raise_if_any()
+        now = timezone.now()
+        before = {"output_valid": locked.output_valid}
+        locked.output_valid = cast(bool, valid)
+        locked.save(update_fields=["output_valid"])
+        audit.record_job(
+            event_type=AuditEvent.JOB_OUTPUT_JUDGED,
+            actor=actor,
+            job=locked,
+            before=before,
+            after={"output_valid": locked.output_valid, "workload": locked.workload_id},
+            reason=clean_note,
+            at=now,
+        )
+        verdict = "valid" if valid else "invalid"
+        run_outcome(
+            locked,
+            output_valid=cast(bool, valid),
+            actor=actor,
+            note=clean_note or f"{actor.get_username()} marked the resumed run's output {verdict}.",
+            at=now,
+        )
     return locked

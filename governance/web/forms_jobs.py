@@ -295,3 +295,12 @@ class ReprioritiseForm(forms.Form):
 
 class CancelForm(forms.Form):
     reason = forms.CharField(required=False, max_length=500)
+
+
+class OutputForm(forms.Form):
+    """A lead's verdict on a resumed run's output (docs/workloads.md)."""
+
+    valid = forms.TypedChoiceField(
+        choices=[("true", "valid"), ("false", "invalid")], coerce=lambda v: v == "true"
+    )
+    note = forms.CharField(required=False, max_length=2000)

@@ -25,9 +25,16 @@ from governance.selectors import priorities as priority_selectors
 from governance.selectors import scheduling, web_jobs
 from governance.selectors import shares as share_selectors
 from governance.services import jobs as job_services
+from governance.services import workloads as workload_services
 from governance.services.errors import ServiceError
 from governance.web.errors import apply_service_errors, check_with_service
-from governance.web.forms_jobs import CancelForm, JobFilterForm, JobSubmitForm, ReprioritiseForm
+from governance.web.forms_jobs import (
+    CancelForm,
+    JobFilterForm,
+    JobSubmitForm,
+    OutputForm,
+    ReprioritiseForm,
+)
 from governance.web.links import url_pattern
 
 PAGE_SIZE = 50
@@ -112,6 +119,7 @@ def _detail(
     *,
     priority_form: ReprioritiseForm | None = None,
     cancel_form: CancelForm | None = None,
+    output_form: OutputForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     may_manage = job_services.may_manage(request.user, job)
@@ -129,8 +137,38 @@ def _detail(
         # The exceptions filed for this job, whatever their state (newest first).
         "job_exceptions": list(exception_selectors.exceptions().filter(job_id=job.pk)[:20]),
         "may_file_exception": roles.is_lead_of(request.user, job.share.team_id),
+        "may_judge_output": (
+            job.state == JobState.SUCCEEDED
+            and job.workload_id is not None
+            and workload_services.resumed(job)
+            and workload_services.may_judge(request.user, job)
+        ),
+        "output_form": output_form or OutputForm(),
     }
     return render(request, "jobs/detail.html", context, status=status)
+
+
+@login_required
+@require_POST
+def job_output(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A lead confirms or rejects a resumed run's output (docs/workloads.md)."""
+    job = _job_or_404(job_id)
+    form = OutputForm(request.POST)
+    if not form.is_valid():
+        return _detail(request, job, output_form=form, status=400)
+    try:
+        workload_services.job_output_judge(
+            actor=request.user,
+            job=job.pk,
+            valid=form.cleaned_data["valid"],
+            note=form.cleaned_data["note"],
+        )
+    except ServiceError as exc:
+        apply_service_errors(form, exc)
+        return _detail(request, _job_or_404(job_id), output_form=form, status=exc.status)
+    verdict = "valid" if form.cleaned_data["valid"] else "invalid"
+    messages.success(request, f"Output of {job.name} marked {verdict}.")
+    return redirect("web:job", job_id=job.pk)
 
 
 @login_required

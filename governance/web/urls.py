@@ -68,6 +68,7 @@ urlpatterns: list = [
     path("jobs/<int:job_id>/partials/status/", jobs.job_status_partial, name="job-status-partial"),
     path("jobs/<int:job_id>/priority/", jobs.job_reprioritise, name="job-reprioritise"),
     path("jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job-cancel"),
+    path("jobs/<int:job_id>/output/", jobs.job_output, name="job-output"),
     # The signed-in user's API tokens.
     path("account/tokens/", account.token_list, name="tokens"),
     path("account/tokens/<str:key>/revoke/", account.token_revoke, name="token-revoke"),

@@ -42,3 +42,39 @@ def test_team_view_lists_workloads_and_the_page_links_evidence():
     assert f'href="/jobs/{job.pk}/"' in text
     assert "resumed after a reclaim" in text
     assert client.get("/workloads/999999/").status_code == 404
+
+
+def test_a_lead_judges_a_resumed_runs_output_on_the_job_page():
+    from governance.models import JobState
+
+    world = make_world()
+    workload = Workload.objects.create(team=world.red, name="vision/detector-finetune")
+    job = make_job(
+        world.red_share,
+        world.red_member,
+        name="resumed",
+        state=JobState.SUCCEEDED,
+        preemptions=1,
+        workload=workload,
+        finished_at=timezone.now(),
+    )
+    member, lead = Client(), Client()
+    member.force_login(world.red_member)
+    lead.force_login(world.red_lead)
+    assert 'id="judge-output"' not in member.get(f"/jobs/{job.pk}/").content.decode()
+    page = lead.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="judge-output"' in page
+    assert f'href="/workloads/{workload.pk}/"' in page
+    bad = lead.post(f"/jobs/{job.pk}/output/", {"valid": "maybe", "note": "x"})
+    assert bad.status_code == 400
+    assert 'id="judge-output"' in bad.content.decode()
+    done = lead.post(f"/jobs/{job.pk}/output/", {"valid": "true", "note": "eval matches"})
+    assert done.status_code == 302
+    workload.refresh_from_db()
+    assert workload.recovery_status == "verified"
+    history = lead.get(f"/workloads/{workload.pk}/").content.decode()
+    assert f'href="/jobs/{job.pk}/"' in history and "eval matches" in history
+    refused = member.post(f"/jobs/{job.pk}/output/", {"valid": "false"})
+    assert refused.status_code == 403
+    workload.refresh_from_db()
+    assert workload.recovery_status == "verified"
