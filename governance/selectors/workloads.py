@@ -31,3 +31,14 @@ def recent_jobs(workload_id: int, limit: int = 20) -> list[Job]:
         .select_related("share")
         .order_by("-submitted_at", "-id")[:limit]
     )
+
+
+def choices_for_shares(share_ids: list[int]) -> list[tuple[int, str]]:
+    """(id, label) of the workloads of the teams of ``share_ids``: what the job form offers."""
+    rows = (
+        workloads().filter(team__shares__pk__in=share_ids).distinct().order_by("team__name", "name")
+    )
+    return [
+        (w.pk, f"{w.team.name}: {w.name} ({w.interruption}, recovery {w.recovery_status})")
+        for w in rows
+    ]

@@ -123,6 +123,14 @@ class JobSubmitForm(forms.Form):
         help_text="Untick for work that must not be interrupted (release builds, no "
         "checkpoints); lost capacity and reclaim can still stop it.",
     )
+    workload = forms.TypedChoiceField(
+        coerce=int,
+        required=False,
+        empty_value=None,
+        label="Workload",
+        help_text="The kind of work this job is a run of, of the share's team; a protected "
+        "workload never borrows and is never stopped for priority.",
+    )
     deadline_date = forms.DateField(required=False, label="Deadline date")
     deadline_time = forms.TimeField(required=False, label="Deadline time")
     deadline_zone = forms.CharField(
@@ -149,12 +157,14 @@ class JobSubmitForm(forms.Form):
         shares: list[tuple[int, str]],
         type_names: list[str],
         plans: list[tuple[str, str]] | None = None,
+        workloads: list[tuple[int, str]] | None = None,
         **kwargs: Any,
     ) -> None:
         """``plans``: (name, label) of the capacity plans the user's shares may name
         (active and upcoming); offered as ``plan:NAME`` beside the instance types."""
         super().__init__(*args, **kwargs)
         self.fields["share"].choices = [("", "choose a share"), *shares]  # type: ignore[attr-defined]
+        self.fields["workload"].choices = [("", "none"), *(workloads or [])]  # type: ignore[attr-defined]
         self.plan_options = [(PLAN_PREFIX + name, label) for name, label in plans or []]
         self.type_options = [(name, name) for name in type_names]
         type_choices = [("", "—"), *self.plan_options, *self.type_options]
@@ -285,6 +295,7 @@ class JobSubmitForm(forms.Form):
             "preemptible": bool(data.get("preemptible")),
             "deadline": self.deadline(),
             "max_cost": data.get("max_cost"),
+            "workload": data.get("workload"),
         }
 
 

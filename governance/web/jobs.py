@@ -24,6 +24,7 @@ from governance.selectors import plans as plan_selectors
 from governance.selectors import priorities as priority_selectors
 from governance.selectors import scheduling, web_jobs
 from governance.selectors import shares as share_selectors
+from governance.selectors import workloads as workload_selectors
 from governance.services import jobs as job_services
 from governance.services import workloads as workload_services
 from governance.services.errors import ServiceError
@@ -253,17 +254,26 @@ def job_new(request: HttpRequest) -> HttpResponse:
     type_names = share_limits[chosen] if chosen is not None else sorted(type_shares)
     share_plans = plan_selectors.nameable_plans_of([pk for pk, _ in share_choices])
     plan_choices = plan_selectors.plan_choices(share_plans)
+    workload_choices = workload_selectors.choices_for_shares([pk for pk, _ in share_choices])
     status = 200
     if request.method == "POST" and "pick" in request.POST:
         # Without JavaScript: "List this share's instance types" re-shows the form, what
         # was typed kept, the rows narrowed to the chosen share; nothing is submitted.
         kept = {k: v for k, v in request.POST.dict().items() if k in JobSubmitForm.base_fields}
         form = JobSubmitForm(
-            initial=kept, shares=share_choices, type_names=type_names, plans=plan_choices
+            initial=kept,
+            shares=share_choices,
+            type_names=type_names,
+            plans=plan_choices,
+            workloads=workload_choices,
         )
     elif request.method == "POST":
         form = JobSubmitForm(
-            request.POST, shares=share_choices, type_names=type_names, plans=plan_choices
+            request.POST,
+            shares=share_choices,
+            type_names=type_names,
+            plans=plan_choices,
+            workloads=workload_choices,
         )
         if form.is_valid():
             try:
@@ -286,7 +296,11 @@ def job_new(request: HttpRequest) -> HttpResponse:
         if chosen is not None:
             initial["share"] = chosen
         form = JobSubmitForm(
-            initial=initial, shares=share_choices, type_names=type_names, plans=plan_choices
+            initial=initial,
+            shares=share_choices,
+            type_names=type_names,
+            plans=plan_choices,
+            workloads=workload_choices,
         )
     context = {
         "form": form,

@@ -78,3 +78,38 @@ def test_a_lead_judges_a_resumed_runs_output_on_the_job_page():
     assert refused.status_code == 403
     workload.refresh_from_db()
     assert workload.recovery_status == "verified"
+
+
+def test_the_job_form_offers_the_teams_workloads_and_submits_with_one():
+    from governance.models import Job
+
+    world = make_world()
+    protected = Workload.objects.create(
+        team=world.red, name="eval/nightly", interruption="protected"
+    )
+    theirs = Workload.objects.create(team=world.blue, name="nlp/pretrain")
+    client = Client()
+    client.force_login(world.red_member)
+    form = client.get("/jobs/new/").content.decode()
+    assert f'<option value="{protected.pk}"' in form
+    assert "nlp/pretrain" not in form
+    data = {
+        "share": world.red_share.pk,
+        "name": "nightly",
+        "kind": "training",
+        "priority": 0,
+        "pref_type_0": "ml.g5.xlarge",
+        "pref_count_0": 1,
+        "may_borrow": "on",
+        "preemptible": "on",
+    }
+    refused = client.post("/jobs/new/", {**data, "workload": theirs.pk})
+    assert refused.status_code == 400
+    assert "workload" in refused.context["form"].errors
+    response = client.post("/jobs/new/", {**data, "workload": protected.pk})
+    assert response.status_code == 302
+    job = Job.objects.get(name="nightly")
+    assert job.workload == protected
+    assert (job.may_borrow, job.preemptible) == (False, False)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert f'href="/workloads/{protected.pk}/"' in page and "never borrows" in page
