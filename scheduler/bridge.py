@@ -147,10 +147,9 @@ def _share_config(share: Share) -> eng.ShareConfig:
     )
 
 
-def verified_workloads(shares: Iterable[Share], rows: Iterable[dict[str, Any]]) -> set[int]:
-    """The verified workloads among those the rows name, asked only when a share requires
-    verified recovery to borrow."""
-    strict = {s.pk for s in shares if s.borrow_requires_verified_recovery}
+def verified_workloads(strict: set[int], rows: Iterable[dict[str, Any]]) -> set[int]:
+    """The verified workloads among those the rows of ``strict`` shares (ids of shares
+    that require verified recovery to borrow) name."""
     if not strict:
         return set()
     named = {r["workload_id"] for r in rows if r["share_id"] in strict and r["workload_id"]}
@@ -163,12 +162,12 @@ def verified_workloads(shares: Iterable[Share], rows: Iterable[dict[str, Any]]) 
     )
 
 
-def may_borrow(row: dict[str, Any], share: Share, verified: set[int]) -> bool:
+def may_borrow(row: dict[str, Any], strict: set[int], verified: set[int]) -> bool:
     """Whether the engine lets the job borrow: its own ``may_borrow``, and, in a share that
-    requires verified recovery, a workload whose recovery is verified."""
+    requires verified recovery (``strict``), a workload whose recovery is verified."""
     if not row["may_borrow"]:
         return False
-    if share.borrow_requires_verified_recovery:
+    if row["share_id"] in strict:
         return row["workload_id"] in verified
     return True
 
@@ -298,8 +297,13 @@ def _job_rows(queue_id: int, *, lock: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
-    """Read one queue into a fresh engine (``lock`` takes the cycle's row locks)."""
+def load(
+    queue: JobQueue, now: datetime, *, lock: bool, verified_rule: dict[int, bool] | None = None
+) -> Loaded:
+    """Read one queue into a fresh engine (``lock`` takes the cycle's row locks).
+
+    ``verified_rule`` (share id -> bool) overrides the shares' stored "borrowing requires
+    verified recovery", for a preview of that change."""
     capacity = {
         row.instance_type.name: (row.count, row.instance_type)
         for row in QueueCapacity.objects.filter(queue=queue).select_related("instance_type")
@@ -354,7 +358,9 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
     plan_usage: dict[str, int] = {}
     share_by_id = {s.pk: s for s in shares}
     # Shares that lend their borrowing only to verified recovery (docs/workloads.md).
-    verified = verified_workloads(shares, rows)
+    rule = verified_rule or {}
+    strict = {s.pk for s in shares if rule.get(s.pk, s.borrow_requires_verified_recovery)}
+    verified = verified_workloads(strict, rows)
     active_rows: dict[str, dict[str, Any]] = {}
     loaded = Loaded(
         queue=queue,
@@ -403,7 +409,7 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
                 speeds,
                 prefs,
                 simulated_fleet=simulated_fleet,
-                may_borrow=may_borrow(row, share_by_id[row["share_id"]], verified),
+                may_borrow=may_borrow(row, strict, verified),
             )
         )
     if disabled:

@@ -105,3 +105,36 @@ def test_the_setting_is_a_share_field_changed_by_admins_and_audited() -> None:
     bridge.run_cycle(w.queue.pk, now=at(2))
     job.refresh_from_db()
     assert job.state == JobState.PENDING
+
+
+def test_the_share_preview_shows_what_the_setting_would_start() -> None:
+    from django.utils import timezone
+
+    from governance.services.shares import validate_share_fields
+    from scheduler import readings
+
+    # The preview reads the queue as it is now: this story happens now.
+    queue = make_queue("q", {G5: 4})
+    make_share(queue, TeamFactory(name="lender"), "lender", {G5: 2}, policy="LEND")
+    team = TeamFactory(name="borrower")
+    share = make_share(
+        queue,
+        team,
+        "b",
+        {G5: 1},
+        policy="LEND_AND_BORROW",
+        borrow_limit=-1,
+        borrow_requires_verified_recovery=True,
+    )
+    lead = make_lead(team, "b_lead")
+    now = timezone.now()
+    make_job(share, lead, name="own", submitted_at=now, duration=100_000)
+    waiting = make_job(share, lead, name="unnamed", submitted_at=now)
+    bridge.run_cycle(queue.pk, now=now)
+    waiting.refresh_from_db()
+    assert waiting.state == JobState.PENDING
+    off = validate_share_fields(share, {"borrow_requires_verified_recovery": False})
+    preview = readings.preview_share_change(share, off)
+    assert [(row["name"], row["rule"]) for row in preview["started"]] == [("unnamed", "borrow")]
+    on = validate_share_fields(share, {"borrow_requires_verified_recovery": True})
+    assert readings.preview_share_change(share, on)["started"] == []
