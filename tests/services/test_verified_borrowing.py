@@ -5,6 +5,8 @@ workload's jobs borrow as before; the setting is audited with the share."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
 from governance.models import AuditEntry, AuditEvent, JobState, Workload
@@ -18,9 +20,10 @@ pytestmark = pytest.mark.django_db
 G5 = "ml.g5.xlarge"
 
 
-def lab(strict: bool):
+def lab(strict: bool, start: datetime | None = None):
     """A queue of 4: a lender's idle share of 2 and a borrower's share of 1 (unlimited
-    borrowing), whose first job fills its own limit."""
+    borrowing), whose first job (submitted at ``start``, default ``at(0)``) fills its own
+    limit."""
     from types import SimpleNamespace
 
     queue = make_queue("q", {G5: 4})
@@ -36,7 +39,7 @@ def lab(strict: bool):
         borrow_requires_verified_recovery=strict,
     )
     lead = make_lead(team, "b_lead")
-    own = make_job(share, lead, name="own", submitted_at=at(0), duration=10_000)
+    own = make_job(share, lead, name="own", submitted_at=start or at(0), duration=100_000)
     return SimpleNamespace(queue=queue, team=team, share=share, lead=lead, own=own)
 
 
@@ -114,21 +117,9 @@ def test_the_share_preview_shows_what_the_setting_would_start() -> None:
     from scheduler import readings
 
     # The preview reads the queue as it is now: this story happens now.
-    queue = make_queue("q", {G5: 4})
-    make_share(queue, TeamFactory(name="lender"), "lender", {G5: 2}, policy="LEND")
-    team = TeamFactory(name="borrower")
-    share = make_share(
-        queue,
-        team,
-        "b",
-        {G5: 1},
-        policy="LEND_AND_BORROW",
-        borrow_limit=-1,
-        borrow_requires_verified_recovery=True,
-    )
-    lead = make_lead(team, "b_lead")
     now = timezone.now()
-    make_job(share, lead, name="own", submitted_at=now, duration=100_000)
+    w = lab(strict=True, start=now)
+    queue, share, lead = w.queue, w.share, w.lead
     waiting = make_job(share, lead, name="unnamed", submitted_at=now)
     bridge.run_cycle(queue.pk, now=now)
     waiting.refresh_from_db()
