@@ -43,8 +43,13 @@ def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
         (s for pk, s in summaries.items() if pk not in shown), key=lambda s: s.name.lower()
     )
     window = request.GET.get("history")
+    blocks = [_team_block(team, usage, window) for team in detailed]
+    editor_of = roles.lead_team_ids(request.user)
+    admin = roles.is_admin(request.user)
+    for block in blocks:
+        block["may_edit_workloads"] = admin or block["team"].pk in editor_of
     context = {
-        "blocks": [_team_block(team, usage, window) for team in detailed],
+        "blocks": blocks,
         "others": others,
         "mine": roles.member_team_ids(request.user),
     }

@@ -60,7 +60,9 @@ urlpatterns: list = [
     # Teams: your team first, then the others.
     path("teams/", teams.team_list, name="teams"),
     path("teams/<int:team_id>/", teams.team_detail, name="team"),
+    path("teams/<int:team_id>/workloads/new/", workload_pages.workload_new, name="workload-new"),
     path("workloads/<int:workload_id>/", workload_pages.workload_detail, name="workload"),
+    path("workloads/<int:workload_id>/edit/", workload_pages.workload_edit, name="workload-edit"),
     # Jobs.
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/new/", jobs.job_new, name="job-new"),

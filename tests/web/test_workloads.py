@@ -113,3 +113,34 @@ def test_the_job_form_offers_the_teams_workloads_and_submits_with_one():
     assert (job.may_borrow, job.preemptible) == (False, False)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert f'href="/workloads/{protected.pk}/"' in page and "never borrows" in page
+
+
+def test_a_lead_adds_and_edits_a_workload_in_the_browser():
+    world = make_world()
+    lead, member = Client(), Client()
+    lead.force_login(world.red_lead)
+    member.force_login(world.red_member)
+    assert (
+        f"/teams/{world.red.pk}/workloads/new/"
+        in lead.get(f"/teams/{world.red.pk}/").content.decode()
+    )
+    assert "workloads/new/" not in member.get(f"/teams/{world.red.pk}/").content.decode()
+    assert member.get(f"/teams/{world.red.pk}/workloads/new/").status_code == 403
+    url = f"/teams/{world.red.pk}/workloads/new/"
+    bad = lead.post(url, {"name": "bad name", "interruption": "tolerant"})
+    assert bad.status_code == 400
+    assert "letters, digits" in bad.context["form"].errors["name"][0]
+    done = lead.post(
+        url, {"name": "vision/x", "interruption": "tolerant", "recovery_assumptions": "s3 ckpt"}
+    )
+    assert done.status_code == 302
+    workload = Workload.objects.get(team=world.red, name="vision/x")
+    assert lead.get(f"/workloads/{workload.pk}/edit/").status_code == 200
+    lead.post(
+        f"/workloads/{workload.pk}/edit/",
+        {"name": "vision/x", "interruption": "protected", "recovery_assumptions": "s3 ckpt"},
+    )
+    workload.refresh_from_db()
+    assert workload.interruption == "protected"
+    dup = lead.post(url, {"name": "vision/x", "interruption": "tolerant"})
+    assert dup.status_code == 400 and "already has" in dup.context["form"].errors["name"][0]
