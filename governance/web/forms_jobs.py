@@ -42,6 +42,10 @@ class JobFilterForm(forms.Form):
     team = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
     state = forms.ChoiceField(required=False, choices=STATE_CHOICES)
     kind = forms.ChoiceField(required=False, choices=KIND_CHOICES)
+    # Shown when given (the workload page links to its jobs with it).
+    workload = forms.IntegerField(
+        required=False, min_value=1, max_value=2**31 - 1, label="Workload id"
+    )
     submitted_after = forms.DateTimeField(required=False, label="Submitted from")
     submitted_before = forms.DateTimeField(required=False, label="Submitted before")
     started_after = forms.DateTimeField(required=False, label="Started from")
@@ -73,6 +77,7 @@ class JobFilterForm(forms.Form):
             "state": data.get("state") or None,
             "kind": data.get("kind") or None,
             "text": data.get("q") or None,
+            "workload": data.get("workload"),
             **{name: data.get(name) for name in WINDOW_FIELDS},
         }
 

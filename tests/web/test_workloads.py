@@ -144,3 +144,19 @@ def test_a_lead_adds_and_edits_a_workload_in_the_browser():
     assert workload.interruption == "protected"
     dup = lead.post(url, {"name": "vision/x", "interruption": "tolerant"})
     assert dup.status_code == 400 and "already has" in dup.context["form"].errors["name"][0]
+
+
+def test_the_jobs_page_filters_by_workload():
+    world = make_world()
+    workload = Workload.objects.create(team=world.red, name="vision/x")
+    mine = make_job(world.red_share, world.red_lead, name="of-the-workload", workload=workload)
+    make_job(world.red_share, world.red_lead, name="other-job")
+    client = Client()
+    client.force_login(world.red_lead)
+    assert (
+        f"/jobs/?workload={workload.pk}"
+        in client.get(f"/workloads/{workload.pk}/").content.decode()
+    )
+    page = client.get(f"/jobs/?workload={workload.pk}").content.decode()
+    assert f'href="/jobs/{mine.pk}/"' in page and "other-job" not in page
+    assert client.get("/jobs/?workload=abc").status_code == 200  # a bad filter is ignored
