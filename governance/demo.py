@@ -34,6 +34,7 @@ from governance.services import (
 )
 from governance.services import slurm as slurm_services
 from governance.services import users as user_services
+from governance.services import workloads as workload_services
 
 MARKER_QUEUE = "aws-worked-example"
 DEMO_PLAN = "vision-p5-reserved"
@@ -279,6 +280,7 @@ def load(data_dir: Path | None = None) -> list[str]:
     )
     _jobs_and_exceptions(admin, reviewer, leads, members, background, fleet_shares)
     _lending_pool(admin, leads, team_objs)
+    _workloads(admin, team_objs)
 
     roles = [
         ("admin", "admin: edits queues, shares and priority bands"),
@@ -292,6 +294,34 @@ def load(data_dir: Path | None = None) -> list[str]:
         data_dir.mkdir(parents=True, exist_ok=True)
         (data_dir / "demo_logins.txt").write_text("\n".join(logins) + "\n")
     return logins
+
+
+# Each team's workloads (docs/workloads.md): one tolerant, one protected. Both start
+# unverified: only a resumed run's outcome verifies recovery, which the demo's activity
+# has to produce.
+DEMO_WORKLOADS = {
+    "tolerant": (
+        "finetune",
+        "Resumes from the last checkpoint in the team's bucket; output valid when the "
+        "evaluation set's score is within 0.5% of the uninterrupted reference run.",
+    ),
+    "protected": (
+        "release-eval",
+        "No checkpoints: a release evaluation must run start to finish on its own capacity.",
+    ),
+}
+
+
+def _workloads(admin: Any, team_objs: dict[str, Team]) -> None:
+    for team in TEAMS:
+        for interruption, (name, assumptions) in DEMO_WORKLOADS.items():
+            workload_services.workload_create(
+                actor=admin,
+                team=team_objs[team],
+                name=f"{team}/{name}",
+                interruption=interruption,
+                recovery_assumptions=assumptions,
+            )
 
 
 def _agreements(admin: Any, leads: dict[str, Any], by_name: dict[str, Share]) -> None:

@@ -477,6 +477,7 @@ SPECTACULAR_SETTINGS = {
         "JobKindEnum": "governance.models.jobs.JobKind",
         "ExceptionStateEnum": "governance.models.exceptions.ExceptionState",
         "NotificationKindEnum": "governance.models.notifications.NotificationKind",
+        "RecoveryStatusEnum": "governance.models.workloads.RecoveryStatus",
     },
 }
 

@@ -37,8 +37,10 @@ from governance.models import (
     JobQueue,
     JobState,
     QueueCapacity,
+    RecoveryStatus,
     Share,
     ShareLimit,
+    Workload,
 )
 from governance.services import hooks, insight, runs
 from scheduler import engine as eng
@@ -83,6 +85,7 @@ JOB_FIELDS = (
     "preemptible",
     "deadline",
     "max_cost",
+    "workload_id",
 )
 
 
@@ -144,6 +147,31 @@ def _share_config(share: Share) -> eng.ShareConfig:
     )
 
 
+def verified_workloads(strict: set[int], rows: Iterable[dict[str, Any]]) -> set[int]:
+    """The verified workloads among those the rows of ``strict`` shares (ids of shares
+    that require verified recovery to borrow) name."""
+    if not strict:
+        return set()
+    named = {r["workload_id"] for r in rows if r["share_id"] in strict and r["workload_id"]}
+    if not named:
+        return set()
+    return set(
+        Workload.objects.filter(pk__in=named, recovery_status=RecoveryStatus.VERIFIED).values_list(
+            "pk", flat=True
+        )
+    )
+
+
+def may_borrow(row: dict[str, Any], strict: set[int], verified: set[int]) -> bool:
+    """Whether the engine lets the job borrow: its own ``may_borrow``, and, in a share that
+    requires verified recovery (``strict``), a workload whose recovery is verified."""
+    if not row["may_borrow"]:
+        return False
+    if row["share_id"] in strict:
+        return row["workload_id"] in verified
+    return True
+
+
 def row_job(row: dict[str, Any]) -> Job:
     """An unsaved Job carrying the row's fields (for the progress arithmetic of runs)."""
     return Job(
@@ -188,6 +216,7 @@ def _engine_job(
     preferences: tuple[eng.Preference, ...],
     *,
     simulated_fleet: bool,
+    may_borrow: bool,
 ) -> eng.Job:
     max_pending, interval, duration = (
         row["max_pending"],
@@ -213,7 +242,7 @@ def _engine_job(
         started_at=to_ms(row["started_at"]) if row["started_at"] else None,
         last_checkpoint=eng.exact(round(row["checkpoint_work"] * MS)),
         work_done=eng.exact(round(row["work_done"] * MS)),
-        may_borrow=row["may_borrow"],
+        may_borrow=may_borrow,
         preemptible=row["preemptible"],
         deadline=to_ms(row["deadline"]) if row["deadline"] is not None else None,
         max_cost=eng.exact(Fraction(row["max_cost"])) if row["max_cost"] is not None else None,
@@ -268,8 +297,13 @@ def _job_rows(queue_id: int, *, lock: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
-    """Read one queue into a fresh engine (``lock`` takes the cycle's row locks)."""
+def load(
+    queue: JobQueue, now: datetime, *, lock: bool, verified_rule: dict[int, bool] | None = None
+) -> Loaded:
+    """Read one queue into a fresh engine (``lock`` takes the cycle's row locks).
+
+    ``verified_rule`` (share id -> bool) overrides the shares' stored "borrowing requires
+    verified recovery", for a preview of that change."""
     capacity = {
         row.instance_type.name: (row.count, row.instance_type)
         for row in QueueCapacity.objects.filter(queue=queue).select_related("instance_type")
@@ -323,6 +357,10 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
     usage: dict[str, int] = {}
     plan_usage: dict[str, int] = {}
     share_by_id = {s.pk: s for s in shares}
+    # Shares that lend their borrowing only to verified recovery (docs/workloads.md).
+    rule = verified_rule or {}
+    strict = {s.pk for s in shares if rule.get(s.pk, s.borrow_requires_verified_recovery)}
+    verified = verified_workloads(strict, rows)
     active_rows: dict[str, dict[str, Any]] = {}
     loaded = Loaded(
         queue=queue,
@@ -371,6 +409,7 @@ def load(queue: JobQueue, now: datetime, *, lock: bool) -> Loaded:
                 speeds,
                 prefs,
                 simulated_fleet=simulated_fleet,
+                may_borrow=may_borrow(row, strict, verified),
             )
         )
     if disabled:

@@ -208,7 +208,14 @@ def preview_share_change(share: Share, fields: dict[str, Any]) -> dict[str, list
     key = share.name
     ms = to_ms(loaded.now)
     baseline_engine = loaded.engine.copy()
-    changed_engine = loaded.engine.copy()
+    strict = fields.get("borrow_requires_verified_recovery")
+    if strict is not None and strict != share.borrow_requires_verified_recovery:
+        # Which jobs may borrow is decided when the queue is read: read it again so.
+        changed_engine = load(
+            share.queue, loaded.now, lock=False, verified_rule={share.pk: strict}
+        ).engine
+    else:
+        changed_engine = loaded.engine.copy()
     engine_fields: dict[str, Any] = {}
     for name in ("policy", "limits", "in_share_preemption", "preemption_retries"):
         if name in fields:

@@ -108,6 +108,16 @@ class FinishIn(RunIn):
     start = serializers.BooleanField(
         default=False, help_text="as for claim: the runs in `next` are started as claimed"
     )
+    output_valid = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=(
+            "complete only: whether the job checked its output and found it valid; a run "
+            "that resumed after a preemption then verifies (true) or fails (false) its "
+            "workload's recovery (docs/workloads.md)"
+        ),
+    )
 
 
 class RunStateOut(serializers.Serializer[Any]):
@@ -232,6 +242,7 @@ class CompleteView(APIView):
                 run=f["run"],
                 now=timezone.now(),
                 agent=f["agent"] or None,
+                output_valid=f["output_valid"],
             ),
         )
 

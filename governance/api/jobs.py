@@ -19,6 +19,7 @@ from governance.selectors import jobs as job_selectors
 from governance.selectors import scheduling
 from governance.selectors.filters import JobFilter
 from governance.services import jobs as job_services
+from governance.services import workloads as workload_services
 from governance.services.errors import NotFound
 
 
@@ -130,6 +131,8 @@ class JobSerializer(serializers.ModelSerializer):
             "preemptible",
             "deadline",
             "max_cost",
+            "workload",
+            "output_valid",
             "state",
             "instance_type",
             "plan",
@@ -235,6 +238,13 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="budget in the queue's currency (at most 2 decimals): preferences that "
         "would cost more are not eligible; refused when every one would",
     )
+    workload = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="id of a workload of the share's team (docs/workloads.md); a protected "
+        "one makes the job never borrow and never an in-share victim",
+    )
     program = serializers.JSONField(
         required=False,
         default=None,
@@ -254,6 +264,13 @@ class JobPatchSerializer(serializers.Serializer):
 
 class JobCancelSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class JobOutputSerializer(serializers.Serializer):
+    valid = serializers.BooleanField(
+        required=False, allow_null=True, default=None, help_text="the output is valid"
+    )
+    note = serializers.CharField(required=False, allow_blank=True, default="")
 
 
 class JobViewSet(
@@ -313,6 +330,7 @@ class JobViewSet(
                 preemptible=data["preemptible"],
                 deadline=data["deadline"],
                 max_cost=data["max_cost"],
+                workload=data["workload"],
             ),
         )
         # Built from what the service returned (the job, its share and team, the
@@ -351,6 +369,28 @@ class JobViewSet(
             request.data,
             lambda data: job_services.job_cancel(
                 actor=request.user, job=job_id, reason=data["reason"]
+            ),
+        )
+        return self._detail(job_id)
+
+    @extend_schema(
+        request=JobOutputSerializer,
+        responses={200: JobDetailSerializer},
+        description=(
+            "A lead of the job's team (or an admin) confirms (valid: true) or rejects a "
+            "resumed run's output: the job must have succeeded after a preemption and name "
+            "a workload, whose recovery becomes verified or failed with the job as evidence "
+            "(docs/workloads.md)."
+        ),
+    )
+    @action(detail=True, methods=["post"])
+    def output(self, request: Request, pk: str | None = None) -> Response:
+        job_id = self._pk()
+        call_service(
+            JobOutputSerializer,
+            request.data,
+            lambda data: workload_services.job_output_judge(
+                actor=request.user, job=job_id, valid=data.get("valid"), note=data["note"]
             ),
         )
         return self._detail(job_id)

@@ -56,6 +56,7 @@ class ShareSerializer(serializers.ModelSerializer):
             "in_share_preemption",
             "preemption_retries",
             "enabled",
+            "borrow_requires_verified_recovery",
             "version",
         ]
 
@@ -76,6 +77,11 @@ class ShareWriteSerializer(serializers.Serializer):
     in_share_preemption = serializers.BooleanField(required=False)
     preemption_retries = serializers.IntegerField(required=False, allow_null=True)
     enabled = serializers.BooleanField(required=False)
+    borrow_requires_verified_recovery = serializers.BooleanField(
+        required=False,
+        help_text="jobs of workloads whose recovery is not verified, and jobs naming none, "
+        "never borrow (docs/workloads.md)",
+    )
     reason = serializers.CharField(required=False, allow_blank=True)
 
 
@@ -139,6 +145,9 @@ class ShareViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
                 in_share_preemption=data.get("in_share_preemption", False),
                 preemption_retries=data.get("preemption_retries"),
                 enabled=data.get("enabled", True),
+                borrow_requires_verified_recovery=data.get(
+                    "borrow_requires_verified_recovery", False
+                ),
                 reason=data.get("reason", ""),
             ),
             partial=False,

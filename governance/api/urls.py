@@ -27,6 +27,7 @@ from governance.api.signals import (
 )
 from governance.api.slurm import JobEndedView as SlurmJobEndedView
 from governance.api.teams import TeamViewSet
+from governance.api.workloads import WorkloadViewSet
 
 router = DefaultRouter()
 
@@ -43,6 +44,7 @@ router.register("agreements", AgreementViewSet, basename="agreement")
 router.register("audit", AuditEntryViewSet, basename="audit")
 router.register("notifications", NotificationViewSet, basename="notification")
 router.register("plans", PlanViewSet, basename="plan")
+router.register("workloads", WorkloadViewSet, basename="workload")
 
 
 agent_urls = [

@@ -38,6 +38,7 @@ from governance.models.slurm import (
 )
 from governance.models.teams import Membership, MembershipRole, Team
 from governance.models.whatif import WhatIf, WhatIfState
+from governance.models.workloads import Interruption, RecoveryChange, RecoveryStatus, Workload
 
 __all__ = [
     "Agreement",
@@ -52,6 +53,7 @@ __all__ = [
     "ExceptionState",
     "IdempotencyKey",
     "InstanceType",
+    "Interruption",
     "Job",
     "JobEvent",
     "JobForecast",
@@ -71,6 +73,8 @@ __all__ = [
     "PromiseEvaluation",
     "PromiseState",
     "QueueCapacity",
+    "RecoveryChange",
+    "RecoveryStatus",
     "Share",
     "ShareChangeRequest",
     "ShareLimit",
@@ -85,4 +89,5 @@ __all__ = [
     "UsageRollup",
     "WhatIf",
     "WhatIfState",
+    "Workload",
 ]

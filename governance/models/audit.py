@@ -84,6 +84,10 @@ class AuditEvent(models.TextChoices):
     EXECUTOR_PAUSED = "executor.paused"
     EXECUTOR_RESUMED = "executor.resumed"
     EXECUTOR_DRIFT = "executor.drift"
+    WORKLOAD_CREATED = "workload.created"
+    WORKLOAD_UPDATED = "workload.updated"
+    WORKLOAD_RECOVERY_CHANGED = "workload.recovery_changed"
+    JOB_OUTPUT_JUDGED = "job.output_judged"
 
 
 GENESIS_HASH = "0" * 64

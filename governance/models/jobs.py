@@ -59,6 +59,17 @@ class Job(models.Model):
     # {"script": "#!..."}, with optional "workdir" and "env" ({NAME: value}); empty for
     # the simulated fleet and agents. Checked by ``services.slurm.clean_program``.
     program = models.JSONField(default=dict, blank=True)
+    # The workload (of the share's team) this job is a run of (docs/workloads.md).
+    workload = models.ForeignKey(
+        "governance.Workload",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+    )
+    # A resumed run's output: confirmed valid (True) or invalid (False) by the executor's
+    # completion report or a lead; null while nobody said.
+    output_valid = models.BooleanField(null=True, blank=True)
     state = models.CharField(max_length=10, choices=JobState.choices, default=JobState.PENDING)
     instance_type = models.ForeignKey(
         InstanceType, null=True, blank=True, on_delete=models.PROTECT, related_name="+"

@@ -22,6 +22,7 @@ class NotificationKind(models.TextChoices):
     AGREEMENT_REVIEW_SOON = "agreement_review_soon", "An agreement's review date is near"
     PROMISE_BROKEN = "promise_broken", "A promise of an agreement was broken"
     SLURM_DRIFT = "slurm_drift", "Slurm runs a job beyond what the product admitted"
+    RECOVERY_CHANGED = "recovery_changed", "A workload's recovery status changed"
 
 
 # By email unless the person says otherwise; job events are frequent, so in the app only.

@@ -29,6 +29,8 @@ class Share(models.Model):
     # Null means unlimited retries; 0 fails a job at its first preemption.
     preemption_retries = models.PositiveIntegerField(null=True, blank=True)
     enabled = models.BooleanField(default=True)
+    # Jobs of workloads whose recovery is not verified (or naming none) may not borrow.
+    borrow_requires_verified_recovery = models.BooleanField(default=False)
     # Optimistic locking: every edit must name the version it read.
     version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -21,12 +21,15 @@ from governance.models import (
     CapacityPlan,
     ChangeRequestState,
     ExceptionState,
+    Interruption,
     Job,
     JobKind,
     JobState,
     PlanState,
     PriorityException,
+    RecoveryStatus,
     ShareChangeRequest,
+    Workload,
 )
 from governance.models.jobs import ACTIVE_STATES
 
@@ -81,6 +84,7 @@ class JobFilter(django_filters.FilterSet):
     plan = django_filters.NumberFilter(
         field_name="plan_id", label="capacity plan id (its current or last run)"
     )
+    workload = django_filters.NumberFilter(field_name="workload_id", label="workload id")
     # Time windows [after, before): what the Signals page links to for its figures.
     submitted_after = UtcIsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
     submitted_before = UtcIsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
@@ -100,6 +104,7 @@ class JobFilter(django_filters.FilterSet):
             "submitter",
             "q",
             "plan",
+            "workload",
             *WINDOW_FIELDS,
         ]
 
@@ -191,3 +196,15 @@ class PlanFilter(django_filters.FilterSet):
         if value == PlanState.ACTIVE:
             return queryset.filter(start__lte=now, end__gt=now)
         return queryset.filter(end__lte=now)
+
+
+class WorkloadFilter(django_filters.FilterSet):
+    """Workloads: by team, interruption class and recovery status."""
+
+    team = django_filters.NumberFilter(field_name="team_id")
+    interruption = django_filters.ChoiceFilter(choices=Interruption.choices)
+    recovery_status = django_filters.ChoiceFilter(choices=RecoveryStatus.choices)
+
+    class Meta:
+        model = Workload
+        fields = ["team", "interruption", "recovery_status"]

@@ -22,7 +22,7 @@ from scheduler.engine.work import ceil as ceil_work
 def jobs() -> QuerySet[Job]:
     """Every job, newest first, with what its listing shows loaded in the same query."""
     return Job.objects.select_related(
-        "queue", "share", "share__team", "submitter", "instance_type", "plan"
+        "queue", "share", "share__team", "submitter", "instance_type", "plan", "workload"
     )
 
 

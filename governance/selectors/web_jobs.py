@@ -138,6 +138,7 @@ def filtered_jobs(
     state: str | None = None,
     kind: str | None = None,
     text: str | None = None,
+    workload: int | None = None,
     **window: datetime | None,
 ) -> QuerySet[Job]:
     """Jobs matching the list filters (the API's ``JobFilter``), newest first, with what
@@ -148,6 +149,7 @@ def filtered_jobs(
         "team": team,
         "state": state,
         "kind": kind,
+        "workload": workload,
     }
     data["q"] = text
     data.update({k: v.isoformat() for k, v in window.items() if k in WINDOW_FIELDS and v})

@@ -25,6 +25,7 @@ from governance.models import (
     CapacityPlan,
     ExceptionState,
     InstanceType,
+    Interruption,
     Job,
     JobKind,
     JobQueue,
@@ -42,6 +43,7 @@ from governance.selectors import jobs as job_selectors
 from governance.selectors import priorities as priority_selectors
 from governance.services import audit, hooks, limits
 from governance.services import slurm as slurm_services
+from governance.services import workloads as workload_services
 from governance.services.errors import Errors, PermissionDenied, ValidationFailed
 from governance.services.kit import is_int, job_event, lock_job
 
@@ -68,6 +70,7 @@ def job_snapshot(job: Job) -> dict[str, Any]:
         "preemptible": job.preemptible,
         "deadline": job.deadline.isoformat() if job.deadline else None,
         "max_cost": str(job.max_cost) if job.max_cost is not None else None,
+        "workload": job.workload_id,
         "state": job.state,
         "submitter": job.submitter_id,
         "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
@@ -429,6 +432,7 @@ def job_submit(
     preemptible: bool = True,
     deadline: datetime | None = None,
     max_cost: Decimal | float | int | None = None,
+    workload: Any = None,
 ) -> Job:
     """Submit a job to a share: members and leads of the share's team, and admins.
 
@@ -438,6 +442,8 @@ def job_submit(
     approved, unexpired exception for the share. ``may_borrow``, ``preemptible``,
     ``deadline``, ``max_cost`` and a preference's ``runtime`` bound how it may run
     (docs/scheduling.md); a job whose every preference is over its budget is refused.
+    ``workload`` (an id) names a workload of the share's team; a ``protected`` one makes
+    the job never borrow and never an in-share victim (docs/workloads.md).
     """
     share_id = share.pk if isinstance(share, Share) else share
     with transaction.atomic():
@@ -500,6 +506,9 @@ def job_submit(
             ("duration", duration),
         ):
             _optional_positive(errors, field, value)
+        workload_obj = workload_services.clean_job_workload(errors, workload, share_obj.team_id)
+        if workload_obj is not None and workload_obj.interruption == Interruption.PROTECTED:
+            may_borrow, preemptible = False, False
         budget = _check_constraints(errors, may_borrow, preemptible, deadline, max_cost)
         if budget is not None and resolved and not errors.fields() & {"preferences", "count"}:
             clean_duration = duration if is_int(duration) else None
@@ -526,6 +535,7 @@ def job_submit(
             checkpoint_interval=checkpoint_interval,
             duration=duration,
             program=clean_program,
+            workload=workload_obj,
             may_borrow=may_borrow,
             preemptible=preemptible,
             deadline=deadline,

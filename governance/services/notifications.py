@@ -463,3 +463,23 @@ def change_request_decided(cr: Any, actor: AnyUser) -> None:
         url=_path("web:change-request", cr.pk),
         exclude=actor,
     )
+
+
+def recovery_changed(
+    workload: Any, *, job: Any, note: str, actor: AnyUser | None, at: datetime
+) -> None:
+    """A workload's recovery status changed (docs/workloads.md): its team's leads hear,
+    with the job that was the evidence."""
+    evidence = f" (evidence: job {job.pk})" if job is not None else ""
+    tell(
+        kind=NotificationKind.RECOVERY_CHANGED,
+        key=f"workload.recovery:{workload.pk}:{workload.recovery_status}:"
+        f"{job.pk if job is not None else at.isoformat()}",
+        recipients=team_people(workload.team_id, leads_only=True),
+        title=f"Workload {workload.name} (team {workload.team.name}): recovery "
+        f"{workload.recovery_status}{evidence}",
+        body=note,
+        url=_path("web:workload", workload.pk),
+        exclude=actor,
+        at=at,
+    )

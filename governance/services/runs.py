@@ -30,6 +30,7 @@ from governance.models import AuditEntry, AuditEvent, DecisionRule, Job, JobEven
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.services import audit, notifications
+from governance.services import workloads as workload_services
 from governance.services.errors import Conflict, PermissionDenied, ValidationFailed
 from governance.services.hooks import queue_changed
 from governance.services.kit import job_event, lock_job, valid_id
@@ -394,13 +395,20 @@ def run_complete(
     now: datetime,
     work: float | None = None,
     agent: str | None = None,
+    output_valid: bool | None = None,
 ) -> Job:
-    """The executor reports the run finished its work: the job succeeds and frees capacity."""
+    """The executor reports the run finished its work: the job succeeds and frees capacity.
+
+    ``output_valid`` is the executor's verdict on the output, if it has one: for a run
+    that resumed after a preemption it verifies, or fails, the job's workload
+    (docs/workloads.md)."""
     job = _locked_running(job_id, run, actor, agent)
     event, entry = _completed(job, actor, run, now, work)
-    job.save(update_fields=COMPLETED_FIELDS)
+    job.output_valid = output_valid
+    job.save(update_fields=[*COMPLETED_FIELDS, "output_valid"])
     event.save()
     entry.save()
+    workload_services.run_outcome(job, output_valid=output_valid, actor=actor, at=now)
     queue_changed(job.queue_id)
     return job
 
@@ -491,6 +499,14 @@ def run_fail(
         at=now,
     )
     notifications.job_stopped(job, failed=True, why=message or "The job failed.", at=now)
+    workload_services.run_outcome(
+        job,
+        output_valid=None,
+        failed=True,
+        actor=actor,
+        note=f"The resumed run failed: {message or 'the job failed'}",
+        at=now,
+    )
     transaction.on_commit(lambda: metrics.count_executor_error("failed"))
     queue_changed(job.queue_id)
     return job

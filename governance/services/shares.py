@@ -50,6 +50,7 @@ SHARE_FIELDS = (
     "in_share_preemption",
     "preemption_retries",
     "enabled",
+    "borrow_requires_verified_recovery",
 )
 
 
@@ -71,6 +72,7 @@ def share_snapshot(share: Share) -> dict[str, Any]:
         "in_share_preemption": share.in_share_preemption,
         "preemption_retries": share.preemption_retries,
         "enabled": share.enabled,
+        "borrow_requires_verified_recovery": share.borrow_requires_verified_recovery,
         "version": share.version,
     }
 
@@ -134,7 +136,7 @@ def _validate(
             f"Must be empty (unlimited) or an integer >= 0 (at most {limits_.MAX_RETRIES}).",
         )
 
-    for flag in ("in_share_preemption", "enabled"):
+    for flag in ("in_share_preemption", "enabled", "borrow_requires_verified_recovery"):
         if not isinstance(values[flag], bool):
             errors.add(flag, "Must be true or false.")
 
@@ -180,6 +182,7 @@ def share_create(
     in_share_preemption: bool = False,
     preemption_retries: int | None = None,
     enabled: bool = True,
+    borrow_requires_verified_recovery: bool = False,
     reason: str = "",
 ) -> Share:
     """Create a share (version 1). A LEND_AND_BORROW share without a borrow limit gets -1."""
@@ -205,6 +208,7 @@ def share_create(
             "in_share_preemption": in_share_preemption,
             "preemption_retries": preemption_retries,
             "enabled": enabled,
+            "borrow_requires_verified_recovery": borrow_requires_verified_recovery,
         }
         clean_limits = _validate(values, locked_queue, errors, share_pk=None)
         errors.raise_if_any()
@@ -253,6 +257,7 @@ def _merged_values(
         "in_share_preemption": share.in_share_preemption,
         "preemption_retries": share.preemption_retries,
         "enabled": share.enabled,
+        "borrow_requires_verified_recovery": share.borrow_requires_verified_recovery,
     }
     for field in SHARE_FIELDS:
         if field in changes and field != "queue":

@@ -42,6 +42,10 @@ class JobFilterForm(forms.Form):
     team = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
     state = forms.ChoiceField(required=False, choices=STATE_CHOICES)
     kind = forms.ChoiceField(required=False, choices=KIND_CHOICES)
+    # Shown when given (the workload page links to its jobs with it).
+    workload = forms.IntegerField(
+        required=False, min_value=1, max_value=2**31 - 1, label="Workload id"
+    )
     submitted_after = forms.DateTimeField(required=False, label="Submitted from")
     submitted_before = forms.DateTimeField(required=False, label="Submitted before")
     started_after = forms.DateTimeField(required=False, label="Started from")
@@ -73,6 +77,7 @@ class JobFilterForm(forms.Form):
             "state": data.get("state") or None,
             "kind": data.get("kind") or None,
             "text": data.get("q") or None,
+            "workload": data.get("workload"),
             **{name: data.get(name) for name in WINDOW_FIELDS},
         }
 
@@ -123,6 +128,14 @@ class JobSubmitForm(forms.Form):
         help_text="Untick for work that must not be interrupted (release builds, no "
         "checkpoints); lost capacity and reclaim can still stop it.",
     )
+    workload = forms.TypedChoiceField(
+        coerce=int,
+        required=False,
+        empty_value=None,
+        label="Workload",
+        help_text="The kind of work this job is a run of, of the share's team; a protected "
+        "workload never borrows and is never stopped for priority.",
+    )
     deadline_date = forms.DateField(required=False, label="Deadline date")
     deadline_time = forms.TimeField(required=False, label="Deadline time")
     deadline_zone = forms.CharField(
@@ -149,12 +162,14 @@ class JobSubmitForm(forms.Form):
         shares: list[tuple[int, str]],
         type_names: list[str],
         plans: list[tuple[str, str]] | None = None,
+        workloads: list[tuple[int, str]] | None = None,
         **kwargs: Any,
     ) -> None:
         """``plans``: (name, label) of the capacity plans the user's shares may name
         (active and upcoming); offered as ``plan:NAME`` beside the instance types."""
         super().__init__(*args, **kwargs)
         self.fields["share"].choices = [("", "choose a share"), *shares]  # type: ignore[attr-defined]
+        self.fields["workload"].choices = [("", "none"), *(workloads or [])]  # type: ignore[attr-defined]
         self.plan_options = [(PLAN_PREFIX + name, label) for name, label in plans or []]
         self.type_options = [(name, name) for name in type_names]
         type_choices = [("", "—"), *self.plan_options, *self.type_options]
@@ -285,6 +300,7 @@ class JobSubmitForm(forms.Form):
             "preemptible": bool(data.get("preemptible")),
             "deadline": self.deadline(),
             "max_cost": data.get("max_cost"),
+            "workload": data.get("workload"),
         }
 
 
@@ -295,3 +311,12 @@ class ReprioritiseForm(forms.Form):
 
 class CancelForm(forms.Form):
     reason = forms.CharField(required=False, max_length=500)
+
+
+class OutputForm(forms.Form):
+    """A lead's verdict on a resumed run's output (docs/workloads.md)."""
+
+    valid = forms.TypedChoiceField(
+        choices=[("true", "valid"), ("false", "invalid")], coerce=lambda v: v == "true"
+    )
+    note = forms.CharField(required=False, max_length=2000)

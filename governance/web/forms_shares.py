@@ -47,6 +47,12 @@ class ShareEditForm(forms.Form):
         "preemption; empty = unlimited.",
     )
     enabled = forms.BooleanField(required=False, help_text="A disabled share accepts no new jobs.")
+    borrow_requires_verified_recovery = forms.BooleanField(
+        required=False,
+        label="Borrowing requires verified recovery",
+        help_text="Jobs of workloads whose recovery from a preemption is not verified, and "
+        "jobs naming no workload, never run on borrowed capacity.",
+    )
     reason = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
@@ -89,6 +95,7 @@ class ShareEditForm(forms.Form):
             "in_share_preemption": share.in_share_preemption,
             "preemption_retries": share.preemption_retries,
             "enabled": share.enabled,
+            "borrow_requires_verified_recovery": share.borrow_requires_verified_recovery,
             "version": share.version,
         }
         for i, (type_name, count) in enumerate(sorted(limits.items())):
@@ -152,6 +159,9 @@ class ShareEditForm(forms.Form):
             "in_share_preemption": bool(data.get("in_share_preemption")),
             "preemption_retries": _optional_int(data.get("preemption_retries")),
             "enabled": bool(data.get("enabled")),
+            "borrow_requires_verified_recovery": bool(
+                data.get("borrow_requires_verified_recovery")
+            ),
         }
         if data["policy"] == Policy.LEND_AND_BORROW:
             changes["borrow_limit"] = _optional_int(data.get("borrow_limit"))

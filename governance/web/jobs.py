@@ -24,10 +24,18 @@ from governance.selectors import plans as plan_selectors
 from governance.selectors import priorities as priority_selectors
 from governance.selectors import scheduling, web_jobs
 from governance.selectors import shares as share_selectors
+from governance.selectors import workloads as workload_selectors
 from governance.services import jobs as job_services
+from governance.services import workloads as workload_services
 from governance.services.errors import ServiceError
 from governance.web.errors import apply_service_errors, check_with_service
-from governance.web.forms_jobs import CancelForm, JobFilterForm, JobSubmitForm, ReprioritiseForm
+from governance.web.forms_jobs import (
+    CancelForm,
+    JobFilterForm,
+    JobSubmitForm,
+    OutputForm,
+    ReprioritiseForm,
+)
 from governance.web.links import url_pattern
 
 PAGE_SIZE = 50
@@ -112,6 +120,7 @@ def _detail(
     *,
     priority_form: ReprioritiseForm | None = None,
     cancel_form: CancelForm | None = None,
+    output_form: OutputForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     may_manage = job_services.may_manage(request.user, job)
@@ -129,8 +138,38 @@ def _detail(
         # The exceptions filed for this job, whatever their state (newest first).
         "job_exceptions": list(exception_selectors.exceptions().filter(job_id=job.pk)[:20]),
         "may_file_exception": roles.is_lead_of(request.user, job.share.team_id),
+        "may_judge_output": (
+            job.state == JobState.SUCCEEDED
+            and job.workload_id is not None
+            and workload_services.resumed(job)
+            and workload_services.may_judge(request.user, job)
+        ),
+        "output_form": output_form or OutputForm(),
     }
     return render(request, "jobs/detail.html", context, status=status)
+
+
+@login_required
+@require_POST
+def job_output(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A lead confirms or rejects a resumed run's output (docs/workloads.md)."""
+    job = _job_or_404(job_id)
+    form = OutputForm(request.POST)
+    if not form.is_valid():
+        return _detail(request, job, output_form=form, status=400)
+    try:
+        workload_services.job_output_judge(
+            actor=request.user,
+            job=job.pk,
+            valid=form.cleaned_data["valid"],
+            note=form.cleaned_data["note"],
+        )
+    except ServiceError as exc:
+        apply_service_errors(form, exc)
+        return _detail(request, _job_or_404(job_id), output_form=form, status=exc.status)
+    verdict = "valid" if form.cleaned_data["valid"] else "invalid"
+    messages.success(request, f"Output of {job.name} marked {verdict}.")
+    return redirect("web:job", job_id=job.pk)
 
 
 @login_required
@@ -215,17 +254,26 @@ def job_new(request: HttpRequest) -> HttpResponse:
     type_names = share_limits[chosen] if chosen is not None else sorted(type_shares)
     share_plans = plan_selectors.nameable_plans_of([pk for pk, _ in share_choices])
     plan_choices = plan_selectors.plan_choices(share_plans)
+    workload_choices = workload_selectors.choices_for_shares([pk for pk, _ in share_choices])
     status = 200
     if request.method == "POST" and "pick" in request.POST:
         # Without JavaScript: "List this share's instance types" re-shows the form, what
         # was typed kept, the rows narrowed to the chosen share; nothing is submitted.
         kept = {k: v for k, v in request.POST.dict().items() if k in JobSubmitForm.base_fields}
         form = JobSubmitForm(
-            initial=kept, shares=share_choices, type_names=type_names, plans=plan_choices
+            initial=kept,
+            shares=share_choices,
+            type_names=type_names,
+            plans=plan_choices,
+            workloads=workload_choices,
         )
     elif request.method == "POST":
         form = JobSubmitForm(
-            request.POST, shares=share_choices, type_names=type_names, plans=plan_choices
+            request.POST,
+            shares=share_choices,
+            type_names=type_names,
+            plans=plan_choices,
+            workloads=workload_choices,
         )
         if form.is_valid():
             try:
@@ -248,7 +296,11 @@ def job_new(request: HttpRequest) -> HttpResponse:
         if chosen is not None:
             initial["share"] = chosen
         form = JobSubmitForm(
-            initial=initial, shares=share_choices, type_names=type_names, plans=plan_choices
+            initial=initial,
+            shares=share_choices,
+            type_names=type_names,
+            plans=plan_choices,
+            workloads=workload_choices,
         )
     context = {
         "form": form,

@@ -44,6 +44,7 @@ COMPARED_FIELDS = (
     ("in_share_preemption", "In-share preemption"),
     ("preemption_retries", "Preemption retries"),
     ("enabled", "Enabled"),
+    ("borrow_requires_verified_recovery", "Borrowing requires verified recovery"),
 )
 
 
@@ -67,7 +68,7 @@ def _show(field: str, value: Any) -> str:
         return "—" if value is None else ("unlimited" if value == -1 else f"{value}%")
     if field == "preemption_retries":
         return "unlimited" if value is None else str(value)
-    if field in ("in_share_preemption", "enabled"):
+    if field in ("in_share_preemption", "enabled", "borrow_requires_verified_recovery"):
         return "on" if value else "off"
     if field == "policy":
         return str(Policy(value).label) if value in Policy.values else str(value)

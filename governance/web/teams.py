@@ -14,6 +14,7 @@ from governance import roles
 from governance.models import Team
 from governance.selectors import insight, team_view
 from governance.selectors import teams as team_selectors
+from governance.selectors import workloads as workload_selectors
 from governance.web import charts
 
 
@@ -29,6 +30,7 @@ def _team_block(team: Team, usage: list[Any], window: str | None) -> dict[str, A
         "pending_total": pending_total,
         "exceptions": team_view.team_exceptions(team),
         "change_requests": team_view.team_change_requests(team),
+        "workloads": workload_selectors.of_team(team.pk),
         **charts.history_context(history, f"Team {team.name}"),
     }
 
@@ -41,8 +43,13 @@ def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
         (s for pk, s in summaries.items() if pk not in shown), key=lambda s: s.name.lower()
     )
     window = request.GET.get("history")
+    blocks = [_team_block(team, usage, window) for team in detailed]
+    editor_of = roles.lead_team_ids(request.user)
+    admin = roles.is_admin(request.user)
+    for block in blocks:
+        block["may_edit_workloads"] = admin or block["team"].pk in editor_of
     context = {
-        "blocks": [_team_block(team, usage, window) for team in detailed],
+        "blocks": blocks,
         "others": others,
         "mine": roles.member_team_ids(request.user),
     }

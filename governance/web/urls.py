@@ -28,6 +28,7 @@ from governance.web import notifications as notification_pages
 from governance.web import priorities as priority_pages
 from governance.web import signals as signal_pages
 from governance.web import whatif as whatif_pages
+from governance.web import workloads as workload_pages
 
 app_name = "web"
 
@@ -59,6 +60,9 @@ urlpatterns: list = [
     # Teams: your team first, then the others.
     path("teams/", teams.team_list, name="teams"),
     path("teams/<int:team_id>/", teams.team_detail, name="team"),
+    path("teams/<int:team_id>/workloads/new/", workload_pages.workload_new, name="workload-new"),
+    path("workloads/<int:workload_id>/", workload_pages.workload_detail, name="workload"),
+    path("workloads/<int:workload_id>/edit/", workload_pages.workload_edit, name="workload-edit"),
     # Jobs.
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/new/", jobs.job_new, name="job-new"),
@@ -66,6 +70,7 @@ urlpatterns: list = [
     path("jobs/<int:job_id>/partials/status/", jobs.job_status_partial, name="job-status-partial"),
     path("jobs/<int:job_id>/priority/", jobs.job_reprioritise, name="job-reprioritise"),
     path("jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job-cancel"),
+    path("jobs/<int:job_id>/output/", jobs.job_output, name="job-output"),
     # The signed-in user's API tokens.
     path("account/tokens/", account.token_list, name="tokens"),
     path("account/tokens/<str:key>/revoke/", account.token_revoke, name="token-revoke"),

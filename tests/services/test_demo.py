@@ -152,3 +152,16 @@ def test_the_demo_agreements_keep_one_promise_and_break_another(tmp_path: Path) 
     assert wait[0] == "broken" and wait[1] is not None and wait[1] > 3600
     told = Notification.objects.filter(kind=NotificationKind.PROMISE_BROKEN)
     assert "lead-speech" in {n.recipient.username for n in told}
+
+
+@pytest.mark.django_db
+def test_every_demo_team_has_a_tolerant_and_a_protected_workload(tmp_path: Path) -> None:
+    from governance.models import Workload
+
+    demo.load(tmp_path)
+    rows = set(Workload.objects.values_list("team__name", "interruption", "recovery_status"))
+    assert rows == {
+        (team, interruption, "unverified")
+        for team in demo.TEAMS
+        for interruption in ("tolerant", "protected")
+    }

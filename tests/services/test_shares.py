@@ -70,6 +70,7 @@ def test_create_is_audited_with_snapshot(admin, queue, team, django_capture_on_c
         "in_share_preemption": False,
         "preemption_retries": None,
         "enabled": True,
+        "borrow_requires_verified_recovery": False,
         "version": 1,
     }
 

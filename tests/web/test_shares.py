@@ -274,3 +274,20 @@ def test_cached_jobs_table_shows_a_change_on_the_next_view(world):
     submit(world.lead_vision, world.background, "second", 1)
     after = table()
     assert "second" in after and "(2)" in after
+
+
+def test_the_editor_sets_borrowing_requires_verified_recovery(world):
+    url = f"/shares/{world.background.pk}/"
+    editor = client_for(world.admin).get(url + "edit/").content.decode()
+    assert 'name="borrow_requires_verified_recovery"' in editor
+    response = client_for(world.admin).post(
+        url + "edit/",
+        form_data(world.background, borrow_requires_verified_recovery="on", reason="proven only"),
+    )
+    assert response.status_code == 302
+    share = Share.objects.get(pk=world.background.pk)
+    assert share.borrow_requires_verified_recovery is True
+    entry = AuditEntry.objects.get(event_type=AuditEvent.SHARE_UPDATED, share_id=share.pk)
+    assert entry.after["borrow_requires_verified_recovery"] is True
+    page = client_for(world.admin).get(url).content.decode()
+    assert "only for jobs of workloads with verified recovery" in page
