@@ -306,7 +306,8 @@ class AgreementViewSet(
             )
         ],
     )
-    @action(detail=True, methods=["get"])
+    # One list of every promise, never paginated (its ``limit`` is per promise).
+    @action(detail=True, methods=["get"], pagination_class=None)
     def history(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Every promise the agreement has held (withdrawn ones too) with its evaluations."""
         agreement_id = self._pk()
