@@ -145,6 +145,26 @@ class ShareEditForm(forms.Form):
             self.add_error("reason", "Say why you change this share; it goes into the audit trail.")
         return data
 
+    def parsed_changes(self) -> dict[str, Any]:
+        """What :meth:`changes` gives, for the fields that parsed only: when others did
+        not, the service still judges these (``check_with_service``), so every problem is
+        told at once. The limits go only when every row parsed (else the stored ones
+        stand in), the borrow limit only with a policy that has one."""
+        data = self.cleaned_data
+        parsed: dict[str, Any] = {}
+        if "policy" in data:
+            parsed["policy"] = data["policy"]
+        if "limits_map" in data and not any(k.startswith("limit_") for k in self.errors):
+            parsed["limits"] = data["limits_map"]
+        for flag in ("in_share_preemption", "enabled", "borrow_requires_verified_recovery"):
+            if flag in data and flag in self.fields:
+                parsed[flag] = bool(data[flag])
+        if "preemption_retries" in data:
+            parsed["preemption_retries"] = _optional_int(data["preemption_retries"])
+        if parsed.get("policy") == Policy.LEND_AND_BORROW and "borrow_limit" in data:
+            parsed["borrow_limit"] = _optional_int(data["borrow_limit"])
+        return parsed
+
     def changes(self) -> dict[str, Any]:
         """The share fields as the service takes them (``limits`` replaces the whole map).
 

@@ -33,7 +33,7 @@ from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
 from governance.web import agreements as agreement_pages
 from governance.web import charts, regions
-from governance.web.errors import apply_service_errors
+from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_shares import ShareEditForm
 from governance.web.links import url_pattern
 
@@ -244,6 +244,18 @@ def share_edit(request: HttpRequest, share_id: int) -> HttpResponse:
                 return redirect("web:share", share_id=share.pk)
         else:
             status = 400
+            # Every problem at once: the service's rules on what did parse (a borrow
+            # limit beyond its range, a limit above the largest count), in a dry run.
+            check_with_service(
+                form,
+                lambda: share_services.share_update(
+                    actor=request.user,
+                    share=share.pk,
+                    version=share.version,
+                    changes=form.parsed_changes(),
+                    reason="",
+                ),
+            )
     else:
         form = ShareEditForm(
             initial=ShareEditForm.initial_for(share, share_selectors.limits_of(share)),

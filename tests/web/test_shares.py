@@ -151,6 +151,27 @@ def test_a_negative_limit_gets_one_message(world):
     assert "Give a count" not in body
 
 
+def test_the_editor_reports_every_problem_at_once(world):
+    """A negative limit (the form's rule), no reason (the form's) and too many retries
+    (the service's): all three in the first answer, and nothing stored or audited."""
+    response = client_for(world.admin).post(
+        f"/shares/{world.medium.pk}/edit/",
+        form_data(
+            world.medium,
+            limit_count_0=-3,
+            reason="",
+            preemption_retries=limits.MAX_RETRIES + 1,
+        ),
+    )
+    assert response.status_code == 400
+    form = response.context["form"]
+    assert "A limit is a count of 0 or more" in form.errors["limit_count_0"][0]
+    assert "Say why you change this share" in " ".join(form.errors["reason"])
+    assert "Must be empty (unlimited)" in form.errors["preemption_retries"][0]
+    assert Share.objects.get(pk=world.medium.pk).version == 1
+    assert not AuditEntry.objects.filter(event_type=AuditEvent.SHARE_UPDATED).exists()
+
+
 def test_a_sixth_limit_is_refused_not_dropped(world):
     for name in ("t.a", "t.b", "t.c", "t.d", "t.e"):
         itype = InstanceType.objects.create(name=name)
