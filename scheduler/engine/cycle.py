@@ -212,9 +212,30 @@ class _Cycle:
         from their first job; the next cycle looks at the others)."""
 
     def run(self) -> bool:
-        index = self.state.index
+        state = self.state
+        index = state.index
+        shares = state.shares
         for pair in index.take_maybe_live():
-            for cls in self._open_classes(pair):
+            classes = self._open_classes(pair)
+            if not classes:
+                continue
+            pool = state.pools.get(pair[0])
+            if pool is not None and not self._borrows(pair[1]):
+                # A share that cannot borrow can only be admitted in the first group, and
+                # only within its limit: a class whose first job could not stay within
+                # it is proven here as the walk would prove it at its turn (nothing that
+                # could change that before then, a victim of the share on the type, comes
+                # without easing the pair, which queues the class again), so it is not
+                # queued at all. Deep backlogs have many such classes: every change of a
+                # type wakes every share's classes there, most of them at their limit.
+                for cls in classes:
+                    first = cls.jobs[0].priority
+                    if own_possible(shares, pool, pair[1], cls.count, first):
+                        self.walked[id(cls)] = cls
+                    else:
+                        index.prove(pair, cls.count, first, state.clock)
+                continue
+            for cls in classes:
                 self.walked[id(cls)] = cls
         if not self.walked:
             return False
@@ -263,9 +284,16 @@ class _Cycle:
         """The pair's classes whose first job may fit: asking no more than the share
         could place at all, and not yet proven not to fit."""
         state = self.state
-        pool = state.pools.get(pair[0]) or state.plans.get(pair[0])
+        pool = state.pools.get(pair[0])
         if pool is None:
-            return []  # an unknown type (or plan): nothing ever fits there
+            pool = state.plans.get(pair[0])
+            if pool is None:
+                return []  # an unknown type (or plan): nothing ever fits there
+        elif pair[0] not in state.shares[pair[1]].limits:
+            # no limit on the type: the share can place nothing there (largest_possible
+            # is -1). Many pairs are such (preferences beyond the share's types), and every
+            # change of the type wakes them: answer before computing the pool's facts
+            return []
         classes = state.index.classes_of(pair)
         if not classes:
             return []
