@@ -212,30 +212,9 @@ class _Cycle:
         from their first job; the next cycle looks at the others)."""
 
     def run(self) -> bool:
-        state = self.state
-        index = state.index
-        shares = state.shares
+        index = self.state.index
         for pair in index.take_maybe_live():
-            classes = self._open_classes(pair)
-            if not classes:
-                continue
-            pool = state.pools.get(pair[0])
-            if pool is not None and not self._borrows(pair[1]):
-                # A share that cannot borrow can only be admitted in the first group, and
-                # only within its limit: a class whose first job could not stay within
-                # it is proven here as the walk would prove it at its turn (nothing that
-                # could change that before then, a victim of the share on the type, comes
-                # without easing the pair, which queues the class again), so it is not
-                # queued at all. Deep backlogs have many such classes: every change of a
-                # type wakes every share's classes there, most of them at their limit.
-                for cls in classes:
-                    first = cls.jobs[0].priority
-                    if own_possible(shares, pool, pair[1], cls.count, first):
-                        self.walked[id(cls)] = cls
-                    else:
-                        index.prove(pair, cls.count, first, state.clock)
-                continue
-            for cls in classes:
+            for cls in self._within_limit(pair, self._open_classes(pair), None):
                 self.walked[id(cls)] = cls
         if not self.walked:
             return False
@@ -262,6 +241,36 @@ class _Cycle:
 
     def _borrows(self, share: str) -> bool:
         return self.state.shares[share].policy is Policy.LEND_AND_BORROW
+
+    def _within_limit(
+        self, pair: Pair, classes: list[JobClass], after: Key | None
+    ) -> list[JobClass]:
+        """Of classes about to be queued for the first group from their first job after
+        ``after`` (None: from their first), those that may be admitted in it; the others
+        are proven at once, as the walk would prove them at their turn.
+
+        Only for a share that cannot borrow: its jobs can only be admitted in the first
+        group, and only within its limit (``own_possible``, monotone: a later job of the
+        class, at no higher priority, fails too). Nothing that could change that before
+        the job's turn (a victim of the share on the type, a new limit) comes without
+        easing the pair, which queues the class again. Deep backlogs have many such
+        classes: every change of a type wakes every share's classes there, and most of
+        those shares are at their limit."""
+        state = self.state
+        pool = state.pools.get(pair[0])
+        if not classes or pool is None or self._borrows(pair[1]):
+            return classes  # a plan's pool (it never borrows), or a share that may borrow
+        found = []
+        for cls in classes:
+            at = 0 if after is None else cls.index_from(after, inclusive=False)
+            if at >= len(cls.jobs):
+                continue  # nothing after the position: queueing it would do nothing
+            priority = cls.jobs[at].priority
+            if own_possible(state.shares, pool, pair[1], cls.count, priority):
+                found.append(cls)
+            else:
+                state.index.prove(pair, cls.count, priority, state.clock)
+        return found
 
     def _start_group(self, classes: list[JobClass], checked: bool = False) -> None:
         """Queue the classes from their first job (``checked``: just opened, so their
@@ -473,6 +482,9 @@ class _Cycle:
             self.reopened |= pairs
             self.second = self.second or any(self._borrows(pair[1]) for pair in pairs)
         for pair in pairs:
-            for cls in self._open_classes(pair):
+            classes = self._open_classes(pair)
+            if index.walk_covers:
+                classes = self._within_limit(pair, classes, self.position)
+            for cls in classes:
                 self.walked.setdefault(id(cls), cls)
                 self._push(cls, self.position)
