@@ -214,7 +214,7 @@ class _Cycle:
     def run(self) -> bool:
         index = self.state.index
         for pair in index.take_maybe_live():
-            for cls in self._within_limit(pair, self._open_classes(pair), None):
+            for cls in self._open_classes(pair, first_group=True):
                 self.walked[id(cls)] = cls
         if not self.walked:
             return False
@@ -289,9 +289,15 @@ class _Cycle:
                 cls.mark = token
         heapq.heapify(heap)
 
-    def _open_classes(self, pair: Pair) -> list[JobClass]:
+    def _open_classes(
+        self, pair: Pair, first_group: bool = False, after: Key | None = None
+    ) -> list[JobClass]:
         """The pair's classes whose first job may fit: asking no more than the share
-        could place at all, and not yet proven not to fit."""
+        could place at all, and not yet proven not to fit; for the first group
+        (``first_group``, queued from their first job after ``after``), and a share that
+        cannot borrow, only those that may stay within its limit (:meth:`_within_limit`,
+        asked first: it is cheaper than the share's largest possible count, and at a
+        deep backlog it often rules out every class of the pair)."""
         state = self.state
         pool = state.pools.get(pair[0])
         if pool is None:
@@ -304,6 +310,8 @@ class _Cycle:
             # change of the type wakes them: answer before computing the pool's facts
             return []
         classes = state.index.classes_of(pair)
+        if first_group:
+            classes = self._within_limit(pair, classes, after)
         if not classes:
             return []
         facts = state.facts(pool)
@@ -482,9 +490,6 @@ class _Cycle:
             self.reopened |= pairs
             self.second = self.second or any(self._borrows(pair[1]) for pair in pairs)
         for pair in pairs:
-            classes = self._open_classes(pair)
-            if index.walk_covers:
-                classes = self._within_limit(pair, classes, self.position)
-            for cls in classes:
+            for cls in self._open_classes(pair, index.walk_covers, self.position):
                 self.walked.setdefault(id(cls), cls)
                 self._push(cls, self.position)
