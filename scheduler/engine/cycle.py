@@ -260,16 +260,25 @@ class _Cycle:
         pool = state.pools.get(pair[0])
         if not classes or pool is None or self._borrows(pair[1]):
             return classes  # a plan's pool (it never borrows), or a share that may borrow
+        # own_possible's test, with what depends on the pair alone taken out of the loop
+        share = pair[1]
+        cfg = state.shares[share]
+        lim = cfg.limits.get(pool.name)
+        room = None if lim is None else lim - pool.usage.get(share, 0)
+        in_share = cfg.in_share_preemption
         found = []
         for cls in classes:
             at = 0 if after is None else cls.index_from(after, inclusive=False)
             if at >= len(cls.jobs):
                 continue  # nothing after the position: queueing it would do nothing
+            count = cls.count
             priority = cls.jobs[at].priority
-            if own_possible(state.shares, pool, pair[1], cls.count, priority):
+            if room is not None and (
+                count <= room or (in_share and count <= room + pool.lower(share, priority)[1])
+            ):
                 found.append(cls)
             else:
-                state.index.prove(pair, cls.count, priority, state.clock)
+                state.index.prove(pair, count, priority, state.clock)
         return found
 
     def _start_group(self, classes: list[JobClass], checked: bool = False) -> None:
