@@ -1,5 +1,5 @@
-"""Engine benchmark: ``python bench/engine.py [--only cycles|constrained|trace|oversub]
-[--quick]``.
+"""Engine benchmark: ``python bench/engine.py
+[--only cycles|constrained|trace|oversub|deep] [--quick]``.
 
 Prints one cycle's time for 1,000 / 10,000 / 50,000 pending jobs with 5,000 running and
 100,000 pending with 10,000 running; the same cycle at 10,000 and 50,000 pending without
@@ -10,9 +10,12 @@ trace (``--trace-jobs N``, ``--profile``); and the oversubscribed traces
 (``oversubscribed_scenario``) at offered loads 1.0, 1.3 and 2.0 of capacity, each at
 10,000 and 100,000 jobs (``--oversub-jobs N``, ``--load X``, repeatable), with events
 per second, the deepest backlog reached and the time of ``schedule`` calls at that
-depth, and the ratio of events per second between the sizes. ``--quick`` runs only the
-oversubscribed traces at 10,000 and 20,000 jobs. Seeded, so figures are comparable run
-to run.
+depth, and the ratio of events per second between the sizes; and the deep, varied
+traces (``deep_scenario``: 100,000 jobs over 30 days, hour-long lognormal durations,
+lists of up to five preferences) at offered loads 1.3, 2.0 and 3.0 (``--deep-jobs N``,
+``--deep-load X``; target 12,000 events/s). ``--quick`` runs only the oversubscribed
+traces at 10,000 and 20,000 jobs (with ``--only deep``: the deep ones at 20,000 jobs).
+Seeded, so figures are comparable run to run.
 
 Workload (both parts): 20 shares with 1 to 5 limits over 5 instance types, random
 policies (RESERVE / LEND / LEND_AND_BORROW), borrow limits (-1, 0, 50, 100, 200 %),
@@ -283,7 +286,12 @@ PRIORITY_BANDS = [10, 100, 100, 100, 500, 500, 1000, 5000]
 
 
 def oversubscribed_scenario(
-    n_jobs: int, load: float, seed: int = 3, scale: float = 1.0
+    n_jobs: int,
+    load: float,
+    seed: int = 3,
+    scale: float = 1.0,
+    mean_hours: float = OVERSUB_MEAN_HOURS,
+    max_prefs: int = 3,
 ) -> dict[str, Any]:
     """A realistic, oversubscribed GPU queue (see ``OVERSUB_*``): 20 shares over 5 types
     whose limits add up to more than the capacity, jobs arriving as a Poisson stream
@@ -293,11 +301,12 @@ def oversubscribed_scenario(
     time, checkpoints, and a daily capacity dip on one type for a few hours (capacity
     lost, then back). Seeded: the same arguments give the same scenario. ``scale`` shrinks
     capacity and arrival rate together (same load, backlog as deep relative to capacity):
-    small traces that still queue deeply, for tests that also run the full re-examination."""
+    small traces that still queue deeply, for tests that also run the full re-examination.
+    ``mean_hours`` and ``max_prefs``: the deep, varied trace (:func:`deep_scenario`)."""
     rng = random.Random(seed)
     mean_count = sum(OVERSUB_COUNTS) / len(OVERSUB_COUNTS)
     mean_gap = OVERSUB_SPAN / OVERSUB_JOBS / scale
-    total_capacity = mean_count * OVERSUB_MEAN_HOURS * 3600 / mean_gap / load
+    total_capacity = mean_count * mean_hours * 3600 / mean_gap / load
     capacity = {t: max(8, round(total_capacity * w)) for t, w in OVERSUB_TYPE_WEIGHTS.items()}
     shares = []
     weights = []
@@ -330,7 +339,7 @@ def oversubscribed_scenario(
             }
         )
     sigma = 1.0
-    mu = math.log(OVERSUB_MEAN_HOURS * 3600) - sigma * sigma / 2
+    mu = math.log(mean_hours * 3600) - sigma * sigma / 2
     jobs = []
     t = 0.0
     for i in range(n_jobs):
@@ -338,7 +347,9 @@ def oversubscribed_scenario(
         row = rng.choices(share_rows, weights=weights)[0]
         own_types = list(row["limits"])
         options = own_types + ([rng.choice(TYPES)] if rng.random() < 0.2 else [])
-        picked = rng.sample(sorted(set(options)), rng.randint(1, min(3, len(set(options)))))
+        if max_prefs > 3:
+            options += rng.sample(TYPES, 2)  # the deep trace: longer, more varied lists
+        picked = rng.sample(sorted(set(options)), rng.randint(1, min(max_prefs, len(set(options)))))
         count = rng.choice(OVERSUB_COUNTS)
         if rng.random() < 0.7:
             prefs = [{"instance_type": p, "count": count} for p in picked]
@@ -383,6 +394,46 @@ def oversubscribed_scenario(
         "jobs": jobs,
         "actions": actions,
     }
+
+
+DEEP_JOBS = 100_000
+DEEP_QUICK_JOBS = 20_000
+DEEP_LOADS = [1.3, 2.0, 3.0]
+DEEP_TARGET = 12_000
+"""Events per second the deep, varied trace should reach (a third of it at first)."""
+
+
+def deep_scenario(n_jobs: int, load: float, seed: int = 4) -> dict[str, Any]:
+    """The deep, varied trace: the oversubscribed generator with hour-long lognormal
+    durations (mean one hour, so more events per job) and preference lists of up to five
+    types (their share's types plus two random ones), over 20 shares of mixed policies and
+    borrow limits; 100,000 jobs span 30 days, smaller ones proportionally less."""
+    return oversubscribed_scenario(n_jobs, load, seed=seed, mean_hours=1.0, max_prefs=5)
+
+
+def bench_deep(n_jobs: int, load: float, profile: bool) -> float:
+    """Run one deep, varied trace and print events, seconds and events/s."""
+    data = deep_scenario(n_jobs, load)
+    profiler = cProfile.Profile() if profile else None
+    if profiler:
+        profiler.enable()
+    cpu_start = time.process_time()
+    result, elapsed, samples = run_observed(data)
+    cpu = time.process_time() - cpu_start
+    if profiler:
+        profiler.disable()
+    n_events = len(result["events"])
+    deepest = max((depth for depth, _ in samples), default=0)
+    rate = n_events / elapsed
+    # the CPU time too: on a shared machine the wall clock also counts others' work
+    print(
+        f"deep: load {load:.1f}, {n_jobs:>6} jobs, {n_events:>7} events in {elapsed:6.1f} s "
+        f"= {rate:8,.0f} events/s (target {DEEP_TARGET:,}); process CPU {cpu:.1f} s = "
+        f"{n_events / cpu:,.0f} events per CPU second; deepest backlog {deepest:>6} pending"
+    )
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    return rate
 
 
 class _Observed(Engine):
@@ -474,7 +525,7 @@ def bench_trace(n_jobs: int, profile: bool) -> None:
 
 
 CYCLE_SIZES = [(1_000, 5_000), (10_000, 5_000), (50_000, 5_000), (100_000, 10_000)]
-PARTS = ("cycles", "constrained", "trace", "oversub")
+PARTS = ("cycles", "constrained", "trace", "oversub", "deep")
 CONSTRAINED_SIZES = [(10_000, 5_000), (50_000, 5_000)]
 
 
@@ -497,6 +548,18 @@ def main() -> None:
         "--load", type=float, action="append", help="offered loads (default 1.0, 1.3, 2.0)"
     )
     parser.add_argument(
+        "--deep-jobs",
+        type=int,
+        action="append",
+        help=f"sizes of the deep, varied traces (repeatable; default {DEEP_JOBS:,})",
+    )
+    parser.add_argument(
+        "--deep-load",
+        type=float,
+        action="append",
+        help=f"offered loads of the deep traces (default {', '.join(map(str, DEEP_LOADS))})",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="only the oversubscribed traces, 10,000 and 20,000 jobs at each load",
@@ -505,7 +568,7 @@ def main() -> None:
     parts = set(args.only or PARTS)
     sizes = args.oversub_jobs or [10_000, OVERSUB_JOBS]
     if args.quick:
-        parts = {"oversub"}
+        parts = set(args.only or ("oversub",))
         sizes = args.oversub_jobs or [10_000, 20_000]
     if "cycles" in parts:
         bench_cycles(CYCLE_SIZES)
@@ -513,6 +576,11 @@ def main() -> None:
         bench_constrained(CONSTRAINED_SIZES)
     if "trace" in parts:
         bench_trace(args.trace_jobs, args.profile)
+    if "deep" in parts:
+        deep_sizes = args.deep_jobs or ([DEEP_QUICK_JOBS] if args.quick else [DEEP_JOBS])
+        for load in args.deep_load or DEEP_LOADS:
+            for n in deep_sizes:
+                bench_deep(n, load, args.profile)
     if "oversub" in parts:
         for load in args.load or [1.0, 1.3, 2.0]:
             rates = [bench_oversubscribed(n, load) for n in sizes]

@@ -99,9 +99,16 @@ class Frontier:
     own_by_count: dict[int, int] = field(default_factory=dict)
 
     def covers(self, count: int, priority: int, own_only: bool = False) -> bool:
-        if any(n <= count and p >= priority for n, p in self.by_count.items()):
-            return True
-        return own_only and any(n <= count and p >= priority for n, p in self.own_by_count.items())
+        # plain loops, not any() over a generator: this is asked for every class a
+        # cycle opens or pops, and a generator's set-up costs more than its few items
+        for n, p in self.by_count.items():
+            if n <= count and p >= priority:
+                return True
+        if own_only:
+            for n, p in self.own_by_count.items():
+                if n <= count and p >= priority:
+                    return True
+        return False
 
 
 Pair = tuple[str, str]
@@ -180,7 +187,9 @@ class CandidateIndex:
             self.log.extend(pairs)
 
     def eased_at(self, pair: Pair) -> int:
-        return max(self.eased_all.get(pair[0], 0), self.eased_for.get(pair, 0))
+        every = self.eased_all.get(pair[0], 0)
+        mine = self.eased_for.get(pair, 0)
+        return every if every > mine else mine  # max() costs a call: this is hot
 
     def frontier(self, pair: Pair) -> Frontier | None:
         """The pair's frontier if it is still valid."""

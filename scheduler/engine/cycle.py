@@ -214,7 +214,7 @@ class _Cycle:
     def run(self) -> bool:
         index = self.state.index
         for pair in index.take_maybe_live():
-            for cls in self._open_classes(pair):
+            for cls in self._open_classes(pair, first_group=True):
                 self.walked[id(cls)] = cls
         if not self.walked:
             return False
@@ -242,6 +242,45 @@ class _Cycle:
     def _borrows(self, share: str) -> bool:
         return self.state.shares[share].policy is Policy.LEND_AND_BORROW
 
+    def _within_limit(
+        self, pair: Pair, classes: list[JobClass], after: Key | None
+    ) -> list[JobClass]:
+        """Of classes about to be queued for the first group from their first job after
+        ``after`` (None: from their first), those that may be admitted in it; the others
+        are proven at once, as the walk would prove them at their turn.
+
+        Only for a share that cannot borrow: its jobs can only be admitted in the first
+        group, and only within its limit (``own_possible``, monotone: a later job of the
+        class, at no higher priority, fails too). Nothing that could change that before
+        the job's turn (a victim of the share on the type, a new limit) comes without
+        easing the pair, which queues the class again. Deep backlogs have many such
+        classes: every change of a type wakes every share's classes there, and most of
+        those shares are at their limit."""
+        state = self.state
+        pool = state.pools.get(pair[0])
+        if not classes or pool is None or self._borrows(pair[1]):
+            return classes  # a plan's pool (it never borrows), or a share that may borrow
+        # own_possible's test, with what depends on the pair alone taken out of the loop
+        share = pair[1]
+        cfg = state.shares[share]
+        lim = cfg.limits.get(pool.name)
+        room = None if lim is None else lim - pool.usage.get(share, 0)
+        in_share = cfg.in_share_preemption
+        found = []
+        for cls in classes:
+            at = 0 if after is None else cls.index_from(after, inclusive=False)
+            if at >= len(cls.jobs):
+                continue  # nothing after the position: queueing it would do nothing
+            count = cls.count
+            priority = cls.jobs[at].priority
+            if room is not None and (
+                count <= room or (in_share and count <= room + pool.lower(share, priority)[1])
+            ):
+                found.append(cls)
+            else:
+                state.index.prove(pair, count, priority, state.clock)
+        return found
+
     def _start_group(self, classes: list[JobClass], checked: bool = False) -> None:
         """Queue the classes from their first job (``checked``: just opened, so their
         first job is known not to be proven failing)."""
@@ -259,14 +298,29 @@ class _Cycle:
                 cls.mark = token
         heapq.heapify(heap)
 
-    def _open_classes(self, pair: Pair) -> list[JobClass]:
+    def _open_classes(
+        self, pair: Pair, first_group: bool = False, after: Key | None = None
+    ) -> list[JobClass]:
         """The pair's classes whose first job may fit: asking no more than the share
-        could place at all, and not yet proven not to fit."""
+        could place at all, and not yet proven not to fit; for the first group
+        (``first_group``, queued from their first job after ``after``), and a share that
+        cannot borrow, only those that may stay within its limit (:meth:`_within_limit`,
+        asked first: it is cheaper than the share's largest possible count, and at a
+        deep backlog it often rules out every class of the pair)."""
         state = self.state
-        pool = state.pools.get(pair[0]) or state.plans.get(pair[0])
+        pool = state.pools.get(pair[0])
         if pool is None:
-            return []  # an unknown type (or plan): nothing ever fits there
+            pool = state.plans.get(pair[0])
+            if pool is None:
+                return []  # an unknown type (or plan): nothing ever fits there
+        elif pair[0] not in state.shares[pair[1]].limits:
+            # no limit on the type: the share can place nothing there (largest_possible
+            # is -1). Many pairs are such (preferences beyond the share's types), and every
+            # change of the type wakes them: answer before computing the pool's facts
+            return []
         classes = state.index.classes_of(pair)
+        if first_group:
+            classes = self._within_limit(pair, classes, after)
         if not classes:
             return []
         facts = state.facts(pool)
@@ -445,6 +499,6 @@ class _Cycle:
             self.reopened |= pairs
             self.second = self.second or any(self._borrows(pair[1]) for pair in pairs)
         for pair in pairs:
-            for cls in self._open_classes(pair):
+            for cls in self._open_classes(pair, index.walk_covers, self.position):
                 self.walked.setdefault(id(cls), cls)
                 self._push(cls, self.position)

@@ -21,6 +21,7 @@ import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from scheduler.engine import accounting, constraints
 from scheduler.engine.candidates import CandidateIndex
@@ -218,10 +219,11 @@ SearchResult = tuple[tuple[tuple[Job, str], ...], int] | None
 """Victims (job, rule) in pick order and the placement's borrowed count, or no fit."""
 
 
-@dataclass(frozen=True, slots=True)
-class Bound:
+class Bound(NamedTuple):
     """What a share could at most reach on a pool, for the exact necessary conditions of
-    :mod:`scheduler.engine.placement` (``limit`` -1: no limit on the type)."""
+    :mod:`scheduler.engine.placement` (``limit`` -1: no limit on the type). A named
+    tuple, not a frozen dataclass: one is made per share each time a pool changes, and a
+    frozen dataclass's constructor costs several times a tuple's."""
 
     maxfit: int
     limit: int

@@ -117,3 +117,15 @@ def test_incremental_equals_full_on_oversubscribed_traces(load: float, seed: int
     assert run(data, explain=True, incremental=False) == result
     backlog = sum(1 for job in result["jobs"].values() if job["state"] == "PENDING")
     assert backlog > 50  # it really queues
+
+
+@pytest.mark.parametrize(("load", "seed"), [(1.3, 21), (2.0, 22), (3.0, 23)])
+def test_incremental_equals_full_on_deep_varied_traces(load: float, seed: int) -> None:
+    """The bench's deep, varied trace (hour-long durations, lists of up to five
+    preferences, many of them on types where the share has no limit), scaled down: the
+    walk skips whole classes there before queueing them, and must decide the same."""
+    data = oversubscribed_scenario(350, load, seed=seed, scale=0.05, mean_hours=1.0, max_prefs=5)
+    result = run(data, explain=True)
+    assert run(data, explain=True, incremental=False) == result
+    backlog = sum(1 for job in result["jobs"].values() if job["state"] == "PENDING")
+    assert backlog > 50  # it really queues
