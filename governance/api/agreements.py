@@ -18,7 +18,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance.api.common import call_service
+from governance.api.common import call_service, path_id
 from governance.api.idempotency import idempotent
 from governance.models import Agreement, AgreementVersion, Promise
 from governance.selectors import agreements as agreement_selectors
@@ -242,10 +242,7 @@ class AgreementViewSet(
         return queryset
 
     def _pk(self) -> int:
-        raw = str(self.kwargs.get("pk", ""))
-        if not raw.isdecimal() or len(raw) > 12:
-            raise NotFound({"detail": [f"No agreement with id {raw}."]})
-        return int(raw)
+        return path_id(self.kwargs.get("pk"), "agreement")
 
     def _show(self, agreement_id: int, code: int = status.HTTP_200_OK) -> Response:
         agreement = agreement_selectors.agreements().get(pk=agreement_id)

@@ -20,14 +20,13 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance.api.common import ERROR_RESPONSES, call_service
+from governance.api.common import ERROR_RESPONSES, call_service, path_id
 from governance.api.exceptions import NoteSerializer
 from governance.api.idempotency import idempotent
 from governance.models import ShareChangeRequest
 from governance.selectors import change_requests as change_request_selectors
 from governance.selectors.filters import ChangeRequestFilter
 from governance.services import change_requests as change_request_services
-from governance.services.errors import NotFound
 
 PREVIEW_SCHEMA = {
     "type": "object",
@@ -129,10 +128,7 @@ class ChangeRequestViewSet(
         return change_request_selectors.change_requests()
 
     def _pk(self) -> int:
-        raw = str(self.kwargs.get("pk", ""))
-        if not raw.isdecimal() or len(raw) > 12:
-            raise NotFound({"detail": [f"No change request with id {raw}."]})
-        return int(raw)
+        return path_id(self.kwargs.get("pk"), "change request")
 
     def _show(self, cr_id: int, code: int = status.HTTP_200_OK) -> Response:
         cr = change_request_selectors.change_requests().get(pk=cr_id)

@@ -97,6 +97,16 @@ class ServiceViewSet(viewsets.GenericViewSet):
         return self.get_serializer(fresh).data
 
 
+def path_id(raw: object, what: str) -> int:
+    """An id from a URL path: decimal digits of bounded length, else 404 naming ``what``
+    (``int()`` would take other Unicode digits, and a huge number the database would
+    refuse)."""
+    text = str(raw or "")
+    if not text.isdecimal() or len(text) > 12:
+        raise NotFound({"detail": [f"No {what} with id {text}."]})
+    return int(text)
+
+
 def actor_of(request: Request) -> Any:
     return request.user
 

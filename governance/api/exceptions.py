@@ -12,13 +12,12 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance.api.common import call_service
+from governance.api.common import call_service, path_id
 from governance.api.idempotency import idempotent
 from governance.models import PriorityException
 from governance.selectors import exceptions as exception_selectors
 from governance.selectors.filters import ExceptionFilter
 from governance.services import exceptions as exception_services
-from governance.services.errors import NotFound
 
 
 class PriorityExceptionSerializer(serializers.ModelSerializer):
@@ -79,10 +78,7 @@ class PriorityExceptionViewSet(
         return exception_selectors.exceptions()
 
     def _pk(self) -> int:
-        raw = str(self.kwargs.get("pk", ""))
-        if not raw.isdecimal() or len(raw) > 12:
-            raise NotFound({"detail": [f"No exception with id {raw}."]})
-        return int(raw)
+        return path_id(self.kwargs.get("pk"), "exception")
 
     def _show(self, exc_id: int, code: int = status.HTTP_200_OK) -> Response:
         exc = exception_selectors.exceptions().get(pk=exc_id)

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from governance import roles
-from governance.api.common import call_service
+from governance.api.common import call_service, path_id
 from governance.api.idempotency import idempotent
 from governance.models import Job, JobEvent, JobKind, SlurmRun
 from governance.selectors import jobs as job_selectors
@@ -302,10 +302,7 @@ class JobViewSet(
         return self._detail(self._pk())
 
     def _pk(self) -> int:
-        raw = str(self.kwargs.get("pk", ""))
-        if not raw.isdecimal() or len(raw) > 12:
-            raise NotFound({"detail": [f"No job with id {raw}."]})
-        return int(raw)
+        return path_id(self.kwargs.get("pk"), "job")
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
     @idempotent
