@@ -16,18 +16,28 @@ it get no estimate rather than a wrong one.
 
 The cost is one engine cycle per distinct finishing instant, bounded by ``max_steps``
 and ``horizon``: beyond them a job gets no estimate, and the basis says playback stopped.
+
+**On the entitlement alone** (``play_entitled``): the same playback in a world where
+nobody lends. Every ``LEND_AND_BORROW`` share is played as ``LEND`` from ``now`` on, so no
+job borrows (neither capacity no share owns nor another share's idle entitlement): a
+pending job and its share-mates start only within their share's own limits, taking back
+by reclaim what borrowers hold there, exactly as the rules let an owner. Runs going now
+keep running (a policy change never stops a job) until they finish or are reclaimed.
+One playback gives every pending job's start on its own entitlement. A job none of whose
+preferences could ever fit its share's limit (or the queue's capacity) is "never on its
+own entitlement" (``never_on_entitlement``), whatever the playback finds.
 """
 
 from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from scheduler.engine.facade import Engine
-from scheduler.engine.model import Job, JobState
+from scheduler.engine.model import Decision, Job, JobState, Policy
 from scheduler.engine.work import ceil
 
 # The live forecast's bounds (scheduler.readings): a week of clock time ahead, 5,000
@@ -71,6 +81,11 @@ class Forecast:
     rounded: bool = False
     """Finishing instants were rounded up (``relative``): estimates err late by up to
     about 1/relative of the time ahead."""
+    entitled: bool = False
+    """Played on the entitlements alone (``play_entitled``): nobody lent."""
+    never: set[str] = field(default_factory=set)
+    """Pending jobs that can never start on their share's entitlement alone (only set
+    by ``play_entitled``)."""
 
     def basis(self) -> str:
         """How the estimates were made, in words a team lead can weigh."""
@@ -78,6 +93,8 @@ class Forecast:
             f"engine playback, remaining work known for {self.running_known} of "
             f"{self.running} running jobs"
         )
+        if self.entitled:
+            text += "; nobody lends (each share on its own limits)"
         if self.running_known < self.running:
             text += " (the others are taken never to finish)"
         text += "; assumes no new submissions or changes"
@@ -208,4 +225,76 @@ def play_forward(
             elif d.kind == "timed_out" and d.job in waiting:
                 waiting.discard(d.job)
                 out.timed_out.add(d.job)
+    return out
+
+
+def lend_nothing(engine: Engine) -> None:
+    """Make ``engine`` (a copy: it is changed) a world where nobody lends: every share
+    that may borrow is played as ``LEND``, which is the same share apart from borrowing."""
+    for name, config in sorted(engine.shares.items()):
+        if config.policy is Policy.LEND_AND_BORROW:
+            engine.set_share(name, policy=Policy.LEND)
+
+
+def never_on_entitlement(engine: Engine, jobs: Sequence[Job]) -> set[str]:
+    """The ``jobs`` none of whose preferences fits its share's own limit on the type
+    (and the queue's capacity), so they can never start unless someone lends. A plan
+    preference is the share's own capacity: a job with one is never in this set."""
+    shares = engine.shares
+    types = engine.instance_types
+    out = set()
+    for job in jobs:
+        limits = shares[job.share].limits
+        if all(
+            pref.plan is None
+            and pref.count
+            > min(limits.get(pref.instance_type, 0), types[pref.instance_type].capacity)
+            for pref in job.preferences
+        ):
+            out.add(job.id)
+    return out
+
+
+def play_entitled(
+    engine: Engine,
+    now: int,
+    finish_at: Mapping[str, int | None],
+    *,
+    play_now: Callable[[Engine], Sequence[Decision]] | None = None,
+    time_factor: float = 1.0,
+    horizon: int | None = None,
+    max_steps: int = 5000,
+    relative: int | None = None,
+    min_step: int = 1,
+    budget: float | None = None,
+) -> Forecast:
+    """Every pending job's estimated start on its share's entitlement alone (see the
+    module's docstring), with ``play_forward``'s arguments.
+
+    ``engine`` (a copy: it is changed) holds the state before the cycles of ``now``
+    (or one where they started nothing): it is made to lend nothing, the instant is
+    played (``play_now``, by default the engine's cycles at ``now``; a job it starts
+    starts now), then the playback goes on as ``play_forward``'s. Pending jobs that can
+    never start without someone lending are in ``never``.
+    """
+    waiting_before = {job.id for job in engine.pending_jobs()}
+    lend_nothing(engine)
+    decisions = play_now(engine) if play_now is not None else engine.schedule(now)
+    started = [d.job for d in decisions if d.kind == "admitted" and d.job in waiting_before]
+    out = play_forward(
+        engine,
+        now,
+        finish_at,
+        time_factor=time_factor,
+        horizon=horizon,
+        max_steps=max_steps,
+        admitted_now=started,
+        relative=relative,
+        min_step=min_step,
+        budget=budget,
+    )
+    out.entitled = True
+    out.never = never_on_entitlement(
+        engine, [engine.job(key) for key in out.position if key not in out.starts]
+    )
     return out

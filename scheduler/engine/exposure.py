@@ -1,0 +1,171 @@
+"""How exposed the runs on borrowed capacity are: who lent it, and who may want it back.
+
+Plain Python, no Django. A share that holds more of a type than its limit borrows there
+(``accounting.borrowed``), and every running job of that share on the type is open to
+reclaim (docs/scheduling.md): an owner's job that fits within its own entitlement stops
+such runs to get its capacity back. Whose capacity the borrowed instances are is the
+accounting's attribution (``accounting.lending``, shares in name order, as the lending
+ledger and the pages count ``lent``): capacity no share owns first, then the lenders'
+idle entitlement.
+
+For each exposed run this says which shares lent its share the capacity, what those
+lenders wait for on the type (their pending jobs with a preference for it), and whether
+a reclaim is **imminent**: some other share has a pending job whose preference for the
+type fits within that share's idle entitlement, so the next cycle that considers it
+takes capacity back from the borrowers. Otherwise the run **may be reclaimed** whenever
+such work arrives. The readings add the engine's own verdict for the cycle due now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.engine import accounting
+from scheduler.engine.facade import Engine
+from scheduler.engine.model import Job, JobState
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """One share's pending work on a type: jobs with a preference for it, the instances
+    those preferences ask, and how many of the jobs fit within its idle entitlement."""
+
+    share: str
+    jobs: int = 0
+    instances: int = 0
+    fitting: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Lender:
+    """A source of a borrowing share's instances on one type (``accounting.Lending``)
+    with the lender's pending work there (None for capacity no share owns)."""
+
+    source: str
+    lender: str | None
+    instances: int
+    demand: Demand | None
+
+
+@dataclass(frozen=True, slots=True)
+class Exposure:
+    """A running job whose share borrows on the job's type."""
+
+    job: str
+    share: str
+    instance_type: str
+    count: int
+    share_borrowed: int
+    """The share's instances beyond its limit on the type, all open to reclaim."""
+    lenders: tuple[Lender, ...]
+    wanted_back_by: tuple[str, ...]
+    """Other shares with pending work that fits within their idle entitlement here."""
+
+    @property
+    def imminent(self) -> bool:
+        return bool(self.wanted_back_by)
+
+
+def _demand(share: str, pending: list[Job], instance_type: str, idle: int) -> Demand:
+    jobs = instances = fitting = 0
+    for job in pending:
+        asks = [
+            p.count for p in job.preferences if p.plan is None and p.instance_type == instance_type
+        ]
+        if not asks:
+            continue
+        jobs += 1
+        instances += asks[0]
+        fitting += any(n <= idle for n in asks)
+    return Demand(share, jobs, instances, fitting)
+
+
+def _usage(jobs: list[Job]) -> dict[str, int]:
+    usage: dict[str, int] = {}
+    for job in jobs:
+        usage[job.share] = usage.get(job.share, 0) + job.count
+    return usage
+
+
+def _on_type(
+    engine: Engine, type_name: str, usage: dict[str, int]
+) -> list[accounting.ShareOnType[str]]:
+    """Every share on the type, in name order (the order lent capacity is attributed)."""
+    configs = engine.shares
+    return [
+        accounting.ShareOnType(
+            key=name,
+            policy=configs[name].policy.value,
+            limit=configs[name].limits.get(type_name),
+            usage=usage.get(name, 0),
+        )
+        for name in sorted(configs)
+    ]
+
+
+def _running_by_type(engine: Engine) -> dict[str, list[Job]]:
+    running: dict[str, list[Job]] = {}
+    for job in engine.jobs():
+        if job.state is JobState.RUNNING and job.instance_type and job.plan is None:
+            running.setdefault(job.instance_type, []).append(job)
+    return running
+
+
+def exposures(engine: Engine) -> dict[str, Exposure]:
+    """Job id -> its exposure, for every running job (not on a capacity plan) whose share
+    borrows on the job's type, in the engine's state now."""
+    configs = engine.shares
+    running = _running_by_type(engine)
+    pending: dict[str, list[Job]] = {}
+    for job in engine.pending_jobs():
+        pending.setdefault(job.share, []).append(job)
+    out: dict[str, Exposure] = {}
+    for type_name in sorted(running):
+        jobs_on = running[type_name]
+        usage = _usage(jobs_on)
+        shares = _on_type(engine, type_name, usage)
+        rows = accounting.lending(engine.instance_types[type_name].capacity, shares)
+        if not rows:
+            continue
+        demand = {
+            s.key: _demand(
+                s.key, pending.get(s.key, []), type_name, accounting.idle(s.limit or 0, s.usage)
+            )
+            for s in shares
+            if s.limit is not None
+        }
+        for borrower in sorted({row.borrower for row in rows}):
+            lenders = tuple(
+                Lender(row.source, row.lender, row.count, demand.get(row.lender or ""))
+                for row in rows
+                if row.borrower == borrower
+            )
+            wanted = tuple(
+                name for name, d in sorted(demand.items()) if name != borrower and d.fitting
+            )
+            limit = configs[borrower].limits.get(type_name, 0)
+            for job in jobs_on:
+                if job.share == borrower:
+                    out[job.id] = Exposure(
+                        job=job.id,
+                        share=borrower,
+                        instance_type=type_name,
+                        count=job.count,
+                        share_borrowed=accounting.borrowed(limit, usage[borrower]),
+                        lenders=lenders,
+                        wanted_back_by=wanted,
+                    )
+    return out
+
+
+def lending_now(engine: Engine) -> dict[str, list[accounting.Lending[str]]]:
+    """Per type with borrowed instances, whose capacity each borrowing share holds now
+    (the accounting's attribution, shares in name order): what a run admitted on
+    borrowed capacity records as lent by."""
+    out = {}
+    for type_name, jobs_on in sorted(_running_by_type(engine).items()):
+        shares = _on_type(engine, type_name, _usage(jobs_on))
+        rows = accounting.lending(engine.instance_types[type_name].capacity, shares)
+        if rows:
+            out[type_name] = rows
+    return out
