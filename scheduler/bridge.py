@@ -44,7 +44,7 @@ from governance.models import (
 )
 from governance.services import hooks, insight, runs
 from scheduler import engine as eng
-from scheduler.engine import accounting
+from scheduler.engine import accounting, exposure
 from scheduler.executors import simulated
 
 MS = 1000
@@ -541,6 +541,24 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
     # Admissions are written in batches (``runs.runs_admit``), each flushed before the
     # next decision of another kind: the trail keeps the engine's order.
     admissions: list[runs.Admission] = []
+    lending: dict[str, list[accounting.Lending[str]]] | None = None
+
+    def lent_by(share_key: str, type_name: str) -> list[dict[str, Any]]:
+        """Whose capacity a borrowing admission's share holds at the end of the instant."""
+        nonlocal lending
+        if lending is None:
+            lending = exposure.lending_now(loaded.engine)
+        return [
+            {
+                "share": row.lender,
+                "team": loaded.shares[row.lender].team.name,
+                "instances": row.count,
+            }
+            if row.lender is not None
+            else {"source": row.source, "instances": row.count}
+            for row in lending.get(type_name, [])
+            if row.borrower == share_key
+        ]
 
     def flush() -> None:
         if admissions:
@@ -568,6 +586,7 @@ def apply(loaded: Loaded, decisions: Iterable[eng.Decision]) -> int:
                     plan_name=d.plan,
                     share_versions=_versions(loaded, job.share.name),
                     explanation=_admission_text(loaded, job, d),
+                    lent_by=lent_by(job.share.name, d.instance_type) if d.borrowed else [],
                 )
             )
             applied += 1

@@ -18,12 +18,14 @@ from governance.models import DecisionRule, Job, JobQueue, JobState, Share
 from scheduler import engine as eng
 from scheduler.bridge import Loaded, load, play_instant, row_job, to_ms
 from scheduler.engine import accounting
+from scheduler.engine.exposure import exposures
 from scheduler.engine.forecast import (
     FORECAST_BUDGET_SECONDS,
     FORECAST_HORIZON_SECONDS,
     FORECAST_MAX_STEPS,
     FORECAST_MIN_STEP_MS,
     FORECAST_RELATIVE,
+    play_entitled,
     play_forward,
 )
 from scheduler.engine.preemption import victim_order
@@ -106,21 +108,10 @@ def explain_queue(queue_id: int) -> tuple[dict[int, list[dict[str, Any]]], float
     return out, valid_for
 
 
-def forecast_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], str, float | None]:
-    """Position in the cycle's order and estimated start of every pending job of the
-    queue (``scheduler.engine.forecast``), the basis of the estimates in words, and for
-    how many seconds the answer holds (as ``explain_queue``).
-
-    The current instant is played first on a copy of the live state (a job it starts is
-    estimated to start now); then the copy is played forward. A running job's end is
-    known when it declares its work: the simulated fleet's own finish time, or for other
-    executors the last reported progress extrapolated at the type's speed.
-    """
-    queue = JobQueue.objects.get(pk=queue_id)
-    loaded = load(queue, timezone.now(), lock=False)
-    valid_for = _valid_for(loaded)
-    engine = loaded.engine.copy()
-    now_ms = to_ms(loaded.now)
+def _finishes(loaded: Loaded, engine: eng.Engine) -> dict[str, int | None]:
+    """Each running job's expected end in clock ms (None: unknown): the simulated fleet's
+    own finish time, or for other executors the last reported progress extrapolated at
+    the type's speed."""
     simulated_fleet = simulated.runs_itself(loaded.queue)
     factor = simulated.time_factor(loaded.queue)
     finish_at: dict[str, int | None] = {}
@@ -133,18 +124,41 @@ def forecast_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], str, float
             finish_at[key] = to_ms(done_at) if done_at is not None else None
         else:
             finish_at[key] = engine.finish_time(engine.job(key))
+    return finish_at
+
+
+# The live bounds of a forecast (scheduler.engine.forecast), for either playback.
+_BOUNDS: dict[str, Any] = {
+    "horizon": FORECAST_HORIZON_SECONDS * 1000,
+    "max_steps": FORECAST_MAX_STEPS,
+    "relative": FORECAST_RELATIVE,
+    "min_step": FORECAST_MIN_STEP_MS,
+    "budget": FORECAST_BUDGET_SECONDS,
+}
+
+
+def forecast_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], str, float | None]:
+    """Position in the cycle's order and estimated start of every pending job of the
+    queue (``scheduler.engine.forecast``), the basis of the estimates in words, and for
+    how many seconds the answer holds (as ``explain_queue``).
+
+    The current instant is played first on a copy of the live state (a job it starts is
+    estimated to start now); then the copy is played forward. A running job's end is
+    known when it declares its work (``_finishes``).
+    """
+    queue = JobQueue.objects.get(pk=queue_id)
+    loaded = load(queue, timezone.now(), lock=False)
+    valid_for = _valid_for(loaded)
+    engine = loaded.engine.copy()
+    finish_at = _finishes(loaded, engine)
     now_started = [d.job for d in play_instant(loaded, engine) if d.kind == "admitted"]
     forecast = play_forward(
         engine,
-        now_ms,
+        to_ms(loaded.now),
         finish_at,
-        time_factor=factor,
-        horizon=FORECAST_HORIZON_SECONDS * 1000,
-        max_steps=FORECAST_MAX_STEPS,
+        time_factor=simulated.time_factor(loaded.queue),
         admitted_now=now_started,
-        relative=FORECAST_RELATIVE,
-        min_step=FORECAST_MIN_STEP_MS,
-        budget=FORECAST_BUDGET_SECONDS,
+        **_BOUNDS,
     )
     out: dict[int, dict[str, Any]] = {}
     for key, position in forecast.position.items():
@@ -155,6 +169,88 @@ def forecast_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], str, float
             "times_out": key in forecast.timed_out,
         }
     return out, forecast.basis(), valid_for
+
+
+def entitled_forecast_queue(
+    queue_id: int,
+) -> tuple[dict[int, dict[str, Any]], str, float | None]:
+    """Every pending job's estimated start on its share's entitlement alone
+    (``scheduler.engine.forecast.play_entitled``: nobody lends from now on), as
+    ``forecast_queue`` gives the start as things are: ``{"estimated_start" (epoch
+    seconds or None), "times_out", "never"}`` per job id (``never``: no preference fits
+    its share's own limits), the basis in words and how long the answer holds."""
+    queue = JobQueue.objects.get(pk=queue_id)
+    loaded = load(queue, timezone.now(), lock=False)
+    valid_for = _valid_for(loaded)
+    engine = loaded.engine.copy()
+    forecast = play_entitled(
+        engine,
+        to_ms(loaded.now),
+        _finishes(loaded, engine),
+        play_now=lambda copy: play_instant(loaded, copy),
+        time_factor=simulated.time_factor(loaded.queue),
+        **_BOUNDS,
+    )
+    out: dict[int, dict[str, Any]] = {}
+    for key in forecast.position:
+        start_ms = forecast.starts.get(key)
+        out[int(key)] = {
+            "estimated_start": start_ms / 1000 if start_ms is not None else None,
+            "times_out": key in forecast.timed_out,
+            "never": key in forecast.never,
+        }
+    return out, forecast.basis(), valid_for
+
+
+def exposure_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], float | None]:
+    """How exposed each running job on borrowed capacity is (``scheduler.engine.exposure``),
+    by job id, in the stored state: its share's borrowed instances on the type, who lent
+    them (with each lender's waiting work there), the shares whose waiting work fits
+    their own idle entitlement (``wanted_back_by``), the job that reclaims it in the
+    cycle due now (``reclaimed_now_by``, played on a copy as ``lending_now`` does), and
+    ``status``: ``reclaim_imminent`` when either holds, else ``may_be_reclaimed``."""
+    queue = JobQueue.objects.get(pk=queue_id)
+    loaded = load(queue, timezone.now(), lock=False)
+    valid_for = _valid_for(loaded)
+    found = exposures(loaded.engine)
+    if not found:
+        return {}, valid_for
+    reclaimed = {
+        d.job: d.by
+        for d in play_instant(loaded, loaded.engine.copy())
+        if d.kind == "preempted" and d.rule == DecisionRule.RECLAIM and d.by is not None
+    }
+    shares = loaded.shares
+    out: dict[int, dict[str, Any]] = {}
+    for key, exposure in found.items():
+        by = reclaimed.get(key)
+        lenders = []
+        for lender in exposure.lenders:
+            share = shares[lender.lender] if lender.lender is not None else None
+            demand = lender.demand
+            lenders.append(
+                {
+                    "source": lender.source,
+                    "share": share.pk if share is not None else None,
+                    "share_name": share.name if share is not None else None,
+                    "team_name": share.team.name if share is not None else None,
+                    "instances": lender.instances,
+                    "waiting_jobs": demand.jobs if demand is not None else 0,
+                    "waiting_instances": demand.instances if demand is not None else 0,
+                }
+            )
+        out[loaded.jobs[key].pk] = {
+            "instance_type": exposure.instance_type,
+            "count": exposure.count,
+            "share_borrowed": exposure.share_borrowed,
+            "lenders": lenders,
+            "wanted_back_by": list(exposure.wanted_back_by),
+            "reclaimed_now_by": loaded.jobs[by].pk if by is not None else None,
+            "status": (
+                "reclaim_imminent" if exposure.imminent or by is not None else "may_be_reclaimed"
+            ),
+        }
+    return out, valid_for
 
 
 def usage(queue_id: int) -> list[dict[str, Any]]:

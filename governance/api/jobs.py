@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -12,11 +13,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from governance import roles
+from governance.api.borrowed import (
+    BorrowedProgressSerializer,
+    EntitledSerializer,
+    ExposureSerializer,
+)
 from governance.api.common import call_service, path_id
 from governance.api.idempotency import idempotent
 from governance.models import Job, JobEvent, JobKind, SlurmRun
+from governance.selectors import borrowed, scheduling
 from governance.selectors import jobs as job_selectors
-from governance.selectors import scheduling
 from governance.selectors.filters import JobFilter
 from governance.services import jobs as job_services
 from governance.services import workloads as workload_services
@@ -78,6 +84,16 @@ class ExplainSerializer(serializers.Serializer):
             "how the estimate was made, e.g. 'engine playback, remaining work known for 8 "
             "of 10 running jobs; assumes no new submissions or changes'"
         ),
+    )
+    entitled = EntitledSerializer(
+        allow_null=True,
+        help_text="a pending job's start on its share's entitlement alone (nobody lends)",
+    )
+    exposure = ExposureSerializer(
+        allow_null=True, help_text="a running job on borrowed capacity: how exposed it is"
+    )
+    borrowed_progress = BorrowedProgressSerializer(
+        help_text="which part of its running was on borrowed capacity"
     )
 
 
@@ -401,11 +417,17 @@ class JobViewSet(
             "was estimated (docs/insight.md). Empty reasons and nulls for a job that is "
             "not pending; `estimated_start` is null when the playback finds no start. Each "
             "reason says whether that preference could ever start as configured "
-            "(`can_ever_start`) and, if not, what would let it (`what_would_let_it`)."
+            "(`can_ever_start`) and, if not, what would let it (`what_would_let_it`). "
+            "Entitled and borrowed: `entitled` is a pending job's start on its share's "
+            "entitlement alone (as if nobody lent), `exposure` a running job's exposure on "
+            "borrowed capacity (who lent it, what they wait for, `reclaim_imminent` or "
+            "`may_be_reclaimed`), `borrowed_progress` which part of its running borrowed."
         ),
     )
     @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def explain(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
         body = {"reasons": scheduling.explain_job(job), **scheduling.forecast_job(job)}
+        view = borrowed.job_view(job, timezone.now())
+        body.update(view, borrowed_progress=view["borrowed_progress"].as_json())
         return Response(ExplainSerializer(body).data)

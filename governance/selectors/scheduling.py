@@ -11,7 +11,7 @@ governance imports the scheduler (``tests/test_architecture.py`` holds this).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,9 +48,11 @@ __all__ = [
     "change_request_preview",
     "chargeback",
     "engine_usage",
+    "entitled_forecast_jobs",
     "explain_generation",
     "explain_job",
     "explain_jobs",
+    "exposure_jobs",
     "forecast_jobs",
     "never_starting",
     "preview_share_change",
@@ -285,6 +287,30 @@ def never_starting(jobs: Iterable[Job]) -> dict[int, list[dict[str, Any]]]:
 # (``services.insight.forecasts_record_first``) to measure the forecast error later.
 
 
+def _per_job_cached(
+    prefix: str,
+    queue_id: int,
+    wanted: list[int],
+    fingerprint: str | None,
+    compute: Callable[[], tuple[dict[int, Any], str, float | None]],
+) -> tuple[dict[int, Any], str]:
+    """A per-job reading of the queue (``compute``: values by job id, a note such as the
+    basis, and for how long it holds), cached as the reasons are: under the queue's
+    stored state, per job, with the note written last (never half an answer)."""
+    base = f"{prefix}:{fingerprint or web_state.queue_state_fingerprint(queue_id)}"
+    keys = {f"{base}:{pk}": pk for pk in wanted}
+    found = web_state.cache_get_many([f"{base}:ok", *keys])
+    if f"{base}:ok" in found:
+        return {keys[k]: v for k, v in found.items() if k in keys}, str(found[f"{base}:ok"])
+    values, note, valid_for = compute()
+    ttl = min(EXPLAIN_MAX_AGE, valid_for if valid_for is not None else EXPLAIN_MAX_AGE)
+    if ttl >= 1:
+        web_state.cache_set_many({f"{base}:{pk}": value for pk, value in values.items()}, ttl)
+        web_state.cache_set_many({f"{base}:ok": note}, ttl)
+    wanted_set = set(wanted)
+    return {pk: value for pk, value in values.items() if pk in wanted_set}, note
+
+
 def forecast_jobs(
     queue_id: int, job_ids: Iterable[int], fingerprint: str | None = None
 ) -> tuple[dict[int, dict[str, Any]], str]:
@@ -294,30 +320,60 @@ def forecast_jobs(
     wanted = list(job_ids)
     if not wanted:
         return {}, ""  # nothing asked: no playback (and no first estimates recorded)
-    base = f"forecast:{fingerprint or web_state.queue_state_fingerprint(queue_id)}"
-    keys = {f"{base}:{pk}": pk for pk in wanted}
-    found = web_state.cache_get_many([f"{base}:ok", *keys])
-    if f"{base}:ok" in found:
-        basis = str(found[f"{base}:ok"])
-        return {keys[k]: _as_datetimes(v) for k, v in found.items() if k in keys}, basis
-    forecasts, basis, valid_for = readings.forecast_queue(queue_id)
-    now = datetime.now(tz=UTC)
-    insight.forecasts_record_first(
-        queue_id=queue_id,
-        estimates={
-            pk: (datetime.fromtimestamp(f["estimated_start"], tz=UTC), f["position"])
-            for pk, f in forecasts.items()
-            if f["estimated_start"] is not None
-        },
-        basis=basis,
-        now=now,
+
+    def compute() -> tuple[dict[int, Any], str, float | None]:
+        forecasts, basis, valid_for = readings.forecast_queue(queue_id)
+        insight.forecasts_record_first(
+            queue_id=queue_id,
+            estimates={
+                pk: (datetime.fromtimestamp(f["estimated_start"], tz=UTC), f["position"])
+                for pk, f in forecasts.items()
+                if f["estimated_start"] is not None
+            },
+            basis=basis,
+            now=datetime.now(tz=UTC),
+        )
+        return forecasts, basis, valid_for
+
+    found, basis = _per_job_cached("forecast", queue_id, wanted, fingerprint, compute)
+    return {pk: _as_datetimes(v) for pk, v in found.items()}, basis
+
+
+def entitled_forecast_jobs(
+    queue_id: int, job_ids: Iterable[int], fingerprint: str | None = None
+) -> tuple[dict[int, dict[str, Any]], str]:
+    """Pending job id -> its start on its share's entitlement alone, ``{"estimated_start"
+    (aware datetime or None), "times_out", "never"}`` (docs/insight.md), and the basis in
+    words; cached as ``forecast_jobs`` is, apart from it (a second playback, paid only by
+    the pages that show it)."""
+    wanted = list(job_ids)
+    if not wanted:
+        return {}, ""
+    found, basis = _per_job_cached(
+        "entitled",
+        queue_id,
+        wanted,
+        fingerprint,
+        lambda: readings.entitled_forecast_queue(queue_id),
     )
-    ttl = min(EXPLAIN_MAX_AGE, valid_for if valid_for is not None else EXPLAIN_MAX_AGE)
-    if ttl >= 1:
-        web_state.cache_set_many({f"{base}:{pk}": value for pk, value in forecasts.items()}, ttl)
-        web_state.cache_set_many({f"{base}:ok": basis}, ttl)
-    wanted_set = set(wanted)
-    return {pk: _as_datetimes(v) for pk, v in forecasts.items() if pk in wanted_set}, basis
+    return {pk: _as_datetimes(v) for pk, v in found.items()}, basis
+
+
+def exposure_jobs(
+    queue_id: int, job_ids: Iterable[int], fingerprint: str | None = None
+) -> dict[int, dict[str, Any]]:
+    """Running job id -> how exposed its run on borrowed capacity is
+    (``readings.exposure_queue``), for the ``job_ids`` of the queue whose share borrows on
+    their type; cached as the reasons are."""
+    wanted = list(job_ids)
+    if not wanted:
+        return {}
+
+    def compute() -> tuple[dict[int, Any], str, float | None]:
+        found, valid_for = readings.exposure_queue(queue_id)
+        return found, "", valid_for
+
+    return _per_job_cached("exposure", queue_id, wanted, fingerprint, compute)[0]
 
 
 def _as_datetimes(forecast: dict[str, Any]) -> dict[str, Any]:

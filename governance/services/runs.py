@@ -17,7 +17,7 @@ and the simulated fleet. Every refusal of a run that is over has one shape, a 40
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -103,6 +103,9 @@ class Admission:
     explanation: str
     plan_id: int | None = None
     plan_name: str | None = None
+    lent_by: list[dict[str, Any]] = field(default_factory=list)
+    """A borrowing run: whose capacity its share holds (``{"share", "team",
+    "instances"}``, or ``{"source", "instances"}`` for capacity no share owns)."""
 
 
 # Scheduler decisions run inside the cycle's transaction, which an error rolls back whole:
@@ -144,6 +147,8 @@ def runs_admit(*, admissions: Sequence[Admission], now: datetime) -> list[Job]:
             "run": job.run,
             "plan": a.plan_name,
         }
+        if a.lent_by:
+            data["lent_by"] = a.lent_by
         events.append(JobEvent(job=job, at=now, type="admitted", message=a.explanation, data=data))
         after = _snapshot(job, a.instance_type_name)
         after.update(

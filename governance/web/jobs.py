@@ -18,11 +18,11 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import Job, JobState
 from governance.models.jobs import ACTIVE_STATES
+from governance.selectors import borrowed, scheduling, web_jobs
 from governance.selectors import exceptions as exception_selectors
 from governance.selectors import jobs as job_selectors
 from governance.selectors import plans as plan_selectors
 from governance.selectors import priorities as priority_selectors
-from governance.selectors import scheduling, web_jobs
 from governance.selectors import shares as share_selectors
 from governance.selectors import workloads as workload_selectors
 from governance.services import jobs as job_services
@@ -111,6 +111,8 @@ def _status_context(job: Job) -> dict[str, Any]:
         "outlook": job_selectors.choice_outlook(job, timezone.now()) if pending else [],
         "active": job.state in ACTIVE_STATES,
         "slurm_runs": job_selectors.slurm_runs(job),
+        # Entitled and borrowed: start on the entitlement alone, exposure, borrowed runs.
+        **borrowed.job_view(job, timezone.now()),
     }
 
 

@@ -11,9 +11,10 @@ idle entitlement.
 For each exposed run this says which shares lent its share the capacity, what those
 lenders wait for on the type (their pending jobs with a preference for it), and whether
 a reclaim is **imminent**: some other share has a pending job whose preference for the
-type fits within that share's idle entitlement, so the next cycle that considers it
-takes capacity back from the borrowers. Otherwise the run **may be reclaimed** whenever
-such work arrives. The readings add the engine's own verdict for the cycle due now.
+type fits within that share's idle entitlement but not in the capacity free to it, so
+the cycle that places it takes capacity back from the borrowers. Otherwise the run
+**may be reclaimed** whenever such work arrives. The readings add the engine's own
+verdict for the cycle due now.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from scheduler.engine.model import Job, JobState
 @dataclass(frozen=True, slots=True)
 class Demand:
     """One share's pending work on a type: jobs with a preference for it, the instances
-    those preferences ask, and how many of the jobs fit within its idle entitlement."""
+    those preferences ask, and how many of the jobs fit within its idle entitlement but
+    not in the capacity free to it (so only a reclaim starts them)."""
 
     share: str
     jobs: int = 0
@@ -66,7 +68,7 @@ class Exposure:
         return bool(self.wanted_back_by)
 
 
-def _demand(share: str, pending: list[Job], instance_type: str, idle: int) -> Demand:
+def _demand(share: str, pending: list[Job], instance_type: str, idle: int, free: int) -> Demand:
     jobs = instances = fitting = 0
     for job in pending:
         asks = [
@@ -76,7 +78,8 @@ def _demand(share: str, pending: list[Job], instance_type: str, idle: int) -> De
             continue
         jobs += 1
         instances += asks[0]
-        fitting += any(n <= idle for n in asks)
+        # within its own idle entitlement, but more than is free: only a reclaim starts it
+        fitting += any(free < n <= idle for n in asks)
     return Demand(share, jobs, instances, fitting)
 
 
@@ -127,12 +130,11 @@ def exposures(engine: Engine) -> dict[str, Exposure]:
         rows = accounting.lending(engine.instance_types[type_name].capacity, shares)
         if not rows:
             continue
+        account = accounting.account_type(engine.instance_types[type_name].capacity, shares)
         demand = {
-            s.key: _demand(
-                s.key, pending.get(s.key, []), type_name, accounting.idle(s.limit or 0, s.usage)
-            )
-            for s in shares
-            if s.limit is not None
+            row.key: _demand(row.key, pending.get(row.key, []), type_name, row.idle, row.free)
+            for row in account.shares
+            if row.has_limit
         }
         for borrower in sorted({row.borrower for row in rows}):
             lenders = tuple(

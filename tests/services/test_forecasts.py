@@ -79,7 +79,11 @@ def test_explain_api_gives_position_start_and_basis(live: Any) -> None:
         "position": None,
         "estimated_start": None,
         "estimate_basis": None,
+        "entitled": None,
+        "exposure": None,  # within its share's limit: nothing to reclaim
+        "borrowed_progress": running["borrowed_progress"],
     }
+    assert running["borrowed_progress"]["borrowed_seconds"] == 0
 
 
 def test_first_estimate_is_recorded_once_and_gives_the_forecast_error(live: Any) -> None:
