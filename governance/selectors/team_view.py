@@ -1,5 +1,7 @@
 """Reads for the team view: a team's shares with their usage now, its pending jobs in the
-cycle's order, its exceptions, and a one-line summary of every other team.
+cycle's order (with their starts as things are and on the entitlement alone), its runs
+on borrowed capacity with their exposure, its exceptions, and a one-line summary of
+every other team.
 
 The usage figures are the pages' own (``selectors.capacity.queues_usage``, built on the
 one accounting function), cached under the stored state like the overview's; why jobs
@@ -21,10 +23,10 @@ from governance.models import (
     Share,
     Team,
 )
+from governance.selectors import borrowed, scheduling, web_jobs, web_state
 from governance.selectors import capacity as capacity_selectors
 from governance.selectors import change_requests as cr_selectors
 from governance.selectors import exceptions as exception_selectors
-from governance.selectors import scheduling, web_jobs, web_state
 
 PENDING_SHOWN = 50
 EXCEPTIONS_SHOWN = 20
@@ -110,20 +112,50 @@ def pending_jobs(team: Team) -> tuple[list[dict[str, Any]], int]:
         by_queue[job.queue_id].append(job.pk)
     reasons: dict[int, list[dict[str, Any]]] = {}
     forecasts: dict[int, dict[str, Any]] = {}
+    entitled: dict[int, dict[str, Any]] = {}
     for queue_id, ids in by_queue.items():
         reasons.update(scheduling.explain_jobs(queue_id, ids))
         found, basis = scheduling.forecast_jobs(queue_id, ids)
         for pk, forecast in found.items():
             forecasts[pk] = {**forecast, "basis": basis}
+        found, basis = scheduling.entitled_forecast_jobs(queue_id, ids)
+        for pk, forecast in found.items():
+            entitled[pk] = {**forecast, "basis": basis, "words": borrowed.entitled_words(forecast)}
     rows = [
         {
             "job": job,
             "reasons": web_jobs.with_reason_words(reasons.get(job.pk)),
             "forecast": forecasts.get(job.pk),
+            "entitled": entitled.get(job.pk),
         }
         for job in jobs
     ]
     return rows, total
+
+
+def borrowed_running(team: Team) -> list[dict[str, Any]]:
+    """The team's running jobs on borrowed capacity (their share borrows on their type),
+    each with its exposure (``selectors.borrowed``), among its first ``PENDING_SHOWN``
+    running jobs, the longest running first."""
+    jobs = list(
+        Job.objects.filter(share__team=team, state=JobState.RUNNING)
+        .select_related("share", "queue", "instance_type")
+        .order_by("started_at", "id")[:PENDING_SHOWN]
+    )
+    by_queue: dict[int, list[int]] = defaultdict(list)
+    for job in jobs:
+        by_queue[job.queue_id].append(job.pk)
+    exposure: dict[int, dict[str, Any]] = {}
+    for queue_id, ids in by_queue.items():
+        exposure.update(scheduling.exposure_jobs(queue_id, ids))
+    return [
+        {
+            "job": job,
+            "exposure": {**exposure[job.pk], "summary": borrowed.exposure_words(exposure[job.pk])},
+        }
+        for job in jobs
+        if job.pk in exposure
+    ]
 
 
 def team_exceptions(team: Team) -> list[Any]:

@@ -28,6 +28,7 @@ def _team_block(team: Team, usage: list[Any], window: str | None) -> dict[str, A
         "share_rows": team_view.share_rows(team, usage),
         "pending": pending,
         "pending_total": pending_total,
+        "borrowed_running": team_view.borrowed_running(team),
         "exceptions": team_view.team_exceptions(team),
         "change_requests": team_view.team_change_requests(team),
         "workloads": workload_selectors.of_team(team.pk),

@@ -198,3 +198,15 @@ def test_progress_sums_borrowed_runs_only() -> None:
     assert progress.summary() == (
         "3.2 h of its 5.0 h of running was on borrowed capacity, lent by team-b (share b)."
     )
+
+
+def test_team_view_shows_both_starts_and_exposed_runs(live: SimpleNamespace, client: Any) -> None:
+    client.force_login(live.lead)
+    page = client.get(f"/teams/{live.blue.team_id}/").content.decode()
+    pending = page[page.index("team-pending") : page.index("team-borrowed")]
+    assert "On its entitlement alone" in pending
+    assert "never on its own entitlement" in pending  # big
+    assert pending.count('class="nowrap entitled-start"') == 2  # p and big
+    exposed = page[page.index("team-borrowed") :]
+    assert f'href="/jobs/{live.b.pk}/"' in exposed and f'href="/jobs/{live.r.pk}/"' in exposed
+    assert "may be reclaimed" in exposed and "lent by red (share red" in exposed
