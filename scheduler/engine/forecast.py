@@ -274,13 +274,19 @@ def play_entitled(
     ``engine`` (a copy: it is changed) holds the state before the cycles of ``now``
     (or one where they started nothing): it is made to lend nothing, the instant is
     played (``play_now``, by default the engine's cycles at ``now``; a job it starts
-    starts now), then the playback goes on as ``play_forward``'s. Pending jobs that can
-    never start without someone lending are in ``never``.
+    starts now), then the playback goes on as ``play_forward``'s, within what is left of
+    ``budget``. Pending jobs that can never start without someone lending are in
+    ``never``.
     """
-    waiting_before = {job.id for job in engine.pending_jobs()}
+    began = time.perf_counter()
+    waiting_before = engine.pending_jobs()
     lend_nothing(engine)
+    never = never_on_entitlement(engine, waiting_before)
     decisions = play_now(engine) if play_now is not None else engine.schedule(now)
-    started = [d.job for d in decisions if d.kind == "admitted" and d.job in waiting_before]
+    waiting_ids = {job.id for job in waiting_before}
+    started = [d.job for d in decisions if d.kind == "admitted" and d.job in waiting_ids]
+    if budget is not None:  # what comes before the playback is paid from the same budget
+        budget = max(0.0, budget - (time.perf_counter() - began))
     out = play_forward(
         engine,
         now,
@@ -294,7 +300,5 @@ def play_entitled(
         budget=budget,
     )
     out.entitled = True
-    out.never = never_on_entitlement(
-        engine, [engine.job(key) for key in out.position if key not in out.starts]
-    )
+    out.never = never  # none of them can start: no preference fits within its limits
     return out
