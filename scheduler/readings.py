@@ -239,13 +239,13 @@ def exposure_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], float | No
                     "waiting_instances": demand.instances if demand is not None else 0,
                 }
             )
-        out[loaded.jobs[key].pk] = {
+        out[int(key)] = {  # engine ids are the jobs' ids as strings
             "instance_type": exposure.instance_type,
             "count": exposure.count,
             "share_borrowed": exposure.share_borrowed,
             "lenders": lenders,
             "wanted_back_by": list(exposure.wanted_back_by),
-            "reclaimed_now_by": loaded.jobs[by].pk if by is not None else None,
+            "reclaimed_now_by": int(by) if by is not None else None,
             "status": (
                 "reclaim_imminent" if exposure.imminent or by is not None else "may_be_reclaimed"
             ),
