@@ -93,10 +93,10 @@ class Forecast:
             f"engine playback, remaining work known for {self.running_known} of "
             f"{self.running} running jobs"
         )
-        if self.entitled:
-            text += "; nobody lends (each share on its own limits)"
         if self.running_known < self.running:
             text += " (the others are taken never to finish)"
+        if self.entitled:
+            text += "; nobody lends (each share on its own limits)"
         text += "; assumes no new submissions or changes"
         if self.rounded:
             text += "; to within about 1% of the time ahead"
@@ -248,7 +248,10 @@ def never_on_entitlement(engine: Engine, jobs: Sequence[Job]) -> set[str]:
         if all(
             pref.plan is None
             and pref.count
-            > min(limits.get(pref.instance_type, 0), types[pref.instance_type].capacity)
+            > min(
+                limits.get(pref.instance_type, 0),
+                types[pref.instance_type].capacity if pref.instance_type in types else 0,
+            )
             for pref in job.preferences
         ):
             out.add(job.id)
