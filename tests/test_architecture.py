@@ -1,6 +1,6 @@
 """The shape of the code base, held by a test: no import cycle between files, the engine
-stands alone, governance reaches the scheduler through one door, and executors see the cycle
-only through its public types (docs/architecture.md).
+stands alone, governance reaches the scheduler through one door, executors see the cycle
+only through its public types, and selectors only read (docs/architecture.md).
 
 Every import counts, at module level or inside a function (a deferred import is still a
 dependency; it only hides a cycle). Reading the source with ``ast`` needs no database.
@@ -9,6 +9,7 @@ dependency; it only hides a cycle). Reading the source with ``ast`` needs no dat
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -166,3 +167,32 @@ def test_executors_see_the_cycle_only_through_its_public_types() -> None:
         assert cycle <= CYCLE_TYPES | {CYCLE_ENTRY}, f"{name} imports {sorted(cycle)}"
         if CYCLE_ENTRY in cycle:
             assert _names_from(name, CYCLE_ENTRY) == {"run_cycle"}, name
+
+
+READ_ONLY_SERVICES = {"governance.services.errors", "governance.services.limits"}
+"""Service modules that write nothing: error types and number bounds."""
+CHECKS = {("governance.services.shares", "validate_share_fields")}
+"""Service functions that check without writing (the share preview validates as the share
+service does)."""
+WRITES = re.compile(
+    r"objects\.(create|bulk_create|bulk_update|get_or_create|update_or_create)\b"
+    r"|\.save\(|\.delete\(|\)\.update\(|audit\.record|send_task|apply_async|on_commit"
+)
+"""What writing (or queueing work) reads like in this code base."""
+
+
+def test_selectors_only_read() -> None:
+    """A selector imports no service that writes, only error types, number bounds and
+    checks that write nothing, and neither writes nor queues work itself (a measurement
+    taken on a read, the first forecast of a job, is the scheduler's:
+    ``scheduler/estimates.py``)."""
+    for module in READ_ONLY_SERVICES:
+        assert not WRITES.search(MODULES[module].read_text()), module
+    for name, targets in GRAPH.items():
+        if not name.startswith("governance.selectors"):
+            continue
+        for target in targets:
+            if target.startswith("governance.services") and target not in READ_ONLY_SERVICES:
+                names = _names_from(name, target)
+                assert {(target, n) for n in names} <= CHECKS, f"{name} imports {target} {names}"
+        assert not WRITES.search(MODULES[name].read_text()), f"{name} writes"
