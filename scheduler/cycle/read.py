@@ -361,6 +361,9 @@ def _jobs(
     verified = verified_workloads(strict, rows)
     usage: dict[str, int] = {}
     plan_usage: dict[str, int] = {}
+    active = snapshot.jobs.rows
+    speeds = snapshot.speeds
+    runs_itself = executor.runs_itself
     engine_jobs: list[eng.Job] = []
     disabled: list[int] = []
     # Jobs submitted alike share their preferences (``_job_rows``): made once for them.
@@ -368,9 +371,9 @@ def _jobs(
     for row in rows:
         if row["state"] == JobState.RUNNING and row["instance_type_id"] is not None:
             name = row["type_name"] = type_names[row["instance_type_id"]]
-            if executor.runs_itself:
+            if runs_itself:
                 job = row_job(row)
-                done_at = executor.finish(job, snapshot.speeds[name])
+                done_at = executor.finish(job, speeds[name])
                 if done_at is not None and done_at <= now:
                     snapshot.completions.append((job, done_at))
                     continue
@@ -384,7 +387,7 @@ def _jobs(
         elif not share_by_id[row["share_id"]].enabled:
             disabled.append(row["id"])
             continue
-        snapshot.jobs.rows[str(row["id"])] = row
+        active[str(row["id"])] = row
         prefs = engine_prefs.get(id(row["preferences"]))
         if prefs is None:
             prefs = tuple(_preference(p, plan_types) for p in row["preferences"])
@@ -395,7 +398,7 @@ def _jobs(
                 share_by_id[row["share_id"]].name,
                 now,
                 executor,
-                snapshot.speeds,
+                speeds,
                 prefs,
                 may_borrow=may_borrow(row, strict, verified),
             )
