@@ -9,7 +9,7 @@ each other's) on the ``DATABASE_URL`` server (dropped and re-created each run) a
 Redis database of its own (``BENCH_REDIS_URL``,
 flushed at start: give it one nobody else uses). Parts:
 
-1. ``cycle``: one persisted ``bridge.run_cycle`` of a queue holding 10,000 pending and
+1. ``cycle``: one persisted ``run_cycle`` of a queue holding 10,000 pending and
    5,000 running jobs (bulk-created), target <= 1 s;
 2. ``latency``: jobs submitted over HTTP to the API (served by gunicorn, as deployed)
    at a steady 50 per second for a minute (``--quick``: 10 s) with a real Celery worker.
@@ -121,7 +121,7 @@ def bench_cycle() -> None:
     from django.utils import timezone
 
     from governance.models import Job, JobState, QueueCapacity
-    from scheduler import bridge
+    from scheduler.cycle.run import run_cycle
 
     heading("1. persisted cycle: 10,000 pending + 5,000 running")
     rng = random.Random(1)
@@ -188,7 +188,7 @@ def bench_cycle() -> None:
     timings = []
     for _ in range(5):
         started = time.perf_counter()
-        result = bridge.run_cycle(queue.pk)
+        result = run_cycle(queue.pk)
         timings.append(time.perf_counter() - started)
         assert result.admitted == 0 and result.preempted == 0, result
     best, median = min(timings), statistics.median(timings)
@@ -205,7 +205,7 @@ def bench_cycle() -> None:
         count=shares_n * g5_each + 50
     )
     started = time.perf_counter()
-    result = bridge.run_cycle(queue.pk)
+    result = run_cycle(queue.pk)
     elapsed = time.perf_counter() - started
     figure(
         f"cycle admitting {result.admitted} jobs",
@@ -219,7 +219,7 @@ def bench_cycle() -> None:
 
         profiler = cProfile.Profile()
         profiler.enable()
-        bridge.run_cycle(queue.pk)
+        run_cycle(queue.pk)
         profiler.disable()
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
 

@@ -5,7 +5,7 @@
         .venv/bin/python bench/slurm.py [--a-jobs 480] [--a-repeat 1] [--b-jobs 2000] [--no-hook]
 
 Runs in a throwaway database ``bench_slurm_<name>`` (dropped and re-created). The product
-side drives the slurm executor's passes (``sync.sync_queue``: what beat's ``slurm-sync``
+side drives the slurm executor's passes (``pass_.sync_queue``: what beat's ``slurm-sync``
 task does) back to back in this process; Slurm runs every job. Unless ``--no-hook``, the
 product's web app also serves in this process (a thread on a free port) and the local
 Slurm's completion hook is turned on for the run (``scripts/slurm/hook``): each job's
@@ -277,11 +277,11 @@ POLL = 0.5  # seconds from one pass's start to the next (--poll)
 def pass_every(queue_id: int, cli: Any, since: float) -> float:
     """One executor pass, started ``POLL`` seconds after the last one began (``since``),
     as beat's slurm-sync entry starts them; the time it began."""
-    from scheduler.executors.slurm import sync
+    from scheduler.executors.slurm import pass_
 
     time.sleep(max(0.0, since + POLL - time.monotonic()))
     began = time.monotonic()
-    sync.sync_queue(queue_id, cli=cli)
+    pass_.sync_queue(queue_id, cli=cli)
     return began
 
 
@@ -431,7 +431,7 @@ def main() -> None:
     _setup()
     from django.conf import settings
 
-    from scheduler.executors.slurm.sync import cli_from_settings
+    from scheduler.executors.slurm.read import cli_from_settings
 
     global POLL
     POLL = settings.SLURM_POLL_SECONDS if args.poll is None else max(0.0, args.poll)

@@ -7,7 +7,7 @@
 percent from the next on a small shared machine; this bench holds Slurm still to show
 what the product's own part of a hook's pass costs and where a change moves it. A queue
 of 16 single-GPU instances runs one share's jobs (``--pending`` of them waiting); each
-wave ends ``--ends`` running jobs and calls ``sync.hook_pass`` for them as their node
+wave ends ``--ends`` running jobs and calls ``pass_.hook_pass`` for them as their node
 epilogs would (the first runs the pass, the others find their job reported). Slurm's
 commands are answered by a stand-in at once (``sbatch`` gives the next job id, ``sacct -c``
 the waves' ends), so every figure is the product's: database round trips of the pass,
@@ -185,11 +185,11 @@ def main() -> None:
     args = parser.parse_args()
     ends = max(1, min(args.ends, GPUS))
     _setup()
-    from scheduler.executors.slurm import sync
+    from scheduler.executors.slurm import pass_
 
     queue_id = _world(args.pending + args.waves * ends)
     slurm = _stand_in()
-    sync.sync_queue(queue_id, cli=slurm)  # the first GPUS jobs start
+    pass_.sync_queue(queue_id, cli=slurm)  # the first GPUS jobs start
     meter = Meter()
     until_answer: list[tuple[int, float, float, float | None]] = []
     after_answer: list[tuple[int, float, float, float | None]] = []
@@ -198,11 +198,11 @@ def main() -> None:
         ended = slurm.end(ends)
         rest: list[Callable[[], None]] = []
         until_answer.append(
-            meter.measure(sync.hook_pass, queue_id, ended[0], cli=slurm, defer=rest.append)
+            meter.measure(pass_.hook_pass, queue_id, ended[0], cli=slurm, defer=rest.append)
         )
         after_answer.append(meter.measure(lambda steps: [step() for step in steps], rest))
         for job in ended[1:]:
-            others.append(meter.measure(sync.hook_pass, queue_id, job, cli=slurm))
+            others.append(meter.measure(pass_.hook_pass, queue_id, job, cli=slurm))
 
     def line(label: str, rows: list[tuple[int, float, float, float | None]]) -> str:
         trips, cpu, wall, backend = zip(*rows, strict=True)

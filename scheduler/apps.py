@@ -8,10 +8,10 @@ class SchedulerConfig(AppConfig):
         """Listen to the services' change announcements (``governance.services.hooks``)."""
         from governance.services import hooks
         from scheduler import tasks, triggers
-        from scheduler.executors.slurm import sync
+        from scheduler.executors.slurm import pass_
 
         hooks.register(
             request_cycle=triggers.request_cycle,
             run_cycle=tasks.cycle_now,
-            executor_pass=sync.hook_pass,
+            executor_pass=pass_.hook_pass,
         )

@@ -1,6 +1,6 @@
 """Reads that need the engine: why jobs wait, usage as the engine counts it, and what a
 share change would do. Each loads the queue into a fresh engine without locks, plays the
-current instant in memory (``bridge.play_instant``) and applies nothing.
+current instant in memory (``scheduler.cycle.decide.play_instant``) and applies nothing.
 
 Governance reaches these through one module, ``governance.selectors.scheduling``, which
 adds caching and permission checks.
@@ -16,7 +16,9 @@ from django.utils import timezone
 
 from governance.models import DecisionRule, Job, JobQueue, JobState, Share
 from scheduler import engine as eng
-from scheduler.bridge import Loaded, load, play_instant, row_job, to_ms
+from scheduler.cycle.decide import play_instant
+from scheduler.cycle.read import load
+from scheduler.cycle.snapshot import QueueSnapshot, row_job, to_ms
 from scheduler.engine import accounting
 from scheduler.engine.exposure import exposures
 from scheduler.engine.forecast import (
@@ -52,7 +54,7 @@ def _disabled_reasons(job: Job) -> list[dict[str, Any]]:
     ]
 
 
-def _valid_for(loaded: Loaded) -> float | None:
+def _valid_for(loaded: QueueSnapshot) -> float | None:
     """For how many seconds a reading of ``loaded`` holds if nothing stored changes.
 
     Only time changes the answer without a stored change: a simulated run that finishes
@@ -108,7 +110,7 @@ def explain_queue(queue_id: int) -> tuple[dict[int, list[dict[str, Any]]], float
     return out, valid_for
 
 
-def _finishes(loaded: Loaded, engine: eng.Engine) -> dict[str, int | None]:
+def _finishes(loaded: QueueSnapshot, engine: eng.Engine) -> dict[str, int | None]:
     """Each running job's expected end in clock ms (None: unknown): the simulated fleet's
     own finish time, or for other executors the last reported progress extrapolated at
     the type's speed."""
@@ -277,7 +279,9 @@ def usage(queue_id: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _job_row(loaded: Loaded, job_key: str, rule: str, instance_type: str | None) -> dict[str, Any]:
+def _job_row(
+    loaded: QueueSnapshot, job_key: str, rule: str, instance_type: str | None
+) -> dict[str, Any]:
     job = loaded.jobs[job_key]
     share = job.share
     return {
@@ -355,7 +359,7 @@ def preview_share_change(share: Share, fields: dict[str, Any]) -> dict[str, list
     }
 
 
-def _reclaimable(loaded: Loaded, key: str, fields: dict[str, Any]) -> list[dict[str, Any]]:
+def _reclaimable(loaded: QueueSnapshot, key: str, fields: dict[str, Any]) -> list[dict[str, Any]]:
     """Running jobs of the share on types where the change makes it borrow more."""
     new_limits = fields.get("limits")
     if new_limits is None and "policy" not in fields:

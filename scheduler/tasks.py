@@ -1,5 +1,5 @@
 """Celery tasks: thin, idempotent, taking ids. The rules live in the engine, the
-transactions and locks in ``scheduler.bridge``."""
+transactions and locks in ``scheduler.cycle``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from governance.selectors.capacity import queue_ids
 from governance.services import runs
 from governance.services import whatif as whatif_services
 from governance.services.exceptions import exception_close_moot, exception_expire_due
-from scheduler import bridge, history, triggers, whatif
+from scheduler import history, triggers, whatif
+from scheduler.cycle.result import CycleResult
+from scheduler.cycle.run import run_cycle
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +43,13 @@ def schedule_queue(queue_id: int) -> dict[str, object]:
     }
 
 
-def cycle_now(queue_id: int) -> bridge.CycleResult:
+def cycle_now(queue_id: int) -> CycleResult:
     """One cycle of a queue in this process, and a timer for its next time-driven event.
 
     The worker's task, and agents' complete-and-claim (docs/agents.md), which runs the
     cycle in the request so the freed instances are reassigned before it answers.
     """
-    result = bridge.run_cycle(queue_id)
+    result = run_cycle(queue_id)
     if result.next_event_in is not None and result.next_event_in <= FOLLOW_UP_HORIZON_SECONDS:
         triggers.request_cycle_at(queue_id, result.next_event_in)
     return result
@@ -76,10 +78,10 @@ def declare_lost_runs() -> int:
 @shared_task(ignore_result=True, expires=2.0)
 def slurm_sync() -> None:
     """Beat's Slurm pass (every SLURM_POLL_SECONDS): every queue run by Slurm, synchronised
-    (scheduler/executors/slurm/sync.py): reports, capacity, the cycle, submissions, stops."""
-    from scheduler.executors.slurm import sync
+    (scheduler/executors/slurm/pass_.py): reports, capacity, the cycle, submissions, stops."""
+    from scheduler.executors.slurm import pass_
 
-    sync.sync_all()
+    pass_.sync_all()
 
 
 @shared_task(ignore_result=True)

@@ -185,7 +185,7 @@ def make_lending_world(capacity: int, lenders: dict[str, int], runs: dict[str, i
     attributes by name (dashes as underscores); ``t0`` is when the runs started."""
     from types import SimpleNamespace
 
-    from scheduler import bridge
+    from scheduler.cycle.run import run_cycle
 
     g5 = "ml.g5.xlarge"
     queue = make_queue("q", {g5: capacity})
@@ -206,5 +206,5 @@ def make_lending_world(capacity: int, lenders: dict[str, int], runs: dict[str, i
             duration=10 * 24 * 3600,
             submitted_at=t0,
         )
-    bridge.run_cycle(queue.pk, now=t0)
+    run_cycle(queue.pk, now=t0)
     return SimpleNamespace(t0=t0, **world)

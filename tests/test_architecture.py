@@ -1,5 +1,6 @@
 """The shape of the code base, held by a test: no import cycle between files, the engine
-stands alone, and governance reaches the scheduler through one door.
+stands alone, governance reaches the scheduler through one door, executors see the cycle
+only through its public types, and selectors only read (docs/architecture.md).
 
 Every import counts, at module level or inside a function (a deferred import is still a
 dependency; it only hides a cycle). Reading the source with ``ast`` needs no database.
@@ -8,6 +9,7 @@ dependency; it only hides a cycle). Reading the source with ``ast`` needs no dat
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,6 +68,22 @@ def _imported(name: str, path: Path) -> Iterator[str]:
 GRAPH = {name: set(_imported(name, path)) for name, path in MODULES.items()}
 
 
+def _names_from(name: str, target: str) -> set[str]:
+    """What the module ``name`` imports of ``target``: the names of ``from target import
+    ...``, and ``*module*`` when it imports the module itself (``import target``, ``from
+    package import module``)."""
+    tree = ast.parse(MODULES[name].read_text(), filename=str(MODULES[name]))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {"*module*" for alias in node.names if alias.name == target}
+        elif isinstance(node, ast.ImportFrom) and node.module == target:
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names |= {"*module*" for a in node.names if f"{node.module}.{a.name}" == target}
+    return names
+
+
 def _cycles() -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -102,7 +120,7 @@ def _cycles() -> list[list[str]]:
 
 
 def test_the_graph_is_read() -> None:
-    assert "scheduler.bridge" in GRAPH["scheduler.tasks"]
+    assert "scheduler.cycle.run" in GRAPH["scheduler.tasks"]
     assert "governance.services.hooks" in GRAPH["governance.services.runs"]
 
 
@@ -121,7 +139,7 @@ def test_the_engine_imports_only_itself() -> None:
 
 def test_governance_reaches_the_scheduler_through_one_door() -> None:
     """Governance may use the engine's pure arithmetic (accounting, work) anywhere; the
-    scheduler proper (bridge, readings, tasks, executors) only through ``DOOR``."""
+    scheduler proper (cycle, readings, tasks, executors) only through ``DOOR``."""
     for name, targets in GRAPH.items():
         if not name.startswith("governance") or name == DOOR:
             continue
@@ -129,3 +147,52 @@ def test_governance_reaches_the_scheduler_through_one_door() -> None:
             t for t in targets if t.startswith("scheduler") and not t.startswith("scheduler.engine")
         }
         assert not reached, f"{name} imports {sorted(reached)}"
+
+
+CYCLE_TYPES = {"scheduler.cycle", "scheduler.cycle.snapshot", "scheduler.cycle.result"}
+"""What an executor may import of the cycle: the types its hooks are handed."""
+CYCLE_ENTRY = "scheduler.cycle.run"
+
+
+def test_executors_see_the_cycle_only_through_its_public_types() -> None:
+    """The cycle calls the executor (``scheduler/executors/base.py``), never the other way
+    round: an executor imports the types its hooks are handed (``QueueSnapshot``,
+    ``CycleResult``), never a phase (read, decide, apply, usage). A driver that starts a
+    cycle with its own executor (the Slurm pass) imports the entry point alone."""
+    assert "scheduler.cycle.run" in GRAPH["scheduler.executors.slurm.pass_"]  # the rule bites
+    for name, targets in GRAPH.items():
+        if not name.startswith("scheduler.executors"):
+            continue
+        cycle = {t for t in targets if t.startswith("scheduler.cycle")}
+        assert cycle <= CYCLE_TYPES | {CYCLE_ENTRY}, f"{name} imports {sorted(cycle)}"
+        if CYCLE_ENTRY in cycle:
+            assert _names_from(name, CYCLE_ENTRY) == {"run_cycle"}, name
+
+
+READ_ONLY_SERVICES = {"governance.services.errors", "governance.services.limits"}
+"""Service modules that write nothing: error types and number bounds."""
+CHECKS = {("governance.services.shares", "validate_share_fields")}
+"""Service functions that check without writing (the share preview validates as the share
+service does)."""
+WRITES = re.compile(
+    r"objects\.(create|bulk_create|bulk_update|get_or_create|update_or_create)\b"
+    r"|\.save\(|\.delete\(|\)\.update\(|audit\.record|send_task|apply_async|on_commit"
+)
+"""What writing (or queueing work) reads like in this code base."""
+
+
+def test_selectors_only_read() -> None:
+    """A selector imports no service that writes, only error types, number bounds and
+    checks that write nothing, and neither writes nor queues work itself (a measurement
+    taken on a read, the first forecast of a job, is the scheduler's:
+    ``scheduler/estimates.py``)."""
+    for module in READ_ONLY_SERVICES:
+        assert not WRITES.search(MODULES[module].read_text()), module
+    for name, targets in GRAPH.items():
+        if not name.startswith("governance.selectors"):
+            continue
+        for target in targets:
+            if target.startswith("governance.services") and target not in READ_ONLY_SERVICES:
+                names = _names_from(name, target)
+                assert {(target, n) for n in names} <= CHECKS, f"{name} imports {target} {names}"
+        assert not WRITES.search(MODULES[name].read_text()), f"{name} writes"

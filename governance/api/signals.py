@@ -252,7 +252,6 @@ class WhatIfListView(APIView):
                 "capacity": body.get("capacity"),
             },
         )
-        scheduling.whatif_start(run.pk)
         return Response(whatif_json(run), status=202)
 
 

@@ -15,12 +15,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from governance import roles
-from governance.celery import app as celery_app
 from governance.models import (
     DecisionRule,
     Job,
@@ -33,10 +30,18 @@ from governance.models import (
 )
 from governance.roles import AnyUser
 from governance.selectors import web_state
-from governance.services import insight
 from governance.services.errors import PermissionDenied, ValidationFailed
 from governance.services.shares import validate_share_fields
-from scheduler import history, ledger, promises, readings, signals, simulate, whatif
+from scheduler import (
+    estimates,
+    history,
+    ledger,
+    promises,
+    readings,
+    signals,
+    simulate,
+    whatif,
+)
 from scheduler.engine import accounting
 from scheduler.engine.accounting import ShareOnType, TypeAccount, account_type
 
@@ -67,17 +72,16 @@ __all__ = [
     "signals_rows",
     "start_blockers",
     "whatif_replay",
-    "whatif_start",
 ]
 
 
 # Why jobs wait, cached. Asking the engine means loading the queue's every active job
 # into it and playing the cycle due now: ~100 ms on a queue of a few thousand pending
 # jobs, far too slow for a page polled by many people. The answer depends only on what
-# ``scheduler.bridge.load`` reads (the queue's active jobs, shares, limits, capacity and types) and,
-# on a simulated queue, on the next run that finishes by itself. So it is cached under a
-# fingerprint of those rows (``web_state.queue_state_fingerprint``), for as long as
-# ``scheduler.readings.explain_queue`` says it holds, at most EXPLAIN_MAX_AGE. A page
+# ``scheduler.cycle.read.load`` reads (the queue's active jobs, shares, limits, capacity
+# and types) and, on a simulated queue, on the next run that finishes by itself. So it
+# is cached under a fingerprint of those rows (``web_state.queue_state_fingerprint``), for
+# as long as ``scheduler.readings.explain_queue`` says it holds, at most EXPLAIN_MAX_AGE. A page
 # therefore never shows reasons for a state other than the stored one. Entries are per
 # job, so a page reads only its own 50.
 EXPLAIN_MAX_AGE = 30.0
@@ -283,8 +287,8 @@ def never_starting(jobs: Iterable[Job]) -> dict[int, list[dict[str, Any]]]:
 
 # Forecasts, cached the same way as the reasons (same fingerprint, same lifetime): the
 # playback runs one engine cycle per finishing instant, so it is computed at most once
-# per stored state. The first time a job gets an estimate it is recorded
-# (``services.insight.forecasts_record_first``) to measure the forecast error later.
+# per stored state. The first time a job gets an estimate the scheduler records it
+# (``scheduler/estimates.py``) to measure the forecast error later.
 
 
 def _per_job_cached(
@@ -321,21 +325,13 @@ def forecast_jobs(
     if not wanted:
         return {}, ""  # nothing asked: no playback (and no first estimates recorded)
 
-    def compute() -> tuple[dict[int, Any], str, float | None]:
-        forecasts, basis, valid_for = readings.forecast_queue(queue_id)
-        insight.forecasts_record_first(
-            queue_id=queue_id,
-            estimates={
-                pk: (datetime.fromtimestamp(f["estimated_start"], tz=UTC), f["position"])
-                for pk, f in forecasts.items()
-                if f["estimated_start"] is not None
-            },
-            basis=basis,
-            now=datetime.now(tz=UTC),
-        )
-        return forecasts, basis, valid_for
-
-    found, basis = _per_job_cached("forecast", queue_id, wanted, fingerprint, compute)
+    found, basis = _per_job_cached(
+        "forecast",
+        queue_id,
+        wanted,
+        fingerprint,
+        lambda: estimates.forecast_and_record_first(queue_id),
+    )
     return {pk: _as_datetimes(v) for pk, v in found.items()}, basis
 
 
@@ -627,17 +623,6 @@ def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:
                 )
     rows.sort(key=lambda r: (r["team"], r["queue"], r["instance_type"]))
     return rows
-
-
-def whatif_start(whatif_id: int) -> None:
-    """Queue the replay of a requested what-if once the request's transaction commits."""
-    # By name: the task module imports governance, so importing it here would make a loop.
-    # On the what-if queue (settings.WHATIF_QUEUE), which only the what-if worker reads.
-    transaction.on_commit(
-        lambda: celery_app.send_task(
-            "scheduler.tasks.run_whatif", args=(whatif_id,), queue=settings.WHATIF_QUEUE
-        )
-    )
 
 
 def whatif_replay(history_data: dict[str, Any], proposal: dict[str, Any]) -> dict[str, Any]:

@@ -212,9 +212,10 @@ def usage_rebuild(*, queue_id: int, since: datetime, until: datetime) -> int:
     Nothing is credited before the queue's first recorded job event.
     """
     with transaction.atomic():
-        # The queue's row first, as a cycle takes it (bridge), so a rebuild and a cycle
-        # that credits usage queue behind each other instead of deadlocking: the rollups'
-        # foreign key needs a share lock on that row while the cycle holds it for update.
+        # The queue's row first, as a cycle takes it (scheduler/cycle/run.py), so a rebuild
+        # and a cycle that credits usage queue behind each other instead of deadlocking:
+        # the rollups' foreign key needs a share lock on that row while the cycle holds it
+        # for update.
         JobQueue.objects.select_for_update().filter(pk=queue_id).first()
         level = UsageLevel.objects.select_for_update().filter(queue_id=queue_id).first()
         if level is not None:

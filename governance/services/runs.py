@@ -1,8 +1,9 @@
 """Where jobs run: the scheduler's decisions and the executors' reports, applied to the DB.
 
-The scheduler (``scheduler.bridge``) calls the ``runs_admit``/``run_preempt``/``run_time_out``
-functions inside its cycle transaction with ``actor=None`` (the system); executors (the
-simulated fleet and external agents) report progress through the ``run_*`` reports.
+The scheduler's cycle (``scheduler/cycle/apply.py``) calls the ``runs_admit``/
+``run_preempt``/``run_time_out`` functions inside its transaction with ``actor=None`` (the
+system); executors (the simulated fleet and external agents) report progress through the
+``run_*`` reports.
 Every report names the job's ``run``: a late report from a run that was preempted since
 is refused, so it can never complete or checkpoint the next run.
 

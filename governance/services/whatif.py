@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from governance import roles
+from governance.celery import app as celery_app
 from governance.models import Agreement, AuditEvent, JobQueue, Share, WhatIf, WhatIfState
 from governance.roles import AnyUser
 from governance.services import audit, notifications
@@ -152,8 +153,9 @@ def _within_cap(actor: AnyUser, now: datetime) -> None:
 def whatif_request(
     *, actor: AnyUser, queue: JobQueue, start: datetime, stop: datetime, proposal: Any
 ) -> WhatIf:
-    """Record a what-if to run: the queue's window and the proposed configuration. Each
-    requester has at most ``WHATIF_MAX_PER_USER`` runs queued or running (else 429)."""
+    """Record a what-if to run: the queue's window and the proposed configuration, and
+    queue its replay once the transaction commits. Each requester has at most
+    ``WHATIF_MAX_PER_USER`` runs queued or running (else 429)."""
     if not may_request(actor):
         raise PermissionDenied({"detail": ["Only admins, reviewers and team leads run what-ifs."]})
     clean = clean_proposal(queue, proposal)
@@ -181,7 +183,19 @@ def whatif_request(
         queue_id=queue.pk,
         at=now,
     )
+    _queue_replay(run.pk)
     return run
+
+
+def _queue_replay(whatif_id: int) -> None:
+    """Queue the replay of a requested what-if once the request's transaction commits."""
+    # By name: the task module imports governance, so importing it here would make a loop.
+    # On the what-if queue (settings.WHATIF_QUEUE), which only the what-if worker reads.
+    transaction.on_commit(
+        lambda: celery_app.send_task(
+            "scheduler.tasks.run_whatif", args=(whatif_id,), queue=settings.WHATIF_QUEUE
+        )
+    )
 
 
 def whatif_progress(*, whatif_id: int, progress: int, step: str) -> None:

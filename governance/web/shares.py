@@ -3,7 +3,7 @@
 The editor posts to the share service (``share_update``) with the version it read; a
 stale edit (Conflict) shows the other change next to the admin's own values. While the
 admin edits, the form is posted to the preview endpoint, which asks the engine (through
-``scheduler.bridge``) what the change would do before anything is saved.
+``scheduler.readings``) what the change would do before anything is saved.
 """
 
 from __future__ import annotations

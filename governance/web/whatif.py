@@ -16,7 +16,6 @@ from django.utils import timezone
 
 from governance.models import Agreement, JobQueue, Policy, Share, WhatIf, WhatIfState
 from governance.selectors import capacity as capacity_selectors
-from governance.selectors import scheduling
 from governance.selectors.windows import parse_window
 from governance.services import whatif as whatif_services
 from governance.services.errors import ServiceError
@@ -223,7 +222,6 @@ def whatif_new(request: HttpRequest, queue_id: int) -> HttpResponse:
             errors.update(exc.errors)
             status = max(status, exc.status)
         if not errors:
-            scheduling.whatif_start(run.pk)
             return redirect("web:whatif", run.pk)
     context = {
         "queue": queue,

@@ -3,9 +3,11 @@
 A run does its job's work at the type's speed times ``DEMO_TIME_FACTOR`` (simulated
 seconds per real second, 60 in the demo: an hour a minute), checkpoints every
 ``checkpoint_interval`` of work, and completes when its work is done. It needs no
-process of its own: the scheduler's cycle asks this module which runs are done by now
-(and completes them first, as the order within one moment (docs/scheduling.md) wants), how far each
-running job has got, and when the next run will finish (to wake up then).
+process of its own: the scheduler's cycle asks it (``SimulatedFleet``, the ``Executor``
+of ``scheduler/executors/base.py``) which runs are done by now (and completes them first,
+as the order within one moment (docs/scheduling.md) wants), how far each running job has
+got, and when the next run will finish (to wake up then). It has no hooks: nothing
+outside the database to tell.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from django.conf import settings
 from governance.models import Job, JobQueue
 from governance.models.capacity import Executor
 from governance.services import runs
+from scheduler.executors.base import BaseExecutor
 
 
 def runs_itself(queue: JobQueue) -> bool:
@@ -45,3 +48,19 @@ def finish(job: Job, speed: float, factor: float) -> datetime | None:
 def work(job: Job, now: datetime, speed: float, factor: float) -> float:
     """Work the running job has done by ``now``."""
     return runs.current_work(job, now, speed=speed, time_factor=factor)
+
+
+class SimulatedFleet(BaseExecutor):
+    """The simulated fleet as the cycle's executor: it runs the jobs itself, at
+    ``DEMO_TIME_FACTOR`` (read when the cycle looks it up)."""
+
+    runs_itself = True
+
+    def __init__(self) -> None:
+        self.time_factor = float(settings.DEMO_TIME_FACTOR)
+
+    def finish(self, job: Job, speed: float) -> datetime | None:
+        return finish(job, speed, self.time_factor)
+
+    def work(self, job: Job, now: datetime, speed: float) -> float:
+        return work(job, now, speed, self.time_factor)

@@ -1,6 +1,6 @@
 """The agent protocol's one-round-trip options (docs/agents.md): ``start`` on a claim,
 ``claim_next`` on ``complete``/``fail``. Through the API, on the test database; the
-in-request cycle is the scheduler's own ``bridge.run_cycle``."""
+in-request cycle is the scheduler's own ``run_cycle``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from governance.models import AuditEntry, AuditEvent, Job, JobEvent, JobState
 from governance.models.capacity import Executor
 from governance.roles import AGENT_GROUP
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, UserFactory, make_job, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,7 @@ def w() -> Any:
     share = make_share(queue, TeamFactory(name="t"), "s", {G5: 1})
     submitter = UserFactory(username="submitter")
     jobs = [make_job(share, submitter, name=f"j{i}", duration=60) for i in range(3)]
-    bridge.run_cycle(queue.pk)
+    run_cycle(queue.pk)
     agent_user = UserFactory(username="agent-bot")
     agent_user.groups.add(Group.objects.get_or_create(name=AGENT_GROUP)[0])
     client = APIClient()
@@ -168,6 +168,6 @@ def test_a_claimed_run_names_its_capacity_plan(w: Any) -> None:
     planned = make_job(
         share, w.jobs[0].submitter, name="on-plan", preferences=[{"plan": "reserved", "count": 1}]
     )
-    bridge.run_cycle(w.queue.pk)
+    run_cycle(w.queue.pk)
     [run] = claim(w)
     assert (run["job"], run["plan"], run["instance_type"]) == (planned.pk, "reserved", G5)

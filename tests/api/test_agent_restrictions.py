@@ -16,7 +16,7 @@ from governance.models import Job, JobState
 from governance.models.capacity import Executor
 from governance.roles import AGENT_GROUP
 from governance.services import runs
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, UserFactory, make_job, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -44,11 +44,11 @@ def w() -> Any:
     share = make_share(agents_q, team, "s", {G5: 2})
     submitter = UserFactory(username="submitter")
     jobs = [make_job(share, submitter, name=f"j{i}", duration=60) for i in range(2)]
-    bridge.run_cycle(agents_q.pk)
+    run_cycle(agents_q.pk)
     fleet_q = make_queue("fleet", {G5: 1})
     fleet_share = make_share(fleet_q, team, "f", {G5: 1})
     fleet_job = make_job(fleet_share, submitter, name="fleet-job", duration=60)
-    bridge.run_cycle(fleet_q.pk)
+    run_cycle(fleet_q.pk)
     fleet_job.refresh_from_db()
     assert fleet_job.state == JobState.RUNNING
     return SimpleNamespace(

@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import make_job, make_lending_world
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +50,7 @@ def test_the_ledger_names_both_borrowers_then_the_reclaim(w: Any) -> None:
     predicted = {(r["job"], r["by"]) for r in body["now"]["would_reclaim"]}
     assert predicted and all(by == mine.pk for _, by in predicted)
     reclaim_at = timezone.now()
-    bridge.run_cycle(w.queue.pk, now=reclaim_at)
+    run_cycle(w.queue.pk, now=reclaim_at)
     window = {"from": (w.t0 - timedelta(seconds=60)).isoformat(), "to": timezone.now().isoformat()}
     after = client.get(url, window).json()
     assert {(r["job"], r["by"]) for r in after["reclaims_triggered"]} == predicted

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from governance.models import JobState, RecoveryStatus, Workload
 from governance.models.capacity import Executor
 from governance.roles import AGENT_GROUP
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import (
     TeamFactory,
     UserFactory,
@@ -45,7 +45,7 @@ def test_an_agents_valid_completion_of_a_resumed_run_verifies_the_workload() -> 
     workload = Workload.objects.create(team=team, name="vision/x")
     # A job back in the queue after one preemption: the run it is admitted for resumes.
     job = make_job(share, UserFactory(username="u"), duration=60, preemptions=1, workload=workload)
-    bridge.run_cycle(queue.pk)
+    run_cycle(queue.pk)
     agent = UserFactory(username="agent-bot")
     agent.groups.add(Group.objects.get_or_create(name=AGENT_GROUP)[0])
     client = client_for(agent)

@@ -6,7 +6,7 @@ never squeezed into a narrow column; the usage bars keep their numbers readable,
 limit marker sits where the limit is, and the navigation folds behind a Menu button on a
 narrow screen.
 
-The demo world is scheduled in this process (``bridge.run_cycle``), so the bars show
+The demo world is scheduled in this process (``run_cycle``), so the bars show
 running work; no worker is needed for pictures of a state.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import expect
 
 from governance.models import Job, JobQueue, Share
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -165,7 +165,7 @@ def layout_world(transactional_db: Any, settings: Any) -> Any:
     # minute, and their width went untested.
     demo_history.load_history_and_rollups()
     for queue in JobQueue.objects.all():
-        bridge.run_cycle(queue.pk)
+        run_cycle(queue.pk)
     share = Share.objects.get(name="vision-training")
     limits = {row.instance_type.name: row.count for row in share.limits.all()}
     type_name, limit = sorted(limits.items())[0]

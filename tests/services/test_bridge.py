@@ -1,6 +1,6 @@
 """The live scheduler's bridge: engine decisions applied to the database through services.
 
-Each test calls ``bridge.run_cycle`` with explicit ``now`` datetimes; with
+Each test calls ``run_cycle`` with explicit ``now`` datetimes; with
 ``DEMO_TIME_FACTOR=1`` the simulated fleet runs at the clock's pace, so work equals
 elapsed seconds and the figures match the worked examples of docs/scheduling.md.
 """
@@ -16,7 +16,9 @@ from governance.models import AuditEntry, AuditEvent, Job, JobEvent, JobState
 from governance.services import capacity as capacity_svc
 from governance.services import jobs as jobs_svc
 from governance.services import shares as shares_svc
-from scheduler import bridge, readings
+from scheduler import readings
+from scheduler.cycle import read
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, make_admin, make_job, make_lead, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -92,7 +94,7 @@ def test_aws_worked_example_step_by_step(aws: Any) -> None:
 
     # t0: bg-high within background's own limit, bg-med borrowing medium's idle instance;
     # protected's idle instance stays reserved, so bg-low waits.
-    result = bridge.run_cycle(aws.queue.pk, now=at(0))
+    result = run_cycle(aws.queue.pk, now=at(0))
     assert (result.admitted, result.preempted) == (2, 0)
     refresh(high, med, low)
     assert (high.state, high.borrowed, high.started_at) == (JobState.RUNNING, 0, at(0))
@@ -115,14 +117,14 @@ def test_aws_worked_example_step_by_step(aws: Any) -> None:
     assert "borrowing 1" in admit_med.reason
     assert events(high) == ["admitted"] and events(med) == ["admitted"]
     # Why bg-low waits, as the engine sees the queue at t0 (protected's idle is reserved).
-    loaded = bridge.load(aws.queue, at(0), lock=False)
+    loaded = read.load(aws.queue, at(0), lock=False)
     assert [r.reason for r in loaded.engine.explain(str(low.pk))] == ["no_lendable_capacity"]
 
     # t0+60: med-1 of medium reclaims its lent instance from bg-med (60 s of work lost).
     med1 = make_job(
         aws.medium, aws.med_lead, name="med-1", priority=1, duration=3600, submitted_at=at(60)
     )
-    result = bridge.run_cycle(aws.queue.pk, now=at(60))
+    result = run_cycle(aws.queue.pk, now=at(60))
     assert (result.admitted, result.preempted) == (1, 1)
     refresh(high, med, low, med1)
     assert (med.state, med.preemptions, med.counted_preemptions) == (JobState.PENDING, 1, 1)
@@ -148,7 +150,7 @@ def test_aws_worked_example_step_by_step(aws: Any) -> None:
 
     # t0+120: bg-low raised to 4 through the service preempts bg-high in-share (120 lost).
     jobs_svc.job_reprioritise(actor=aws.bg_lead, job=low, priority=4, reason="release blocked")
-    result = bridge.run_cycle(aws.queue.pk, now=at(120))
+    result = run_cycle(aws.queue.pk, now=at(120))
     assert (result.admitted, result.preempted) == (1, 1)
     refresh(high, med, low, med1)
     assert (high.state, high.preemptions, high.recomputed) == (JobState.PENDING, 1, 120)
@@ -163,7 +165,7 @@ def test_aws_worked_example_step_by_step(aws: Any) -> None:
     assert events(low) == ["reprioritised", "admitted"]
 
     # Nothing more happens at the same instant.
-    again = bridge.run_cycle(aws.queue.pk, now=at(120))
+    again = run_cycle(aws.queue.pk, now=at(120))
     assert (again.admitted, again.preempted, again.completed) == (0, 0, 0)
 
 
@@ -220,7 +222,7 @@ def test_audit_entries_match_the_engine_replay_of_the_worked_example() -> None:
                 duration=spec["duration"],
                 submitted_at=at(now),
             )
-        bridge.run_cycle(queue.pk, now=at(now))
+        run_cycle(queue.pk, now=at(now))
     assert max(e[0] for e in expected) <= now < scenario["until"]
 
     names = {job.pk: name for name, job in jobs.items()}
@@ -256,9 +258,9 @@ def test_capacity_drop_stops_jobs_as_capacity_lost_without_counting_retries(
     w.share.save()
     a = make_job(w.share, w.lead, name="a", priority=5, submitted_at=at(0), duration=1000)
     b = make_job(w.share, w.lead, name="b", priority=1, submitted_at=at(0), duration=1000)
-    bridge.run_cycle(w.queue.pk, now=at(0))
+    run_cycle(w.queue.pk, now=at(0))
     capacity_svc.queue_set_capacity(actor=w.admin, queue=w.queue, capacity={G5: 1})
-    result = bridge.run_cycle(w.queue.pk, now=at(30))
+    result = run_cycle(w.queue.pk, now=at(30))
     assert result.preempted == 1
     refresh(a, b)
     # The lower-priority job goes; retries 0 does not fail it: it yielded to no one.
@@ -285,9 +287,9 @@ def test_zero_retries_fails_a_job_at_its_first_preemption(one_share: Any) -> Non
         count=2,
         preferences=[{"instance_type": G5, "count": 2}],
     )
-    bridge.run_cycle(w.queue.pk, now=at(0))
+    run_cycle(w.queue.pk, now=at(0))
     high = make_job(w.share, w.lead, name="high", priority=9, submitted_at=at(10))
-    bridge.run_cycle(w.queue.pk, now=at(10))
+    run_cycle(w.queue.pk, now=at(10))
     refresh(low, high)
     assert (low.state, low.finished_at, low.preemptions) == (JobState.FAILED, at(10), 1)
     assert high.state == JobState.RUNNING
@@ -296,7 +298,7 @@ def test_zero_retries_fails_a_job_at_its_first_preemption(one_share: Any) -> Non
     assert failed.after["rule"] == "preemption_retries_exhausted"
     assert events(low) == ["admitted", "preempted", "failed"]
     # A failed job never comes back.
-    bridge.run_cycle(w.queue.pk, now=at(20))
+    run_cycle(w.queue.pk, now=at(20))
     refresh(low)
     assert low.state == JobState.FAILED and low.run == 1
 
@@ -316,12 +318,12 @@ def test_max_pending_time_times_a_job_out(one_share: Any) -> None:
     waiter = make_job(
         w.share, w.lead, name="waiter", priority=1, submitted_at=at(0), max_pending=30
     )
-    result = bridge.run_cycle(w.queue.pk, now=at(0))
+    result = run_cycle(w.queue.pk, now=at(0))
     assert result.next_event_in == pytest.approx(30)
-    bridge.run_cycle(w.queue.pk, now=at(29))
+    run_cycle(w.queue.pk, now=at(29))
     waiter.refresh_from_db()
     assert waiter.state == JobState.PENDING
-    result = bridge.run_cycle(w.queue.pk, now=at(30))
+    result = run_cycle(w.queue.pk, now=at(30))
     assert result.timed_out == 1
     refresh(waiter, hog)
     assert (waiter.state, waiter.finished_at) == (JobState.TIMED_OUT, at(30))
@@ -353,12 +355,12 @@ def test_simulated_completion_frees_capacity_and_the_next_job_starts(one_share: 
         preferences=[{"instance_type": G5, "count": 2}],
         duration=50,
     )
-    result = bridge.run_cycle(w.queue.pk, now=at(0))
+    result = run_cycle(w.queue.pk, now=at(0))
     assert result.admitted == 1 and result.next_event_in == pytest.approx(100)
-    bridge.run_cycle(w.queue.pk, now=at(99))
+    run_cycle(w.queue.pk, now=at(99))
     refresh(first, second)
     assert first.state == JobState.RUNNING and second.state == JobState.PENDING
-    result = bridge.run_cycle(w.queue.pk, now=at(100.5))
+    result = run_cycle(w.queue.pk, now=at(100.5))
     assert (result.completed, result.admitted) == (1, 1)
     refresh(first, second)
     # Completed at its finishing moment, not when the cycle noticed.
@@ -373,9 +375,9 @@ def test_simulated_completion_at_demo_speed(one_share: Any, settings: Any) -> No
     settings.DEMO_TIME_FACTOR = 60
     w = one_share
     job = make_job(w.share, w.lead, name="j", submitted_at=at(0), duration=600)
-    result = bridge.run_cycle(w.queue.pk, now=at(0))
+    result = run_cycle(w.queue.pk, now=at(0))
     assert result.next_event_in == pytest.approx(10)
-    bridge.run_cycle(w.queue.pk, now=at(10))
+    run_cycle(w.queue.pk, now=at(10))
     job.refresh_from_db()
     assert (job.state, job.finished_at) == (JobState.SUCCEEDED, at(10))
 
@@ -393,22 +395,22 @@ def test_checkpoints_of_the_simulated_fleet_limit_lost_work(one_share: Any) -> N
         duration=1000,
         checkpoint_interval=50,
     )
-    bridge.run_cycle(w.queue.pk, now=at(0))
+    run_cycle(w.queue.pk, now=at(0))
     make_job(w.share, w.lead, name="high", priority=9, submitted_at=at(120))
-    bridge.run_cycle(w.queue.pk, now=at(120))
+    run_cycle(w.queue.pk, now=at(120))
     low.refresh_from_db()
     assert low.state == JobState.PENDING
     assert (low.work_done, low.checkpoint_work, low.recomputed) == (100, 100, 20)
 
 
 def test_a_cycle_run_twice_applies_nothing_the_second_time(aws: Any) -> None:
-    first = bridge.run_cycle(aws.queue.pk, now=at(0))
+    first = run_cycle(aws.queue.pk, now=at(0))
     assert first.admitted == 2
     audit_count = AuditEntry.objects.count()
     event_count = JobEvent.objects.count()
     states = dict(Job.objects.values_list("id", "run"))
-    second = bridge.run_cycle(aws.queue.pk, now=at(0))
-    third = bridge.run_cycle(aws.queue.pk, now=at(5))
+    second = run_cycle(aws.queue.pk, now=at(0))
+    third = run_cycle(aws.queue.pk, now=at(5))
     for result in (second, third):
         assert (result.admitted, result.preempted, result.completed, result.timed_out) == (
             0,
@@ -433,21 +435,21 @@ def test_lowering_a_limit_stops_nothing_but_opens_the_usage_to_reclaim() -> None
         make_job(user, user_lead, name=f"u{i}", priority=i, submitted_at=at(0))
         for i in range(2)
     ]
-    bridge.run_cycle(queue.pk, now=at(0))
+    run_cycle(queue.pk, now=at(0))
     assert Job.objects.filter(state=JobState.RUNNING).count() == 2
 
     updated = shares_svc.share_update(
         actor=admin, share=user, version=user.version, changes={"limits": {G5: 1}}, reason="cut"
     )
     assert updated.version == user.version + 1
-    result = bridge.run_cycle(queue.pk, now=at(10))
+    result = run_cycle(queue.pk, now=at(10))
     assert (result.admitted, result.preempted) == (0, 0)
     assert Job.objects.filter(state=JobState.RUNNING).count() == 2
     row = next(r for r in readings.usage(queue.pk) if r["share_name"] == "user")
     assert (row["limit"], row["usage"], row["borrowed"]) == (1, 2, 1)
 
     claim = make_job(owner, owner_lead, name="claim", priority=0, submitted_at=at(20))
-    result = bridge.run_cycle(queue.pk, now=at(20))
+    result = run_cycle(queue.pk, now=at(20))
     assert (result.admitted, result.preempted) == (1, 1)
     refresh(claim, *running)
     assert claim.state == JobState.RUNNING
@@ -468,9 +470,9 @@ def test_a_cycle_completing_simulated_runs_asks_for_no_further_cycle(
     lead = make_lead(team)
     first = make_job(share, lead, name="first", duration=10, submitted_at=at(0))
     second = make_job(share, lead, name="second", duration=10, submitted_at=at(1))
-    bridge.run_cycle(queue.pk, now=at(2))
+    run_cycle(queue.pk, now=at(2))
     with django_capture_on_commit_callbacks() as callbacks:
-        result = bridge.run_cycle(queue.pk, now=at(20))
+        result = run_cycle(queue.pk, now=at(20))
     assert (result.completed, result.admitted) == (1, 1)
     refresh(first, second)
     assert (first.state, second.state) == (JobState.SUCCEEDED, JobState.RUNNING)

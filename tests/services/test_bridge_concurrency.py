@@ -25,7 +25,7 @@ from governance.services import hooks
 from governance.services import jobs as jobs_svc
 from governance.services import shares as shares_svc
 from governance.services.errors import ServiceError
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.conftest import database_url
 from tests.factories import TeamFactory, make_admin, make_lead, make_queue, make_share
 
@@ -161,7 +161,7 @@ def test_concurrent_cycles_never_overcommit_and_apply_each_decision_once(setting
                 if role == "mutator":
                     mutate()
                 else:
-                    bridge.run_cycle(queue.pk)
+                    run_cycle(queue.pk)
                 end.wait()
         except threading.BrokenBarrierError:
             pass
@@ -208,7 +208,7 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "governance.settings")
 django.setup()
 from governance.services import runs
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 
 real_admit = runs.runs_admit
 
@@ -217,7 +217,7 @@ def admit_then_die(**kwargs):
     os._exit(17)  # the worker dies mid-cycle: no rollback, no cleanup, no commit
 
 runs.runs_admit = admit_then_die
-bridge.run_cycle(int(sys.argv[1]))
+run_cycle(int(sys.argv[1]))
 os._exit(0)
 """
 
@@ -255,8 +255,8 @@ def test_a_worker_killed_mid_cycle_leaves_nothing_applied(monkeypatch: Any) -> N
     assert not Job.objects.filter(events__type="admitted").exists()
 
     # The next cycle (it waits for the dead connection's locks to go) applies all of it once.
-    result = bridge.run_cycle(queue.pk)
+    result = run_cycle(queue.pk)
     assert result.admitted == 4
     assert set(Job.objects.values_list("state", "run")) == {(JobState.RUNNING, 1)}
     assert assert_each_decision_applied_once(queue.pk) == len(jobs)
-    assert bridge.run_cycle(queue.pk).admitted == 0
+    assert run_cycle(queue.pk).admitted == 0

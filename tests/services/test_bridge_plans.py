@@ -12,7 +12,7 @@ import pytest
 
 from governance.models import AuditEntry, AuditEvent, CapacityPlan, Job, JobEvent, JobState
 from governance.selectors.capacity import queue_usage
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import (
     InstanceTypeFactory,
     TeamFactory,
@@ -68,14 +68,14 @@ PLAN_FIRST = [{"plan": "red-plan", "count": 2}, {"instance_type": G5, "count": 2
 
 def test_plan_starts_on_time_and_the_run_records_it(w):
     waiting = job(w, "plan-only", [{"plan": "red-plan", "count": 2}])
-    result = bridge.run_cycle(w.queue.pk, now=at(0))
+    result = run_cycle(w.queue.pk, now=at(0))
     waiting.refresh_from_db()
     assert waiting.state == JobState.PENDING
     # The plan's start is the next time-driven instant of the queue.
     assert result.next_event_in is not None
     assert result.next_event_in == pytest.approx((at(100) - at(0)).total_seconds(), abs=1)
 
-    bridge.run_cycle(w.queue.pk, now=at(100))
+    run_cycle(w.queue.pk, now=at(100))
     waiting.refresh_from_db()
     assert waiting.state == JobState.RUNNING
     assert waiting.plan_id == w.plan.pk
@@ -94,7 +94,7 @@ def test_plan_starts_on_time_and_the_run_records_it(w):
 def test_plan_first_then_on_demand_alongside(w):
     first = job(w, "first", PLAN_FIRST)
     second = job(w, "second", PLAN_FIRST, submitted_at=at(1))
-    bridge.run_cycle(w.queue.pk, now=at(100))
+    run_cycle(w.queue.pk, now=at(100))
     first.refresh_from_db()
     second.refresh_from_db()
     assert (first.state, first.plan_id, first.preference) == (JobState.RUNNING, w.plan.pk, 0)
@@ -104,12 +104,12 @@ def test_plan_first_then_on_demand_alongside(w):
 
 def test_plan_end_preempts_not_counted_and_falls_back(w):
     on_plan = job(w, "on-plan", PLAN_FIRST)
-    bridge.run_cycle(w.queue.pk, now=at(100))
+    run_cycle(w.queue.pk, now=at(100))
     on_plan.refresh_from_db()
     assert on_plan.plan_id == w.plan.pk
-    result = bridge.run_cycle(w.queue.pk, now=at(500))
+    result = run_cycle(w.queue.pk, now=at(500))
     assert result.next_event_in is not None
-    bridge.run_cycle(w.queue.pk, now=at(1000))
+    run_cycle(w.queue.pk, now=at(1000))
     on_plan.refresh_from_db()
     # Stopped with plan_ended, not counted against retries, and started again at once
     # on its on-demand preference.
@@ -128,8 +128,8 @@ def test_plan_end_with_zero_retries_does_not_fail(w):
     w.red.preemption_retries = 0
     w.red.save()
     on_plan = job(w, "on-plan", [{"plan": "red-plan", "count": 1}])
-    bridge.run_cycle(w.queue.pk, now=at(100))
-    bridge.run_cycle(w.queue.pk, now=at(1000))
+    run_cycle(w.queue.pk, now=at(100))
+    run_cycle(w.queue.pk, now=at(1000))
     on_plan.refresh_from_db()
     assert on_plan.state == JobState.PENDING  # not FAILED: a plan end is nobody's doing
 
@@ -138,10 +138,10 @@ def test_resize_down_preempts_within_the_plan_as_capacity_lost(w):
     jobs = [
         job(w, f"j{i}", [{"plan": "red-plan", "count": 1}], submitted_at=at(i)) for i in range(2)
     ]
-    bridge.run_cycle(w.queue.pk, now=at(100))
+    run_cycle(w.queue.pk, now=at(100))
     assert Job.objects.filter(plan=w.plan, state=JobState.RUNNING).count() == 2
     CapacityPlan.objects.filter(pk=w.plan.pk).update(count=1)
-    bridge.run_cycle(w.queue.pk, now=at(200))
+    run_cycle(w.queue.pk, now=at(200))
     states = sorted(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True))
     assert states == [JobState.PENDING, JobState.RUNNING]
     stopped = JobEvent.objects.get(type="preempted", job__in=jobs)

@@ -23,7 +23,7 @@ from governance.selectors import scheduling
 from governance.services import change_requests as svc
 from governance.services import shares as share_svc
 from governance.services.errors import Conflict, PermissionDenied, ValidationFailed
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import make_admin, make_job, make_lead, make_world
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +45,7 @@ def w(settings: Any) -> Any:
         duration=36000,
         submitted_at=timezone.now() - timedelta(seconds=5),
     )
-    bridge.run_cycle(world.queue.pk, now=timezone.now())
+    run_cycle(world.queue.pk, now=timezone.now())
     world.job.refresh_from_db()
     assert world.job.state == JobState.RUNNING
     return world

@@ -15,7 +15,8 @@ import pytest
 from governance.models import AuditEntry, AuditEvent, InstanceType, Job, JobEvent, JobState
 from governance.services import jobs as jobs_svc
 from governance.services.errors import ValidationFailed
-from scheduler import bridge, history, readings
+from scheduler import history, readings
+from scheduler.cycle.run import run_cycle
 from scheduler.simulate import run
 from tests.factories import TeamFactory, make_admin, make_job, make_lead, make_queue, make_share
 from tests.services.test_bridge import _clock_pace, at  # noqa: F401  (the fleet at clock pace)
@@ -92,7 +93,7 @@ def test_a_busy_first_choice_runs_out_of_time_and_the_job_starts_on_its_second(
 ) -> None:
     report, late = _story(lab)
     monkeypatch.setattr("scheduler.readings.timezone.now", lambda: at(0))
-    result = bridge.run_cycle(lab.queue.pk, now=at(0))
+    result = run_cycle(lab.queue.pk, now=at(0))
     assert result.admitted == 2
     # the next time-driven event is late's timeout at 500.001 (2000 s - 1500 s + 1 ms:
     # the engine counts in milliseconds), before any completion
@@ -100,7 +101,7 @@ def test_a_busy_first_choice_runs_out_of_time_and_the_job_starts_on_its_second(
     explained = readings.explain_queue(lab.queue.pk)[0][report.pk]
     assert [r["reason"] for r in explained] == ["own_quota_full", "own_quota_full"]
 
-    result = bridge.run_cycle(lab.queue.pk, now=at(500.001))
+    result = run_cycle(lab.queue.pk, now=at(500.001))
     assert result.timed_out == 1
     late.refresh_from_db()
     assert (late.state, late.finished_at) == (JobState.TIMED_OUT, at(500.001))
@@ -110,11 +111,11 @@ def test_a_busy_first_choice_runs_out_of_time_and_the_job_starts_on_its_second(
     assert entry.after["reason"] == "deadline"
 
     # at 600 the p4d frees, but report can no longer finish there in time: it waits
-    bridge.run_cycle(lab.queue.pk, now=at(600))
+    run_cycle(lab.queue.pk, now=at(600))
     report.refresh_from_db()
     assert report.state == JobState.PENDING
     # at 900 the g5 free: it starts on its second choice
-    bridge.run_cycle(lab.queue.pk, now=at(900))
+    run_cycle(lab.queue.pk, now=at(900))
     report.refresh_from_db()
     assert (report.state, report.preference, report.instance_type.name) == (
         JobState.RUNNING,
@@ -125,8 +126,8 @@ def test_a_busy_first_choice_runs_out_of_time_and_the_job_starts_on_its_second(
 
 def test_the_reasons_say_which_choice_is_out_of_reach(lab: Any, monkeypatch: Any) -> None:
     report, _ = _story(lab)
-    bridge.run_cycle(lab.queue.pk, now=at(0))
-    bridge.run_cycle(lab.queue.pk, now=at(500.001))
+    run_cycle(lab.queue.pk, now=at(0))
+    run_cycle(lab.queue.pk, now=at(500.001))
     monkeypatch.setattr("scheduler.readings.timezone.now", lambda: at(550))
     reasons = readings.explain_queue(lab.queue.pk)[0][report.pk]
     assert [r["reason"] for r in reasons] == ["deadline_unreachable", "own_quota_full"]
@@ -145,7 +146,7 @@ def test_a_job_over_budget_on_its_first_choice_runs_on_the_next(lab: Any) -> Non
         duration=3600,
         max_cost=Decimal("10"),
     )
-    bridge.run_cycle(lab.queue.pk, now=timezone_now())
+    run_cycle(lab.queue.pk, now=timezone_now())
     job.refresh_from_db()
     assert (job.state, job.preference) == (JobState.RUNNING, 1)
 
@@ -178,7 +179,7 @@ def test_a_job_that_may_not_borrow_waits_beside_lent_capacity() -> None:
     first = make_job(share, lead, name="first", submitted_at=at(0))
     careful = make_job(share, lead, name="careful", submitted_at=at(0), may_borrow=False)
     bold = make_job(share, lead, name="bold", submitted_at=at(1))
-    bridge.run_cycle(queue.pk, now=at(1))
+    run_cycle(queue.pk, now=at(1))
     for job in (first, careful, bold):
         job.refresh_from_db()
     assert (first.state, careful.state, bold.state) == (
@@ -203,9 +204,9 @@ def test_a_job_that_is_not_preemptible_is_no_in_share_victim() -> None:
         preemptible=False,
         duration=1000,
     )
-    bridge.run_cycle(queue.pk, now=at(0))
+    run_cycle(queue.pk, now=at(0))
     urgent = make_job(share, lead, name="urgent", priority=9, submitted_at=at(10))
-    result = bridge.run_cycle(queue.pk, now=at(10))
+    result = run_cycle(queue.pk, now=at(10))
     assert result.preempted == 0
     release.refresh_from_db()
     urgent.refresh_from_db()
@@ -215,7 +216,7 @@ def test_a_job_that_is_not_preemptible_is_no_in_share_victim() -> None:
 def test_the_history_export_keeps_the_fields_and_replays_the_timeout(lab: Any) -> None:
     report, late = _story(lab)
     for second in (0, 500.001, 600, 900):
-        bridge.run_cycle(lab.queue.pk, now=at(second))
+        run_cycle(lab.queue.pk, now=at(second))
     out = history.export(lab.queue, at(-1), at(1000), now=at(1000))
     scenario = out["scenario"]
     jobs = {j["id"]: j for j in scenario["jobs"]}
@@ -244,7 +245,7 @@ def test_the_share_preview_skips_jobs_not_preemptible_and_never_borrows_for_care
     release = make_job(
         share, lead, name="release", priority=1, submitted_at=at(0), preemptible=False
     )
-    bridge.run_cycle(queue.pk, now=at(0))
+    run_cycle(queue.pk, now=at(0))
     make_job(share, lead, name="urgent", priority=9, submitted_at=at(5))
     careful = make_job(
         share, lead, name="careful", priority=5, submitted_at=at(5), may_borrow=False

@@ -33,7 +33,7 @@ def test_demo_plan_is_active_and_named_first_by_training_jobs(tmp_path: Path) ->
     """The demo's plan: vision's, on the fleet's most contended type, active now; vision's
     training jobs name it first, and the scheduler starts them on it."""
     from governance.models import CapacityPlan, Job, JobState, PlanState, ShareLimit
-    from scheduler import bridge
+    from scheduler.cycle.run import run_cycle
 
     demo.load(tmp_path)
     plan = CapacityPlan.objects.get(name=demo.DEMO_PLAN)
@@ -51,7 +51,7 @@ def test_demo_plan_is_active_and_named_first_by_training_jobs(tmp_path: Path) ->
     first = [j for j in Job.objects.filter(share=plan.share) if j.preferences[0].get("plan")]
     assert {j.kind for j in first} == {"training"}
     assert len(first) >= 2
-    bridge.run_cycle(fleet.pk)
+    run_cycle(fleet.pk)
     on_plan = Job.objects.filter(plan=plan, state=JobState.RUNNING)
     assert on_plan.exists()
 
@@ -117,11 +117,12 @@ def test_demo_has_a_lender_two_teams_borrow_from_and_a_pending_change_request(
     tmp_path: Path,
 ) -> None:
     from governance.models import ChangeRequestState, ShareChangeRequest
-    from scheduler import bridge, readings
+    from scheduler import readings
+    from scheduler.cycle.run import run_cycle
 
     demo.load(tmp_path)
     pool = JobQueue.objects.get(name=demo.LENDING_QUEUE)
-    bridge.run_cycle(pool.pk)
+    run_cycle(pool.pk)
     lender = Share.objects.get(queue=pool, name="speech-serving")
     lent = readings.lending_now(lender)["lent"]
     borrowers = {(row["borrower_name"], row["instances"]) for row in lent}

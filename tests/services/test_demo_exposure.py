@@ -9,7 +9,7 @@ from django.test import Client
 
 from governance import demo
 from governance.models import Job, JobQueue, JobState
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 
 
 @pytest.mark.django_db
@@ -19,7 +19,7 @@ def test_the_demo_has_a_borrowed_run_with_its_exposure_shown(tmp_path: Path) -> 
     reclaimed; its running so far was all on borrowed capacity, lent by speech."""
     demo.load(tmp_path)
     pool = JobQueue.objects.get(name=demo.LENDING_QUEUE)
-    bridge.run_cycle(pool.pk)
+    run_cycle(pool.pk)
     job = Job.objects.get(queue=pool, name="vision-embed-backfill")
     assert job.state == JobState.RUNNING and job.borrowed == 1
     client = Client()

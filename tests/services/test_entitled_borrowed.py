@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 
 from governance.models import JobEvent, JobState
 from governance.selectors import borrowed, scheduling
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, make_job, make_lead, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -54,7 +54,7 @@ def live() -> SimpleNamespace:
         submitted_at=c0,
         preferences=[{"instance_type": G5, "count": 2}],
     )
-    bridge.run_cycle(queue.pk, now=c0)
+    run_cycle(queue.pk, now=c0)
     p = make_job(blue, lead, name="p", priority=5, duration=10, submitted_at=c0)
     big = make_job(
         blue,
@@ -155,7 +155,7 @@ def test_exposure_of_the_borrowed_run(live: SimpleNamespace, client: Any) -> Non
 
 def test_the_part_of_its_running_that_borrowed(live: SimpleNamespace, client: Any) -> None:
     """b ran 600 s on red's capacity and was reclaimed; it ran again 100 s on blue's own."""
-    bridge.run_cycle(live.queue.pk, now=live.c0 + timedelta(seconds=1))  # p borrows
+    run_cycle(live.queue.pk, now=live.c0 + timedelta(seconds=1))  # p borrows
     t = live.c0 + timedelta(seconds=600)
     make_job(
         live.red,
@@ -165,7 +165,7 @@ def test_the_part_of_its_running_that_borrowed(live: SimpleNamespace, client: An
         submitted_at=t,
         preferences=[{"instance_type": G5, "count": 3}],
     )
-    bridge.run_cycle(live.queue.pk, now=t)
+    run_cycle(live.queue.pk, now=t)
     live.b.refresh_from_db()
     assert live.b.state == JobState.PENDING
     events = list(JobEvent.objects.filter(job=live.b).order_by("at", "id"))

@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from governance.models import JobForecast, JobState
 from governance.selectors import insight, scheduling
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, make_admin, make_job, make_lead, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +47,7 @@ def live() -> Any:
     # even seconds (scheduler.engine.forecast.coarsen), so C0 + 150 s stays exact.
     c0 = _whole_ten_seconds(timezone.now() - timedelta(seconds=10))
     r1 = make_job(share, lead, name="r1", priority=9, duration=100, submitted_at=c0)
-    bridge.run_cycle(queue.pk, now=c0)
+    run_cycle(queue.pk, now=c0)
     p1 = make_job(share, lead, name="p1", priority=5, duration=50, submitted_at=c0)
     p2 = make_job(share, lead, name="p2", priority=1, duration=10, submitted_at=c0)
     return SimpleNamespace(queue=queue, share=share, lead=lead, c0=c0, r1=r1, p1=p1, p2=p2)
@@ -94,8 +94,8 @@ def test_first_estimate_is_recorded_once_and_gives_the_forecast_error(live: Any)
     assert first[live.p2.pk].position == 2
 
     # p1 starts exactly when estimated; p2 30 s late (the cycle runs at C0+180).
-    bridge.run_cycle(live.queue.pk, now=live.c0 + timedelta(seconds=100))
-    bridge.run_cycle(live.queue.pk, now=live.c0 + timedelta(seconds=180))
+    run_cycle(live.queue.pk, now=live.c0 + timedelta(seconds=100))
+    run_cycle(live.queue.pk, now=live.c0 + timedelta(seconds=180))
     live.p2.refresh_from_db()
     assert live.p2.state == JobState.RUNNING
     # A later reading records nothing new: the first estimates stay.
@@ -127,7 +127,7 @@ def test_queue_page_shows_estimates_and_the_forecast_error(live: Any, client: An
     page = client.get(f"/queues/{live.queue.pk}/").content.decode()
     assert "Estimated start" in page
     assert "No job with a recorded estimate has started" in page
-    bridge.run_cycle(live.queue.pk, now=live.c0 + timedelta(seconds=100))
+    run_cycle(live.queue.pk, now=live.c0 + timedelta(seconds=100))
     page = client.get(f"/queues/{live.queue.pk}/").content.decode()
     assert "Jobs with a first estimate</dt><dd>1</dd>" in page
 
@@ -143,7 +143,7 @@ def test_agent_queue_uses_the_reported_progress() -> None:
     lead = make_lead(team, "blue_lead")
     c0 = _whole_ten_seconds(timezone.now() - timedelta(seconds=20))
     r1 = make_job(share, lead, name="r1", priority=9, duration=100, submitted_at=c0)
-    bridge.run_cycle(queue.pk, now=c0)
+    run_cycle(queue.pk, now=c0)
     r1.refresh_from_db()
     assert r1.state == JobState.RUNNING
     r1.work_done = 40

@@ -21,7 +21,8 @@ from governance.models import JobQueue
 from governance.services import capacity as capacity_svc
 from governance.services import jobs as jobs_svc
 from governance.services import shares as shares_svc
-from scheduler import bridge, history, signals, simulate
+from scheduler import history, signals, simulate
+from scheduler.cycle.run import run_cycle
 from tests.factories import (
     InstanceTypeFactory,
     TeamFactory,
@@ -67,7 +68,7 @@ def drive(queue: JobQueue, clock: Clock, steps: dict[float, Any], until: float) 
         clock.now = at(t)
         if t in steps:
             steps[t]()
-        result = bridge.run_cycle(queue.pk, now=at(t))
+        result = run_cycle(queue.pk, now=at(t))
         later = [m for m in moments if m > t]
         if result.next_event_in is not None:
             later.append(t + result.next_event_in)

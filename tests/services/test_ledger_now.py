@@ -12,7 +12,8 @@ import pytest
 from django.utils import timezone
 
 from governance.models import Job, JobEvent, JobState
-from scheduler import bridge, readings
+from scheduler import readings
+from scheduler.cycle.run import run_cycle
 from tests.factories import (
     TeamFactory,
     make_job,
@@ -76,7 +77,7 @@ def random_state(rng: random.Random) -> Any:
                 checkpoint_interval=rng.choice([None, 60, 300]),
                 submitted_at=earlier,
             )
-    bridge.run_cycle(queue.pk, now=earlier + timedelta(seconds=rng.randint(0, 5)))
+    run_cycle(queue.pk, now=earlier + timedelta(seconds=rng.randint(0, 5)))
     later = timezone.now() - timedelta(seconds=rng.randint(1, 30))
     for share in lenders:
         for n in range(rng.randint(0, 3)):
@@ -113,7 +114,7 @@ def test_would_reclaim_now_is_what_the_engine_preempts(seed: int) -> None:
     }
     assert exposed == {(job, by) for job, by in set().union(*predicted.values()) if job in going}
     before = set(JobEvent.objects.filter(type="preempted").values_list("pk", flat=True))
-    bridge.run_cycle(queue.pk, now=timezone.now())
+    run_cycle(queue.pk, now=timezone.now())
     done: dict[int, set[tuple[int, int]]] = {share.pk: set() for share in lenders + borrowers}
     shares = dict(Job.objects.filter(queue=queue).values_list("pk", "share_id"))
     for event in JobEvent.objects.filter(type="preempted").exclude(pk__in=before):

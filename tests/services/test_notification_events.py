@@ -37,7 +37,7 @@ from governance.models import (
 from governance.models.notifications import EMAIL_BY_DEFAULT
 from governance.services import agreements, exceptions, notifications, runs, shares
 from governance.tasks import deliver_notifications
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import make_job, make_world
 
 pytestmark = pytest.mark.django_db
@@ -125,7 +125,7 @@ def _borrowing_world(w: Any) -> Any:
         duration=3600,
         submitted_at=now,
     )
-    bridge.run_cycle(w.queue.pk, now=now)
+    run_cycle(w.queue.pk, now=now)
     make_job(w.red_share, w.red_member, name="owner", duration=60, submitted_at=now)
     return borrower
 
@@ -139,7 +139,7 @@ def _job_preempted() -> Event:
         NotificationKind.JOB_PREEMPTED,
         {"blue_lead"},  # the submitter, and blue's leads: the same person here
         arrange=_borrowing_world,
-        act=lambda w, _: bridge.run_cycle(w.queue.pk, now=timezone.now() + timedelta(seconds=1)),
+        act=lambda w, _: run_cycle(w.queue.pk, now=timezone.now() + timedelta(seconds=1)),
         again=again,
     )
 
@@ -147,7 +147,7 @@ def _job_preempted() -> Event:
 def _running_job(w: Any) -> Any:
     now = timezone.now()
     job = make_job(w.red_share, w.red_member, name="doomed", duration=3600, submitted_at=now)
-    bridge.run_cycle(w.queue.pk, now=now)
+    run_cycle(w.queue.pk, now=now)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
     return job

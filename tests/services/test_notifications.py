@@ -23,7 +23,7 @@ from governance.models import (
 )
 from governance.services import agreements, exceptions, notifications, shares
 from governance.services.errors import ValidationFailed
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import make_job, make_world
 
 pytestmark = pytest.mark.django_db
@@ -110,13 +110,13 @@ def test_a_preemption_tells_the_submitter_and_the_leads_once(w: Any) -> None:
         duration=3600,
         submitted_at=now,
     )
-    bridge.run_cycle(w.queue.pk, now=now)
+    run_cycle(w.queue.pk, now=now)
     make_job(w.red_share, w.red_member, name="owner", duration=60, submitted_at=now)
-    bridge.run_cycle(w.queue.pk, now=now + timedelta(seconds=1))
+    run_cycle(w.queue.pk, now=now + timedelta(seconds=1))
     key = f"job.preempted:{borrower.pk}:1"
     assert borrower.submitter == w.blue_lead  # the submitter is the lead: told once
     assert told(NotificationKind.JOB_PREEMPTED) == [("blue_lead", key)]
-    bridge.run_cycle(w.queue.pk, now=now + timedelta(seconds=2))  # nothing new happens
+    run_cycle(w.queue.pk, now=now + timedelta(seconds=2))  # nothing new happens
     assert Notification.objects.filter(kind=NotificationKind.JOB_PREEMPTED).count() == 1
 
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from governance.models import AuditEntry, AuditEvent, Job, JobEvent, JobState
 from governance.models.capacity import Executor
 from governance.services import runs
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, UserFactory, make_job, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +32,7 @@ def w() -> Any:
     share = make_share(queue, TeamFactory(name="t"), "s", {G5: 4})
     user = UserFactory(username="u")
     jobs = [make_job(share, user, name=f"j{i}", duration=600, submitted_at=t0) for i in range(4)]
-    bridge.run_cycle(queue.pk, now=t0)
+    run_cycle(queue.pk, now=t0)
     assert all(j.state == JobState.RUNNING for j in Job.objects.filter(queue=queue))
     return SimpleNamespace(t0=t0, queue=queue, jobs=jobs)
 
@@ -124,7 +124,7 @@ def test_one_cycle_admits_unlike_jobs_each_with_its_own_start() -> None:
     )
     earlier = t0 - timedelta(minutes=5)
     Job.objects.filter(pk=own.pk).update(run=2, started_at=earlier)  # admitted before
-    assert lender.pk and bridge.run_cycle(queue.pk, now=t0).admitted == 3
+    assert lender.pk and run_cycle(queue.pk, now=t0).admitted == 3
     got = {
         j.name: (j.instance_type.name, j.preference, j.borrowed, j.run, j.started_at)
         for j in Job.objects.filter(queue=queue).select_related("instance_type")

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from governance.models import SlurmRun, SlurmRunState
 from governance.models.capacity import Executor
-from scheduler.executors.slurm import sync
+from scheduler.executors.slurm import pass_
 from tests.factories import TeamFactory, UserFactory, make_job, make_queue, make_share
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +44,7 @@ def hooks(queue_id: int, count: int) -> tuple[list[threading.Thread], list[dict[
 
     def call() -> None:
         try:
-            answers.append(sync.hook_pass(queue_id, 777))
+            answers.append(pass_.hook_pass(queue_id, 777))
         finally:
             connection.close()
 
@@ -57,9 +57,9 @@ def hooks(queue_id: int, count: int) -> tuple[list[threading.Thread], list[dict[
 @contextmanager
 def a_pass(queue_id: int) -> Iterator[Any]:
     """A pass of the queue runs (its lock and the lock it lets the hooks' nodes go by)."""
-    with sync.queue_lock(queue_id) as got:
+    with pass_.queue_lock(queue_id) as got:
         assert got
-        releasing = sync._Releasing(queue_id)
+        releasing = pass_._Releasing(queue_id)
         try:
             yield releasing
         finally:
@@ -93,7 +93,7 @@ def test_a_hook_whose_job_is_reported_returns_at_once_when_no_pass_runs(
     running: SlurmRun,
 ) -> None:
     SlurmRun.objects.filter(pk=running.pk).update(state=SlurmRunState.ENDED)
-    answer = sync.hook_pass(running.job.queue_id, 777)
+    answer = pass_.hook_pass(running.job.queue_id, 777)
     assert answer["skipped"] == "an earlier pass reported the job's end"
 
 

@@ -20,7 +20,7 @@ from governance.models import UsageLevel, UsageRollup
 from governance.selectors import insight
 from governance.services.insight import Level, spread, usage_rebuild
 from governance.web.charts import time_ticks, usage_chart
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, make_admin, make_job, make_lead, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -86,9 +86,9 @@ def test_spread_cuts_an_interval_into_buckets_of_each_width() -> None:
 
 
 def test_the_cycle_writes_rollups_worked_out_by_hand(live: Any) -> None:
-    bridge.run_cycle(live.queue.pk, now=at(0))  # starts a1 and b1; nothing to credit yet
+    run_cycle(live.queue.pk, now=at(0))  # starts a1 and b1; nothing to credit yet
     assert not UsageRollup.objects.exists()
-    bridge.run_cycle(live.queue.pk, now=at(90))  # credits 09:00:00-09:01:30
+    run_cycle(live.queue.pk, now=at(90))  # credits 09:00:00-09:01:30
     minutes = rollups(UsageRollup.MINUTE)
     assert minutes[("a", at(0))] == (60.0, 0.0, 60.0, 60.0)
     assert minutes[("a", at(60))] == (30.0, 0.0, 30.0, 30.0)
@@ -102,16 +102,16 @@ def test_the_cycle_writes_rollups_worked_out_by_hand(live: Any) -> None:
     assert rollups(UsageRollup.SIX_HOURS)[("b", at(-3 * 3600))] == (0.0, 180.0, 0.0, 0.0)
     # A cycle within the same minute keeps its credit pending; the next minute's first
     # cycle adds it to the same buckets.
-    bridge.run_cycle(live.queue.pk, now=at(100))
+    run_cycle(live.queue.pk, now=at(100))
     assert rollups(UsageRollup.MINUTE)[("a", at(60))] == (30.0, 0.0, 30.0, 30.0)
-    bridge.run_cycle(live.queue.pk, now=at(120))
+    run_cycle(live.queue.pk, now=at(120))
     assert rollups(UsageRollup.MINUTE)[("a", at(60))] == (60.0, 0.0, 60.0, 60.0)
     assert UsageLevel.objects.get(queue=live.queue).since == at(120)
 
 
 def test_history_averages_per_step(live: Any) -> None:
-    bridge.run_cycle(live.queue.pk, now=at(0))
-    bridge.run_cycle(live.queue.pk, now=at(90))
+    run_cycle(live.queue.pk, now=at(0))
+    run_cycle(live.queue.pk, now=at(90))
     whole = insight.usage_history(queue_id=live.queue.pk, window_key="hour", now=at(90))
     assert [t["name"] for t in whole["types"]] == [G5]
     points = whole["types"][0]["points"]
@@ -147,8 +147,8 @@ def test_history_averages_per_step(live: Any) -> None:
 
 
 def test_chart_has_its_scale_and_a_time_axis_of_round_times(live: Any) -> None:
-    bridge.run_cycle(live.queue.pk, now=at(0))
-    bridge.run_cycle(live.queue.pk, now=at(90))
+    run_cycle(live.queue.pk, now=at(0))
+    run_cycle(live.queue.pk, now=at(90))
     history = insight.usage_history(queue_id=live.queue.pk, window_key="hour", now=at(90))
     html = str(
         usage_chart(
@@ -182,8 +182,8 @@ def test_time_ticks_over_a_day_and_a_month() -> None:
 def test_pages_show_the_history(live: Any, client: Any) -> None:
     # The pages show the window up to now: record it ten minutes ago.
     base = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=10)
-    bridge.run_cycle(live.queue.pk, now=base)
-    bridge.run_cycle(live.queue.pk, now=base + timedelta(seconds=90))
+    run_cycle(live.queue.pk, now=base)
+    run_cycle(live.queue.pk, now=base + timedelta(seconds=90))
     client.force_login(make_admin())
     for url in ("/", f"/queues/{live.queue.pk}/", f"/shares/{live.a.pk}/"):
         page = client.get(url + "?history=30d").content.decode()
@@ -202,9 +202,9 @@ def test_pages_show_the_history(live: Any, client: Any) -> None:
 def test_rebuild_from_recorded_events_matches_what_the_cycles_wrote(live: Any) -> None:
     """Cycles at 09:00 (a1 and b1 start), 09:01:30 and 09:05: the rollups rebuilt from
     the recorded admissions equal those the cycles wrote, and replace them."""
-    bridge.run_cycle(live.queue.pk, now=at(0))
-    bridge.run_cycle(live.queue.pk, now=at(90))
-    bridge.run_cycle(live.queue.pk, now=at(300))
+    run_cycle(live.queue.pk, now=at(0))
+    run_cycle(live.queue.pk, now=at(90))
+    run_cycle(live.queue.pk, now=at(300))
     written = {width: rollups(width) for width in (60, 900, 21600)}
     assert written[60][("a", at(240))] == (60.0, 0.0, 60.0, 60.0)
     UsageRollup.objects.all().delete()
@@ -225,8 +225,8 @@ def test_rebuild_command(live: Any) -> None:
     call_command("usage_rebuild", "--queue", str(live.queue.pk), stdout=out)
     assert "history-q: 0 rollup rows written" in out.getvalue()  # nothing recorded yet
     now = timezone.now().replace(second=0, microsecond=0)
-    bridge.run_cycle(live.queue.pk, now=now - timedelta(minutes=10))
-    bridge.run_cycle(live.queue.pk, now=now - timedelta(minutes=5))
+    run_cycle(live.queue.pk, now=now - timedelta(minutes=10))
+    run_cycle(live.queue.pk, now=now - timedelta(minutes=5))
     out = StringIO()
     call_command("usage_rebuild", stdout=out)
     # 5 minutes: 5 minute rows and 1 or 2 quarter and six-hour rows, per share.
@@ -243,9 +243,9 @@ def test_a_share_deleted_between_cycles_does_not_fail_the_next(live: Any) -> Non
     from governance.models import Share
 
     idle_share = make_share(live.queue, TeamFactory(name="team-c"), "c", {G5: 1}, policy="LEND")
-    bridge.run_cycle(live.queue.pk, now=at(0))
+    run_cycle(live.queue.pk, now=at(0))
     Share.objects.filter(pk=idle_share.pk).delete()  # no jobs: nothing protects it
-    bridge.run_cycle(live.queue.pk, now=at(90))  # would insert rows for a deleted share
+    run_cycle(live.queue.pk, now=at(90))  # would insert rows for a deleted share
     assert rollups(UsageRollup.MINUTE)[("a", at(0))] == (60.0, 0.0, 60.0, 60.0)
     assert not UsageRollup.objects.filter(share_id=idle_share.pk).exists()
 
@@ -260,6 +260,6 @@ def test_a_failed_history_write_does_not_stop_the_cycle(live: Any, monkeypatch: 
         raise DatabaseError("rollups unavailable")
 
     monkeypatch.setattr(insight_services, "usage_record", broken)
-    result = bridge.run_cycle(live.queue.pk, now=at(0))
+    result = run_cycle(live.queue.pk, now=at(0))
     assert result.admitted == 2
     assert Job.objects.filter(queue=live.queue, state=JobState.RUNNING).count() == 2

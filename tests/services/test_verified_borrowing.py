@@ -1,5 +1,5 @@
 """Borrowing requires verified recovery (docs/workloads.md), through the live scheduler
-(``bridge.run_cycle`` on the stored state): in a share with the setting on, jobs of
+(``run_cycle`` on the stored state): in a share with the setting on, jobs of
 workloads whose recovery is not verified, and jobs naming none, never borrow; a verified
 workload's jobs borrow as before; the setting is audited with the share."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from governance.models import AuditEntry, AuditEvent, JobState, Workload
 from governance.services import shares as share_services
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, make_admin, make_job, make_lead, make_queue, make_share
 from tests.services.test_bridge import _clock_pace, at  # noqa: F401  (the fleet at clock pace)
 
@@ -61,7 +61,7 @@ def test_unverified_and_unnamed_work_never_borrows_in_a_strict_share() -> None:
         ),
     }
     for second in range(2, 6):  # cycles after cycle: the idle lent capacity stays open
-        bridge.run_cycle(w.queue.pk, now=at(second))
+        run_cycle(w.queue.pk, now=at(second))
     states = {}
     for name, job in jobs.items():
         job.refresh_from_db()
@@ -76,7 +76,7 @@ def test_unverified_and_unnamed_work_never_borrows_in_a_strict_share() -> None:
     assert all(job.may_borrow for job in jobs.values())
     # once its workload is verified, a waiting job borrows at the next cycle
     Workload.objects.filter(pk=unverified.pk).update(recovery_status="verified")
-    bridge.run_cycle(w.queue.pk, now=at(6))
+    run_cycle(w.queue.pk, now=at(6))
     jobs["unverified"].refresh_from_db()
     assert (jobs["unverified"].state, jobs["unverified"].borrowed) == (JobState.RUNNING, 1)
 
@@ -84,7 +84,7 @@ def test_unverified_and_unnamed_work_never_borrows_in_a_strict_share() -> None:
 def test_without_the_setting_unverified_work_borrows() -> None:
     w = lab(strict=False)
     job = make_job(w.share, w.lead, name="free", submitted_at=at(1))
-    bridge.run_cycle(w.queue.pk, now=at(2))
+    run_cycle(w.queue.pk, now=at(2))
     job.refresh_from_db()
     assert (job.state, job.borrowed) == (JobState.RUNNING, 1)
 
@@ -105,7 +105,7 @@ def test_the_setting_is_a_share_field_changed_by_admins_and_audited() -> None:
     assert entry.before["borrow_requires_verified_recovery"] is False
     assert entry.after["borrow_requires_verified_recovery"] is True
     job = make_job(w.share, w.lead, name="unnamed", submitted_at=at(1))
-    bridge.run_cycle(w.queue.pk, now=at(2))
+    run_cycle(w.queue.pk, now=at(2))
     job.refresh_from_db()
     assert job.state == JobState.PENDING
 
@@ -121,7 +121,7 @@ def test_the_share_preview_shows_what_the_setting_would_start() -> None:
     w = lab(strict=True, start=now)
     queue, share, lead = w.queue, w.share, w.lead
     waiting = make_job(share, lead, name="unnamed", submitted_at=now)
-    bridge.run_cycle(queue.pk, now=now)
+    run_cycle(queue.pk, now=now)
     waiting.refresh_from_db()
     assert waiting.state == JobState.PENDING
     off = validate_share_fields(share, {"borrow_requires_verified_recovery": False})

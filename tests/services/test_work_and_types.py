@@ -20,7 +20,7 @@ from django.utils import timezone
 from governance.models import AuditEntry, AuditEvent, InstanceType, Job, JobEvent, JobState
 from governance.models.capacity import Executor
 from governance.services import runs
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, UserFactory, make_job, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -43,7 +43,7 @@ def w() -> Any:
     share = make_share(queue, TeamFactory(name="t"), "s", {G5: 1}, in_share_preemption=True)
     user = UserFactory(username="u")
     low = make_job(share, user, name="low", priority=1, duration=1000, submitted_at=t0)
-    bridge.run_cycle(queue.pk, now=t0)
+    run_cycle(queue.pk, now=t0)
     runs.run_claim(actor=user, queue_id=queue.pk, agent="a1", now=t0, limit=1, start=True)
     return SimpleNamespace(t0=t0, queue=queue, share=share, user=user, low=low)
 
@@ -51,7 +51,7 @@ def w() -> Any:
 def preempt_at(w: Any, seconds: float) -> JobEvent:
     """A higher-priority job arrives and its cycle at ``seconds`` preempts ``low``."""
     make_job(w.share, w.user, name="high", priority=5, submitted_at=at(w.t0, seconds))
-    bridge.run_cycle(w.queue.pk, now=at(w.t0, seconds))
+    run_cycle(w.queue.pk, now=at(w.t0, seconds))
     return JobEvent.objects.get(job=w.low, type="preempted")
 
 
@@ -109,8 +109,8 @@ def _waiting_job(type_name: str, *, accelerated: bool) -> tuple[Job, datetime]:
         max_pending=10,
         submitted_at=t0,
     )
-    bridge.run_cycle(queue.pk, now=t0)
-    bridge.run_cycle(queue.pk, now=at(t0, 20))
+    run_cycle(queue.pk, now=t0)
+    run_cycle(queue.pk, now=at(t0, 20))
     job.refresh_from_db()
     return job, t0
 

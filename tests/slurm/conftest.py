@@ -22,7 +22,7 @@ import pytest
 
 from governance.models import Policy, SlurmQueueConfig, SlurmTeamConfig, SlurmTypeConfig
 from governance.models.capacity import Executor
-from scheduler.executors.slurm import identity, sync
+from scheduler.executors.slurm import identity, pass_
 from scheduler.executors.slurm.cli import Cli, SlurmError
 from tests.factories import (
     InstanceTypeFactory,
@@ -152,7 +152,7 @@ def drive(
     """Run the executor's passes until ``until()`` is true (or fail after ``timeout``)."""
     deadline = time.monotonic() + timeout
     while True:
-        sync.sync_queue(world.queue.pk, cli=cli or world.cli)
+        pass_.sync_queue(world.queue.pk, cli=cli or world.cli)
         value = until()
         if value:
             return value

@@ -1,6 +1,6 @@
 """The slurm executor against the real local Slurm (issue 11's "Done when" list).
 
-Each test drives the executor's passes (``sync.sync_queue``: the beat task's work) in
+Each test drives the executor's passes (``pass_.sync_queue``: the beat task's work) in
 this process, on the test database; Slurm itself runs the jobs.
 """
 
@@ -27,7 +27,7 @@ from governance.models import (
     SlurmTypeConfig,
 )
 from governance.services import jobs as job_services
-from scheduler.executors.slurm import identity, sync
+from scheduler.executors.slurm import identity, orders, pass_
 from scheduler.executors.slurm.cli import Cli, SlurmUnreachable
 from tests.slurm.conftest import CONF, ROOT, TYPE_A, TYPE_B, USER_A, drive
 
@@ -287,7 +287,7 @@ def test_a_submission_whose_answer_was_lost_is_found_by_name_not_duplicated(
     slurm: Any, slurm_jobs: Any
 ) -> None:
     job = submit(slurm, slurm.owner, slurm.owner_user, [(TYPE_A, 1)], ["sleep", "30"])
-    sync.sync_queue(slurm.queue.pk, cli=LosesAnswers(conf=CONF, timeout=5))
+    pass_.sync_queue(slurm.queue.pk, cli=LosesAnswers(conf=CONF, timeout=5))
     run = slurm_run(job)
     assert run is not None and run.slurm_job_id is None and run.state == SlurmRunState.SUBMITTING
     assert AuditEntry.objects.filter(event_type=AuditEvent.EXECUTOR_FAILED).exists()
@@ -301,7 +301,7 @@ def test_slurm_stopped_and_restarted_loses_nothing(slurm: Any) -> None:
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_DIR": str(Path(CONF).parent)}
     subprocess.run([str(ROOT / "scripts/slurm/stop")], check=True, env=env, timeout=60)
     try:
-        result = sync.sync_queue(slurm.queue.pk, cli=Cli(conf=CONF, timeout=3))
+        result = pass_.sync_queue(slurm.queue.pk, cli=Cli(conf=CONF, timeout=3))
         assert result.paused
         config = SlurmQueueConfig.objects.get(queue=slurm.queue)
         assert config.paused_since is not None
@@ -331,7 +331,7 @@ def test_a_cancel_in_the_product_signals_then_cancels_the_slurm_job(slurm: Any) 
 def test_the_queue_page_says_since_when_slurm_is_unreachable(slurm: Any) -> None:
     from django.test import Client
 
-    result = sync.sync_queue(slurm.queue.pk, cli=Cli(conf="/nonexistent/slurm.conf", timeout=3))
+    result = pass_.sync_queue(slurm.queue.pk, cli=Cli(conf="/nonexistent/slurm.conf", timeout=3))
     assert result.paused
     web = Client()
     web.force_login(slurm.admin)
@@ -349,9 +349,9 @@ def test_a_job_slurm_keeps_refusing_fails_after_retries_with_backoff(slurm: Any)
     job = submit(slurm, slurm.owner, slurm.owner_user, [(TYPE_A, 1)], ["true"])
     drive(slurm, lambda: state(job) == JobState.FAILED, timeout=60)
     run = SlurmRun.objects.get(job=job)
-    assert run.attempts == sync.MAX_SUBMIT_ATTEMPTS and run.slurm_job_id is None
+    assert run.attempts == orders.MAX_SUBMIT_ATTEMPTS and run.slurm_job_id is None
     failures = AuditEntry.objects.filter(event_type=AuditEvent.EXECUTOR_FAILED)
-    assert failures.count() == sync.MAX_SUBMIT_ATTEMPTS
+    assert failures.count() == orders.MAX_SUBMIT_ATTEMPTS
     assert "Slurm refused the job" in JobEvent.objects.get(job=job, type="failed").message
 
 

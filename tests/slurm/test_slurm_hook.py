@@ -26,7 +26,8 @@ from governance.models import (
 )
 from governance.services import jobs as job_services
 from governance.services import slurm as slurm_services
-from scheduler.executors.slurm import sync
+from scheduler.executors.slurm import orders, pass_
+from scheduler.executors.slurm import read as slurm_read
 from scheduler.executors.slurm.cli import Cli
 from tests.slurm.conftest import CONF, ROOT, TYPE_A, TYPE_B, drive
 
@@ -139,7 +140,7 @@ def test_the_hooks_pass_reads_the_end_from_the_completion_log_alone(slurm: Any) 
     )
     wait_until_logged(slurm, run)
     cli = CountingCli(conf=CONF, timeout=5)
-    done = sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)
+    done = pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)
     assert done["completed"] == 1 and done["submitted"] == 1
     assert done["reported"] == [run.slurm_job_id]  # its node's other epilogs need not call
     assert cli.listings == 0
@@ -147,7 +148,7 @@ def test_the_hooks_pass_reads_the_end_from_the_completion_log_alone(slurm: Any) 
     assert SlurmRun.objects.get(job=second).slurm_job_id is not None
     # A second hook for the same job finds its end reported: no second pass, and the
     # answer lists what the pass that reported it recorded.
-    again = sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)
+    again = pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)
     assert again["skipped"] and again["reported"] == [run.slurm_job_id]
 
 
@@ -162,7 +163,7 @@ def test_a_reclaim_decided_in_the_hooks_pass_signals_the_borrower_with_its_grace
     ended = SlurmRun.objects.get(job=short)
     wait_until_logged(slurm, ended)
     cli = CountingCli(conf=CONF, timeout=5)
-    done = sync.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=cli)
+    done = pass_.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=cli)
     assert done["completed"] == 1
     assert Job.objects.get(pk=long.pk).state == JobState.PENDING  # preempted by the reclaim
     stopping = SlurmRun.objects.get(job=long, run=1)
@@ -174,9 +175,9 @@ def test_a_reclaim_decided_in_the_hooks_pass_signals_the_borrower_with_its_grace
     assert SlurmRun.objects.get(job=owner).slurm_job_id is not None
 
 
-def nodes_may_go(queue_id: int, lock_class: int = sync.NODES_CLASS) -> bool:
+def nodes_may_go(queue_id: int, lock_class: int = pass_.NODES_CLASS) -> bool:
     """Seen from another connection, as a waiting hook sees it: whether no running pass
-    holds back the nodes of the hooks whose jobs it reported (with ``sync.LOCK_CLASS``:
+    holds back the nodes of the hooks whose jobs it reported (with ``pass_.LOCK_CLASS``:
     whether no pass of the queue runs)."""
     free: list[bool] = []
 
@@ -213,7 +214,7 @@ def test_other_hooks_go_once_a_hooks_pass_committed_and_after_a_regular_pass_sub
     )
     wait_until_logged(slurm, run)
     seen: list[tuple[str, bool]] = []
-    write, send = sync._Plan.write, sync._submit
+    write, send = orders.SlurmOrders.write, orders.submit_runs
 
     def cycle_seen(plan: Any, loaded: Any, decisions: Any) -> None:
         seen.append(("cycle", nodes_may_go(slurm.queue.pk)))
@@ -224,13 +225,13 @@ def test_other_hooks_go_once_a_hooks_pass_committed_and_after_a_regular_pass_sub
         send(*args)
         seen.append(("submitted", nodes_may_go(slurm.queue.pk)))
 
-    monkeypatch.setattr(sync._Plan, "write", cycle_seen)
-    monkeypatch.setattr(sync, "_submit", submissions_seen)
-    done = sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli)
+    monkeypatch.setattr(orders.SlurmOrders, "write", cycle_seen)
+    monkeypatch.setattr(orders, "submit_runs", submissions_seen)
+    done = pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli)
     assert done["completed"] == 1 and done["submitted"] == 1
     assert seen == [("cycle", False), ("submitting", True), ("submitted", True)]
     seen.clear()
-    sync.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    pass_.sync_queue(slurm.queue.pk, cli=slurm.cli)
     assert seen == [("cycle", False), ("submitting", False), ("submitted", False)]
     assert nodes_may_go(slurm.queue.pk)
 
@@ -244,7 +245,7 @@ def test_the_hooks_pass_stops_a_job_cancelled_in_the_product_before_it_read_slur
     job_services.job_cancel(actor=slurm.borrower_user, job=long)
     ended = SlurmRun.objects.get(job=short)
     wait_until_logged(slurm, ended)
-    done = sync.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=slurm.cli)
+    done = pass_.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=slurm.cli)
     assert done["completed"] == 1
     stopping = SlurmRun.objects.get(job=long, run=1)
     assert stopping.state == SlurmRunState.STOPPING and stopping.signalled_at is not None
@@ -269,11 +270,11 @@ def test_the_hook_is_answered_once_slurm_has_the_next_job_and_the_pass_ends_afte
     next_run = SlurmRun.objects.get(job=second)
     assert next_run.name in {str(j["name"]) for j in slurm.cli.jobs()}  # Slurm has it
     assert next_run.slurm_job_id is None  # not recorded yet
-    assert not nodes_may_go(slurm.queue.pk, sync.LOCK_CLASS)  # the pass still runs
+    assert not nodes_may_go(slurm.queue.pk, pass_.LOCK_CLASS)  # the pass still runs
     assert len(rest) == 1
     rest[0]()
     assert SlurmRun.objects.get(job=second).slurm_job_id is not None
-    assert nodes_may_go(slurm.queue.pk, sync.LOCK_CLASS)
+    assert nodes_may_go(slurm.queue.pk, pass_.LOCK_CLASS)
 
 
 def test_a_regular_pass_that_read_slurm_before_a_hooks_pass_reports_nothing_twice(
@@ -289,16 +290,16 @@ def test_a_regular_pass_that_read_slurm_before_a_hooks_pass_reports_nothing_twic
         slurm, lambda: (r := SlurmRun.objects.filter(job=first).first()) and r.started_seen and r
     )
     wait_until_logged(slurm, run)
-    read = sync._read
+    read = slurm_read.read_slurm
 
     def then_the_hook(*args: Any, **kwargs: Any) -> Any:
         seen = read(*args, **kwargs)
-        monkeypatch.setattr(sync, "_read", read)  # the hook's pass reads as usual
-        sync.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli)
+        monkeypatch.setattr(slurm_read, "read_slurm", read)  # the hook's pass reads as usual
+        pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli)
         return seen
 
-    monkeypatch.setattr(sync, "_read", then_the_hook)
-    result = sync.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    monkeypatch.setattr(slurm_read, "read_slurm", then_the_hook)
+    result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli)
     assert result.completed == 0 and result.lost == 0 and not result.skipped
     assert Job.objects.get(pk=first.pk).state == JobState.SUCCEEDED
     assert JobEvent.objects.filter(job=first, type="completed").count() == 1

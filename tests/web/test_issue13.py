@@ -20,7 +20,7 @@ from governance.models import Job, Share
 from governance.services import agreements as agreement_services
 from governance.services import exceptions as exception_services
 from governance.templatetags.web_time import time_html
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import InstanceTypeFactory
 from tests.web.test_overview import aws_world, client_for, submit
 
@@ -47,7 +47,7 @@ def two_g5(w: Any, share: Share, name: str = "too-big", count: int = 2) -> Job:
 
 def test_a_job_beyond_its_limit_that_cannot_borrow_says_so_with_what_would_let_it(world):
     job = two_g5(world, world.medium)  # LEND, limit 1: it can never hold 2
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     body = client_for(world.lead_language).get(f"/jobs/{job.pk}/").content.decode()
     assert "This job can never start as configured." in body
     assert "raise its limit to 2" in body and "borrow limit of at least 100%" in body
@@ -69,7 +69,7 @@ def test_a_job_that_can_start_by_borrowing_is_not_called_hopeless(world):
     # background is LEND_AND_BORROW with 200%: limit 1 plus 2 borrowed reaches 3.
     job = two_g5(world, world.background, "fits-by-borrowing", count=3)
     blocker = submit(world.lead_language, world.medium, "holds-one", duration=3600)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     assert Job.objects.get(pk=blocker.pk).state == "RUNNING"
     body = client_for(world.lead_vision).get(f"/jobs/{job.pk}/").content.decode()
     assert "Why it waits" in body and "can never start" not in body
@@ -77,7 +77,7 @@ def test_a_job_that_can_start_by_borrowing_is_not_called_hopeless(world):
 
 def test_more_than_the_capacity_names_the_capacity(world):
     job = two_g5(world, world.background, "four", count=4)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     body = client_for(world.lead_vision).get(f"/jobs/{job.pk}/").content.decode()
     assert "This job can never start as configured." in body
     assert "The queue has 3 \u00d7 ml.g5.xlarge in all" in body

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from governance.models import AuditEntry, AuditEvent, Job, JobState
-from scheduler import bridge, readings
+from scheduler import readings
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, make_lead
 from tests.web.test_overview import (
     aws_world,
@@ -171,9 +172,9 @@ def test_job_pages_run_constant_queries(world):
     small = [count_queries(client, url) for url in urls]
     for i in range(60):
         submit(world.lead_vision, world.background, f"more-{i}", 1)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     submit(world.lead_language, world.medium, "llm-2", 5)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     big = [count_queries(client, url) for url in urls]
     assert small == big
     response = client.get("/jobs/")

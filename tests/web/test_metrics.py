@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from governance import metrics
 from governance.services import runs
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import (
     TeamFactory,
     make_admin,
@@ -60,7 +60,7 @@ def state() -> Any:
         make_job(bg, lead, name=f"bg{i}", priority=10 - i, duration=3600, submitted_at=t0)
         for i in range(3)
     ]
-    bridge.run_cycle(queue.pk, now=t0)
+    run_cycle(queue.pk, now=t0)
     return SimpleNamespace(queue=queue, bg=bg, jobs=jobs, lead=lead, t0=t0)
 
 
@@ -107,7 +107,7 @@ def test_preemptions_and_executor_errors_are_counted(
     med = state.queue.shares.get(name="med")
     med_lead = make_lead(med.team, "med_lead")
     make_job(med, med_lead, name="m1", priority=1, duration=60, submitted_at=state.t0)
-    bridge.run_cycle(state.queue.pk, now=state.t0 + timedelta(seconds=5))
+    run_cycle(state.queue.pk, now=state.t0 + timedelta(seconds=5))
     running = state.jobs[0]
     with django_capture_on_commit_callbacks(execute=True):
         runs.run_declare_lost(

@@ -18,7 +18,7 @@ from governance.selectors import web_overview
 from governance.selectors.web_overview import describe
 from governance.services import jobs as job_services
 from governance.templatetags.web_time import relative_time
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import (
     TeamFactory,
     make_admin,
@@ -93,9 +93,9 @@ def borrowing_then_reclaim(w: SimpleNamespace) -> None:
     job takes it back (reclaim)."""
     submit(w.lead_vision, w.background, "bg-high", 3, duration=3600)
     submit(w.lead_vision, w.background, "bg-med", 2, duration=3600)
-    bridge.run_cycle(w.queue.pk)
+    run_cycle(w.queue.pk)
     submit(w.lead_language, w.medium, "llm-pretrain", 5, duration=3600)
-    bridge.run_cycle(w.queue.pk)
+    run_cycle(w.queue.pk)
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_every_signed_in_role_sees_the_overview(world, role):
 def test_usage_splits_own_borrowed_lent_and_idle(world):
     submit(world.lead_vision, world.background, "bg-high", 3)
     submit(world.lead_vision, world.background, "bg-med", 2)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     response = client_for(world.reviewer).get("/")
     # The page embeds the cached rendering of the usage region: read the figures it shows.
     (queue,) = web_overview.usage_blocks(web_overview.overview_queues())
@@ -248,8 +248,8 @@ def _grow(w: SimpleNamespace, tag: str, jobs: int) -> None:
     for i in range(jobs):
         submit(w.lead_vision, w.background, f"bulk-{tag}-{i}", 1)
         submit(other.lead_vision, other.background, f"bulk-other-{tag}-{i}", 1)
-    bridge.run_cycle(w.queue.pk)
-    bridge.run_cycle(other.queue.pk)
+    run_cycle(w.queue.pk)
+    run_cycle(other.queue.pk)
 
 
 def test_query_count_does_not_grow_with_data(world):
@@ -273,13 +273,13 @@ def test_cached_feed_shows_a_new_decision_on_the_next_poll(world):
     the full page embeds the same rendering."""
     client = client_for(world.reviewer)
     submit(world.lead_vision, world.background, "bg-high", 3)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     first = count_queries(client, "/partials/feed/")
     assert count_queries(client, "/partials/feed/") < first  # cached: nothing new
     assert "bg-high started" in client.get("/partials/feed/").content.decode()
     assert "bg-med" not in client.get("/").content.decode()
     submit(world.lead_vision, world.background, "bg-med", 2)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     assert "vision&#x27;s bg-med started" in client.get("/partials/feed/").content.decode()
     assert "vision&#x27;s bg-med started" in client.get("/").content.decode()
     # A renamed queue shows in the feed's sentences at once (its name is in the key).
@@ -291,7 +291,7 @@ def test_cached_feed_keeps_relative_times_true(world):
     """A cached feed is re-rendered when any of its relative times would read differently."""
     client = client_for(world.reviewer)
     submit(world.lead_vision, world.background, "bg-high", 3)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     assert ">just now</time>" in client.get("/partials/feed/").content.decode()
 
     def later(d: Any, now: Any = None) -> str:  # the clock five minutes on

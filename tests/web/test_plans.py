@@ -206,7 +206,7 @@ def test_waiting_on_a_plan_says_why(world):
 
 def test_job_tables_show_the_plan_a_job_runs_on(world):
     from governance.services import jobs as job_services
-    from scheduler import bridge
+    from scheduler.cycle.run import run_cycle
 
     make_plan(world)
     job = job_services.job_submit(
@@ -215,7 +215,7 @@ def test_job_tables_show_the_plan_a_job_runs_on(world):
         name="on-plan",
         preferences=[{"plan": "red-december", "count": 2}],
     )
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     job.refresh_from_db()
     assert job.plan is not None
     client = client_for(world.red_member)
@@ -228,7 +228,7 @@ def test_job_tables_show_the_plan_a_job_runs_on(world):
 
 def test_job_list_shows_the_plan(world):
     from governance.services import jobs as job_services
-    from scheduler import bridge
+    from scheduler.cycle.run import run_cycle
 
     make_plan(world)
     job_services.job_submit(
@@ -237,6 +237,6 @@ def test_job_list_shows_the_plan(world):
         name="on-plan",
         preferences=[{"plan": "red-december", "count": 1}],
     )
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     body = client_for(world.red_member).get("/jobs/").content.decode()
     assert "plan red-december</span>" in body

@@ -6,7 +6,8 @@ import pytest
 from django.core.cache import caches
 
 from governance.services import jobs as job_services
-from scheduler import bridge, readings
+from scheduler import readings
+from scheduler.cycle.run import run_cycle
 from tests.web.test_overview import aws_world, client_for, count_queries, submit
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +40,7 @@ def test_pending_jobs_show_the_engines_reasons(world):
     submit(world.lead_vision, world.background, "bg-high", 3)
     submit(world.lead_vision, world.background, "bg-med", 2)
     submit(world.lead_vision, world.background, "bg-low", 1)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     body = client_for(world.member_vision).get(f"/queues/{world.queue.pk}/").content.decode()
     reasons = readings.explain_queue(world.queue.pk)[0]
     assert len(reasons) == 1
@@ -61,14 +62,14 @@ def test_pending_jobs_are_paginated_and_queries_constant(world):
     url = f"/queues/{world.queue.pk}/"
     for name in ("first", "second", "third"):  # two run, one waits
         submit(world.lead_vision, world.background, name, 1)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     # Counted without cached answers (the worst case; web_state caches reasons per state).
     caches["shared"].clear()
     small = count_queries(client, url)
     small_list = count_queries(client, "/queues/")
     for i in range(60):
         submit(world.lead_vision, world.background, f"wait-{i}", 1)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     response = client.get(url)
     assert response.context["pending"].paginator.num_pages == 2
     assert len(response.context["pending_rows"]) == 50
@@ -90,7 +91,7 @@ def test_cached_live_regions_show_a_change_on_the_next_poll(world):
         submit(world.lead_vision, world.background, name, 1)
     body = client.get(usage_url).content.decode()
     assert "4 jobs pending" in body  # not the cached "0 jobs pending"
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     body = client.get(usage_url).content.decode()
     assert "2 instances in use · 2 jobs pending" in body
     overview = client.get("/partials/usage/").content.decode()
@@ -132,7 +133,7 @@ def test_cached_job_tables_match_uncached_with_current_times(world):
     url = f"/queues/{world.queue.pk}/"
     for name in ("first", "second", "third", "fourth"):
         submit(world.lead_vision, world.background, name, 1)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
 
     def tables() -> str:
         body = client.get(url).content.decode()

@@ -9,7 +9,7 @@ import pytest
 from governance.models import AuditEntry, AuditEvent, InstanceType, Share
 from governance.services import limits
 from governance.services import shares as share_services
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import make_admin
 from tests.web.test_overview import (
     aws_world,
@@ -262,7 +262,7 @@ def test_share_page_query_count_is_constant(world):
     small = count_queries(client, url)
     for i in range(15):
         submit(world.lead_vision, world.background, f"extra-{i}", 1)
-    bridge.run_cycle(world.queue.pk)
+    run_cycle(world.queue.pk)
     share_services.share_update(
         actor=world.admin,
         share=world.background,

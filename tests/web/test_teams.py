@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from governance.models import ExceptionState, PriorityException
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, make_job, make_lead, make_member, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -38,7 +38,7 @@ def world() -> Any:
     c0 = timezone.now() - timedelta(seconds=10)
     c0 = c0.replace(second=c0.second // 10 * 10, microsecond=0)  # see test_forecasts
     make_job(red_share, lead, name="r1", priority=9, duration=100, submitted_at=c0)
-    bridge.run_cycle(queue.pk, now=c0)
+    run_cycle(queue.pk, now=c0)
     waiting = make_job(red_share, lead, name="w1", priority=5, duration=50, submitted_at=c0)
     PriorityException.objects.create(
         requester=lead,

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from governance import demo, demo_activity
 from governance.models import JobQueue
 from governance.selectors import scheduling, web_overview
-from scheduler import bridge
+from scheduler.cycle.run import run_cycle
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +27,7 @@ def busy_demo(tmp_path: Path) -> list[JobQueue]:
     for tick in range(6):  # work arrives, capacity drops, the worked example borrows
         demo_activity.tick(tick)
         for queue in queues:
-            bridge.run_cycle(queue.pk)
+            run_cycle(queue.pk)
     return queues
 
 

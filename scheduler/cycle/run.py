@@ -1,0 +1,106 @@
+"""``run_cycle``: one scheduling cycle of one queue, phase by phase, calling the queue's
+executor between them (docs/architecture.md#a-cycle).
+
+One cycle happens in one transaction that holds the queue row's lock (``SELECT ... FOR
+UPDATE``) and the locks of its active jobs, so however many workers run, one cycle per
+queue runs at a time, executors' reports cannot slip in between reading a job and
+deciding about it, and a worker that dies mid-cycle leaves nothing half-applied (the
+transaction rolls back).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from governance import metrics
+from governance.models import DecisionRule, JobQueue
+from governance.services import hooks
+from scheduler import engine as eng
+from scheduler.cycle import apply, decide, read, usage
+from scheduler.cycle.result import CycleResult
+from scheduler.cycle.snapshot import MS, QueueSnapshot, to_ms
+from scheduler.executors.base import Executor
+from scheduler.executors.registry import executor_for
+
+
+def run_cycle(
+    queue_id: int, *, now: datetime | None = None, executor: Executor | None = None
+) -> CycleResult:
+    """Schedule one queue at ``now``: completions, capacity drops, cycles, timeouts.
+
+    ``executor``: the queue's (``executor_for``) unless given (the Slurm pass hands the
+    one that carries what it read of Slurm). Idempotent: running it again at once finds
+    nothing left to decide.
+    """
+    # The completions this cycle applies are decided on by the cycle itself: they need
+    # no further cycle (``hooks.cycle_running``).
+    with transaction.atomic(), hooks.cycle_running(queue_id):
+        queue = JobQueue.objects.select_for_update().get(pk=queue_id)
+        executor = executor if executor is not None else executor_for(queue)
+        # 1. the executor's reports, before anything is read
+        executor.before_cycle(queue)
+        started = time.perf_counter()
+        now = now or timezone.now()
+        # 2. read: the queue as the engine sees it (runs the executor finished found)
+        snapshot = read.load(queue, now, lock=True, executor=executor)
+        result = CycleResult(queue_id=queue_id, now=now)
+        result.completed = apply.complete_finished(snapshot)
+        # 3. decide: the engine plays the instant; 4. apply: through services/runs.py
+        decisions = decide.decide(snapshot)
+        apply.apply(snapshot, decisions)
+        # 5. what the executor commits with the decisions
+        executor.within_cycle(snapshot, decisions)
+        # 6. usage: what the cycle leaves running, for the usage history
+        result.levels = usage.levels(snapshot)
+        if not executor.defers_usage:
+            usage.record(queue_id, result.levels, now)
+        kinds = Counter(d.kind for d in decisions)
+        result.admitted = kinds["admitted"]
+        result.preempted = kinds["preempted"]
+        result.timed_out = kinds["timed_out"]
+        result.next_event_in = _next_event_in(snapshot, executor)
+    _count(decisions, time.perf_counter() - started)
+    # 7. committed: the executor tells the outside world
+    executor.after_commit(result)
+    return result
+
+
+def _count(decisions: list[eng.Decision], seconds: float) -> None:
+    """The committed cycle in the operators' /metrics (governance/metrics.py)."""
+    admitted = Counter(
+        DecisionRule.BORROW if d.borrowed else DecisionRule.OWN
+        for d in decisions
+        if d.kind == "admitted"
+    )
+    metrics.count_decisions(
+        {str(k): n for k, n in admitted.items()},
+        Counter(d.rule or "" for d in decisions if d.kind == "preempted"),
+    )
+    metrics.observe_cycle(seconds)
+
+
+def _next_event_in(snapshot: QueueSnapshot, executor: Executor) -> float | None:
+    """Seconds until this queue next needs a cycle without any outside change."""
+    now = snapshot.now
+    moments: list[float] = []
+    deadline = snapshot.engine.next_deadline()
+    if deadline is not None:
+        moments.append(deadline / MS - now.timestamp())
+    if executor.runs_itself:
+        for ej in snapshot.engine.jobs():
+            # the fleet completes runs by their duration only (without one, a run goes
+            # on until stopped, whatever its expected run time)
+            if ej.state is eng.JobState.RUNNING and ej.duration is not None:
+                finish = snapshot.engine.finish_time(ej)
+                if finish is not None:
+                    # The engine extrapolates at the clock's pace; the fleet may run faster.
+                    remaining_ms = (finish - to_ms(now)) / executor.time_factor
+                    moments.append(remaining_ms / MS)
+    if not moments:
+        return None
+    return max(0.0, min(moments))

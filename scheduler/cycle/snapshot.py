@@ -1,0 +1,110 @@
+"""A queue as one cycle sees it: the public, typed value every phase and every executor
+reads (``QueueSnapshot``), and the engine's unit of time.
+
+Times: the engine counts in integer milliseconds of wall-clock time since the epoch, so
+jobs submitted within one second still keep their order; work is in milliseconds of work
+at speed 1.0 (docs/scheduling.md, "Work and lost work").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from governance.models import CapacityPlan, Job, JobQueue, JobState, Share
+from scheduler import engine as eng
+
+MS = 1000
+
+
+def to_ms(moment: datetime) -> int:
+    """A moment as the engine counts it (milliseconds since the epoch)."""
+    return int(moment.timestamp() * MS)
+
+
+def row_job(row: dict[str, Any]) -> Job:
+    """An unsaved Job carrying the row's fields (for the progress arithmetic of runs)."""
+    return Job(
+        **{name: value for name, value in row.items() if name not in ("type_name", "plan_name")}
+    )
+
+
+class ActiveJobs:
+    """The queue's active jobs: ``rows`` (every pending and running job as read, a dict
+    of column values per job id as a string, the engine's key) and, on demand, their
+    model instances, fetched only for the jobs decisions touch (their rows are already
+    locked by the cycle's ``SELECT ... FOR UPDATE``). A model reflects what the apply
+    phase wrote; a row is the job as the cycle read it."""
+
+    def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
+        self.rows = rows
+        self._models: dict[str, Job] = {}
+
+    def prefetch(self, keys: Iterable[str]) -> None:
+        missing = {int(k) for k in keys if k in self.rows and k not in self._models}
+        if missing:
+            for job in Job.objects.filter(pk__in=missing).select_related(
+                "instance_type", "share__team"
+            ):
+                self._models[str(job.pk)] = job
+
+    def __getitem__(self, key: str) -> Job:
+        if key not in self.rows:
+            raise KeyError(key)
+        if key not in self._models:
+            self.prefetch([key])
+        return self._models[key]
+
+    def get(self, key: str) -> Job | None:
+        return self[key] if key in self.rows else None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.rows
+
+
+@dataclass
+class QueueSnapshot:
+    """One queue at ``now`` as the engine sees it, plus the id maps the apply phase and
+    the executors need. Read by ``scheduler.cycle.read.load``; the engine in it is the
+    one the decide phase plays."""
+
+    queue: JobQueue
+    engine: eng.Engine
+    now: datetime
+    jobs: ActiveJobs
+    shares: dict[str, Share]
+    """The queue's shares by name (the engine's share key)."""
+    type_ids: dict[str, int]
+    """Instance type name (the engine's key) -> its id: every type the engine knows."""
+    speeds: dict[str, float]
+    """Instance type name -> its speed (work per second)."""
+    capacity: dict[str, int]
+    """The stored capacity of each type the queue lists."""
+    plans: dict[str, CapacityPlan] = field(default_factory=dict)
+    """The queue's capacity plans the engine knows, by name (docs/scheduling.md#capacity-plans)."""
+    disabled_pending: list[Job] = field(default_factory=list)
+    """Pending jobs of disabled shares: not in the engine, nothing starts them."""
+    completions: list[tuple[Job, datetime]] = field(default_factory=list)
+    """Runs the executor finished by itself by ``now`` (the simulated fleet), with when:
+    not in the engine; the cycle completes them first."""
+
+    def speed_by_type_id(self) -> dict[int, float]:
+        """Instance type id -> its speed."""
+        return {self.type_ids[name]: speed for name, speed in self.speeds.items()}
+
+    def running_after(self, decisions: Sequence[eng.Decision]) -> dict[int, int]:
+        """The queue's running jobs once ``decisions`` are applied, in the order they
+        started (then by id): job id -> its run."""
+        touched = {d.job for d in decisions}
+        running: list[tuple[Any, int, int]] = []
+        for key, row in self.jobs.rows.items():
+            if key in touched:
+                job = self.jobs[key]  # as the decisions left it
+                if job.state == JobState.RUNNING:
+                    running.append((job.run_started_at, job.pk, job.run))
+            elif row["state"] == JobState.RUNNING:
+                running.append((row["run_started_at"], row["id"], row["run"]))
+        running.sort(key=lambda item: (item[0] is None, item[0] or self.now, item[1]))
+        return {job_id: run for _, job_id, run in running}
