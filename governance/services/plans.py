@@ -24,7 +24,7 @@ from governance.services.errors import Errors, NotFound, ValidationFailed
 from governance.services.kit import require_admin
 
 NAME_MAX_LENGTH = 100
-REASON_MAX_LENGTH = 2000
+REASON_MAX_LENGTH = limits.MAX_REASON
 # The longest a plan may run: a plan is bought for weeks or months, never for decades.
 MAX_PLAN_DAYS = 5 * 366
 MAX_PRICE = Decimal("1000000")
