@@ -38,15 +38,16 @@ def _lock_bands() -> None:
 
 def definition_snapshot(definition: PriorityDefinition) -> dict[str, Any]:
     owner = definition.exception_owner
-    return {
-        "id": definition.pk,
-        "name": definition.name,
-        "min_priority": definition.min_priority,
-        "max_priority": definition.max_priority,
-        "criteria": definition.criteria,
-        "usable_by": list(definition.usable_by),
-        "exception_owner": owner.get_username() if owner is not None else None,
-    }
+    return audit.fields_of(
+        definition,
+        "id",
+        "name",
+        "min_priority",
+        "max_priority",
+        "criteria",
+        usable_by=list(definition.usable_by),
+        exception_owner=owner.get_username() if owner is not None else None,
+    )
 
 
 def _validate(values: dict[str, Any], errors: Errors, *, exclude_pk: int | None) -> Any:

@@ -280,8 +280,8 @@ def _every_page() -> list[tuple[str, str]]:
         InstanceType,
         PriorityDefinition,
         PriorityException,
-        Team,
         ShareChangeRequest,
+        Team,
         WhatIf,
         Workload,
     )
