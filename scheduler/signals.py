@@ -223,7 +223,9 @@ class _Job:
         self.share: str = raw["share"]
         row = self.row = rows[self.share]  # the share's cells by type name
         self.submit: int = int(raw["submit_at"])
-        self.duration: float = raw["duration"]
+        # None: no declared work, only expected run times per preference (the export
+        # leaves it out so they decide); it runs until its run completes.
+        self.duration: float | None = raw.get("duration")
         common = raw.get("count")
         # On-demand preferences only: a plan preference draws on its plan's own pool
         # (docs/scheduling.md#capacity-plans), never on the idle capacity that
@@ -327,6 +329,7 @@ def _compute(
     hi = win.hi
 
     prices = {t["name"]: float(t.get("hourly_price", 0) or 0) for t in scenario["instance_types"]}
+    speeds = {t["name"]: float(t.get("speed", 1.0) or 1.0) for t in scenario["instance_types"]}
     type_names = [t["name"] for t in scenario["instance_types"]]
     kinds = {t["name"]: _Type(t["name"], int(t["capacity"])) for t in scenario["instance_types"]}
     limits = {s["name"]: dict(s["limits"]) for s in scenario["shares"]}
@@ -573,7 +576,11 @@ def _compute(
                         col.timed_out += 1
                     if etype == "completed":
                         col.turnaround.append(((at - job.submit) / unit, not job.ever_borrowed))
-                        col.completed_work += float(job.duration) / unit
+                        if job.duration is not None:
+                            col.completed_work += float(job.duration) / unit
+                        elif run is not None:  # no declared work: what its last run did
+                            speed = speeds.get(run[0].type.name, 1.0)
+                            col.completed_work += (at - job.last_run_start) * speed / unit
                         if run is not None:
                             type_name = run[0].type.name
                             label = f"{type_name} x{run[1]}"

@@ -12,9 +12,11 @@ starts nothing: the server there must hold the demo data (passwords equal user n
 Each page is saved twice, ``<page>-narrow.png`` (400 px) and ``<page>-wide.png`` (1400 px).
 Each page is taken as the role that uses it: the admin for the overview, queue, share
 editor (with its live preview showing) and agreements; a member for a job; a lead for
-the team view (own team first, pending jobs with estimated starts); the reviewer for the
+the team view (own team first, pending jobs with estimated starts), one of its workloads
+and a job with a deadline submitted on the form; the reviewer for the
 exceptions review queue, the audit trail and Signals (on the demo's history); the admin
-again for a what-if run on that history, the capacity plans and the admin pages. Headless
+again for a what-if run on that history, the capacity plans, a lending ledger, the share
+change requests (list and one), an agreement with its promises, and the admin pages. Headless
 Chromium is Debian's
 ``/usr/bin/chromium``; Playwright never downloads a browser here.
 """
@@ -213,6 +215,56 @@ def _shoot(base: str, names: set[str] | None, width: str, viewport: Any) -> list
             page.get_by_role("link", name="detector-v7-train").first.click()
             save("job", page)
 
+        def deadline() -> None:
+            # A job with a deadline, submitted on the form as a lead would: its page says
+            # by when it must finish and whether each choice still can.
+            page = as_user("lead-vision")
+            page.goto("/jobs/new/")
+            share = page.locator("#id_share option", has_text="vision-training").first
+            page.select_option("#id_share", share.get_attribute("value"))
+            page.get_by_label("Name", exact=True).fill("report-before-review")
+            page.get_by_label("Preference 1").select_option("ml.p4d.24xlarge")
+            page.get_by_label("Count 1").fill("1")
+            page.get_by_label("Expected run time 1 (seconds)").fill("7200")
+            page.get_by_label("Preference 2").select_option("ml.g5.48xlarge")
+            page.get_by_label("Count 2").fill("2")
+            due = time.gmtime(time.time() + 6 * 3600)
+            page.get_by_label("Deadline date").fill(time.strftime("%Y-%m-%d", due))
+            page.get_by_label("Deadline time").fill(time.strftime("%H:%M", due))
+            page.get_by_label("Time zone").fill("UTC")
+            page.get_by_role("button", name="Submit job").click()
+            expect(page.locator("#job-status")).to_be_visible()
+            save("deadline", page)
+
+        def workload() -> None:
+            page = as_user("lead-vision")
+            page.goto("/teams/")
+            page.get_by_role("link", name="vision/finetune").first.click()
+            save("workload", page)
+
+        def ledger() -> None:
+            page = as_user("admin")
+            page.goto("/queues/")
+            page.get_by_role("link", name="inference-pool").first.click()
+            page.get_by_role("link", name="speech-serving").first.click()
+            page.get_by_role("link", name="Lending ledger").click()
+            save("ledger", page)
+
+        def change_requests() -> None:
+            page = as_user("admin")
+            page.goto("/change-requests/")
+            save("change-requests", page)
+            page.locator("main table.change-requests td a").first.click()
+            save("change-request", page)
+
+        def agreement() -> None:
+            # The speech agreement's promise, judged on the demo's history (broken).
+            page = as_user("admin")
+            page.goto("/agreements/")
+            page.get_by_role("link", name="Speech evaluation allocation").click()
+            expect(page.locator("#promises")).to_be_visible()
+            save("agreement", page)
+
         def team() -> None:
             page = as_user("lead-vision")
             page.goto("/teams/")
@@ -269,9 +321,14 @@ def _shoot(base: str, names: set[str] | None, width: str, viewport: Any) -> list
             "queue": queue,
             "share-editor": share_editor,
             "job": job,
+            "deadline": deadline,
             "team": team,
+            "workload": workload,
+            "ledger": ledger,
+            "change-requests": change_requests,
             "exceptions": exceptions,
             "agreements": agreements,
+            "agreement": agreement,
             "audit": audit,
             "signals": signals,
             "whatif": whatif,

@@ -24,7 +24,11 @@ from governance.models import Job
 from governance.selectors import jobs as job_selectors
 from governance.services import hooks, runs
 from governance.services.errors import ValidationFailed
-from governance.services.limits import DB_INT_MAX, MAX_SECONDS
+from governance.services.limits import DB_INT_MAX, MAX_SECONDS, column_length
+from governance.services.runs import MAX_CLAIM
+
+# The name an agent claims runs under: what ``Job.agent`` holds.
+AGENT_MAX_LENGTH = column_length(Job, "agent")
 
 
 class IsAgent(BasePermission):
@@ -35,8 +39,8 @@ class IsAgent(BasePermission):
 
 
 class ClaimIn(serializers.Serializer[Any]):
-    agent = serializers.CharField(max_length=100)
-    limit = serializers.IntegerField(min_value=1, max_value=100, default=1)
+    agent = serializers.CharField(max_length=AGENT_MAX_LENGTH)
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_CLAIM, default=1)
     start = serializers.BooleanField(
         default=False,
         help_text="the agent starts each run as it claims it: record its `started` report too",
@@ -70,7 +74,11 @@ AGENT_NAME_HELP = (
 class ReportIn(serializers.Serializer[Any]):
     run = serializers.IntegerField(min_value=1, max_value=DB_INT_MAX)
     agent = serializers.CharField(
-        max_length=100, required=False, allow_blank=True, default="", help_text=AGENT_NAME_HELP
+        max_length=AGENT_MAX_LENGTH,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text=AGENT_NAME_HELP,
     )
     kind = serializers.ChoiceField(choices=["started", "heartbeat", "checkpoint"])
     progress = serializers.FloatField(
@@ -82,7 +90,11 @@ class RunIn(serializers.Serializer[Any]):
     run = serializers.IntegerField(min_value=1, max_value=DB_INT_MAX)
     message = serializers.CharField(required=False, allow_blank=True, default="")
     agent = serializers.CharField(
-        max_length=100, required=False, allow_blank=True, default="", help_text=AGENT_NAME_HELP
+        max_length=AGENT_MAX_LENGTH,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text=AGENT_NAME_HELP,
     )
 
 
@@ -90,7 +102,7 @@ class FinishIn(RunIn):
     """``complete``/``fail``, optionally claiming the next runs in the same round trip."""
 
     agent = serializers.CharField(
-        max_length=100,
+        max_length=AGENT_MAX_LENGTH,
         required=False,
         allow_blank=True,
         default="",
@@ -98,7 +110,7 @@ class FinishIn(RunIn):
     )
     claim_next = serializers.IntegerField(
         min_value=0,
-        max_value=100,
+        max_value=MAX_CLAIM,
         default=0,
         help_text=(
             "run a scheduling cycle of the queue at once and claim up to this many admitted "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from axes.exceptions import AxesBackendPermissionDenied
-from django.contrib.auth import authenticate, user_logged_in
+from django.contrib.auth import authenticate, get_user_model, user_logged_in
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
@@ -22,12 +22,13 @@ from governance.api.common import ErrorBodySerializer
 from governance.api.throttles import AnonThrottle, SignInThrottle
 from governance.guards import lockout_message
 from governance.services import tokens
+from governance.services.limits import MAX_PASSWORD_LENGTH, column_length
 
 
 class TokenIn(serializers.Serializer[Any]):
-    username = serializers.CharField(max_length=150)
+    username = serializers.CharField(max_length=column_length(get_user_model(), "username"))
     password = serializers.CharField(
-        max_length=4096, trim_whitespace=False, style={"input_type": "password"}
+        max_length=MAX_PASSWORD_LENGTH, trim_whitespace=False, style={"input_type": "password"}
     )
 
 

@@ -19,9 +19,11 @@ from rest_framework.response import Response
 from governance.api.common import ERROR_RESPONSES, CountMapField, ServiceViewSet
 from governance.models import InstanceType, JobQueue
 from governance.models.capacity import Executor
+from governance.models.slurm import SlurmQueueConfig
 from governance.selectors import capacity as capacity_selectors
 from governance.services import capacity as capacity_services
 from governance.services import slurm as slurm_services
+from governance.services.limits import MAX_REASON, column_length
 
 
 class InstanceTypeSerializer(serializers.ModelSerializer):
@@ -42,7 +44,10 @@ class InstanceTypeWriteSerializer(serializers.Serializer):
     speed = serializers.FloatField(required=False)
     hourly_price = serializers.DecimalField(max_digits=20, decimal_places=4, required=False)
     reason = serializers.CharField(
-        required=False, allow_blank=True, max_length=2000, help_text="Why, for the audit trail."
+        required=False,
+        allow_blank=True,
+        max_length=MAX_REASON,
+        help_text="Why, for the audit trail.",
     )
 
 
@@ -205,13 +210,17 @@ class SlurmConfigSerializer(serializers.Serializer):
 class SlurmConfigWriteSerializer(serializers.Serializer):
     """Input: ``types`` replaces the whole map; ``reason`` goes to the audit trail."""
 
-    account = serializers.CharField(required=False, allow_blank=True, max_length=64)
-    qos = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    account = serializers.CharField(
+        required=False, allow_blank=True, max_length=column_length(SlurmQueueConfig, "account")
+    )
+    qos = serializers.CharField(
+        required=False, allow_blank=True, max_length=column_length(SlurmQueueConfig, "qos")
+    )
     grace_seconds = serializers.IntegerField(required=False)
     types = serializers.JSONField(required=False)
     teams = serializers.JSONField(required=False)
     drift_report_only = serializers.BooleanField(required=False)
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=MAX_REASON)
 
 
 class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewSet):

@@ -12,9 +12,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from governance.api.common import ERROR_RESPONSES
-from governance.models import Notification, NotificationKind
+from governance.models import Notification, NotificationKind, NotificationPreference
 from governance.selectors import notifications as selectors
 from governance.services import notifications as services
+from governance.services.limits import DB_BIGINT_MAX, column_length
 
 
 class NotificationSerializer(serializers.ModelSerializer):
@@ -26,11 +27,11 @@ class NotificationSerializer(serializers.ModelSerializer):
 
 class ReadSerializer(serializers.Serializer):
     ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2**63 - 1),
+        child=serializers.IntegerField(min_value=1, max_value=DB_BIGINT_MAX),
         required=False,
         allow_null=True,
         default=None,
-        max_length=1000,
+        max_length=services.MAX_READ_IDS,
         help_text="the notifications to mark read; omit for all of them",
     )
 
@@ -39,14 +40,18 @@ class PreferencesSerializer(serializers.Serializer):
     email_kinds = serializers.ListField(
         child=serializers.ChoiceField(choices=NotificationKind.choices),
         required=False,
-        max_length=20,
+        max_length=len(NotificationKind.choices),
     )
     webhook_kinds = serializers.ListField(
         child=serializers.ChoiceField(choices=NotificationKind.choices),
         required=False,
-        max_length=20,
+        max_length=len(NotificationKind.choices),
     )
-    webhook_url = serializers.CharField(required=False, allow_blank=True, max_length=300)
+    webhook_url = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=column_length(NotificationPreference, "webhook_url"),
+    )
 
 
 class NotificationViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):

@@ -14,6 +14,7 @@ from governance.api.common import ERROR_RESPONSES, ServiceViewSet, StringListFie
 from governance.models import MembershipRole, Team
 from governance.selectors import teams as team_selectors
 from governance.services import teams as team_services
+from governance.services.limits import MAX_REASON
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -42,7 +43,10 @@ class TeamWriteSerializer(serializers.Serializer):
     leads = StringListField(required=False)
     members = StringListField(required=False)
     reason = serializers.CharField(
-        required=False, allow_blank=True, max_length=2000, help_text="Why, for the audit trail."
+        required=False,
+        allow_blank=True,
+        max_length=MAX_REASON,
+        help_text="Why, for the audit trail.",
     )
 
 

@@ -8,6 +8,7 @@ from django.db import models
 
 MIN_PRIORITY = 0
 MAX_PRIORITY = 9999
+NAME_MAX_LENGTH = 100
 
 
 class BandRole(models.TextChoices):
@@ -20,7 +21,7 @@ class BandRole(models.TextChoices):
 
 
 class PriorityDefinition(models.Model):
-    name = models.CharField(max_length=100, unique=True)
+    name = models.CharField(max_length=NAME_MAX_LENGTH, unique=True)
     min_priority = models.PositiveIntegerField()
     max_priority = models.PositiveIntegerField()
     criteria = models.TextField(blank=True, default="")

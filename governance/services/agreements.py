@@ -63,21 +63,20 @@ def agreement_snapshot(
 ) -> dict[str, Any]:
     """The agreement's fields as JSON, for audit ``before``/``after`` (``promises``: the
     ones about to be set instead of those in force)."""
-    return {
-        "id": agreement.pk,
-        "title": agreement.title,
-        "body": agreement.body,
-        "shares": sorted(agreement.shares.values_list("id", flat=True)),
-        "reclaim_assumptions": agreement.reclaim_assumptions,
-        "recovery_assumptions": agreement.recovery_assumptions,
-        "owner": agreement.owner.get_username(),
-        "editors": sorted(agreement.editors.values_list("username", flat=True)),
-        "review_by": agreement.review_by.isoformat() if agreement.review_by else None,
-        "version": agreement.version,
-        "promises": promises
-        if promises is not None
-        else promise_services.active_promises(agreement),
-    }
+    return audit.fields_of(
+        agreement,
+        "id",
+        "title",
+        "body",
+        "reclaim_assumptions",
+        "recovery_assumptions",
+        "review_by",
+        "version",
+        shares=sorted(agreement.shares.values_list("id", flat=True)),
+        owner=agreement.owner.get_username(),
+        editors=sorted(agreement.editors.values_list("username", flat=True)),
+        promises=promises if promises is not None else promise_services.active_promises(agreement),
+    )
 
 
 def _resolve_users(errors: Errors, field: str, names: Iterable[Any]) -> list[Any]:

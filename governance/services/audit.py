@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import date
 from typing import Any, ParamSpec
 
 from django.conf import settings
@@ -61,6 +62,21 @@ def entry_for(
         reason=reason,
         created_at=at or timezone.now(),
     )
+
+
+def fields_of(obj: models.Model, *names: str, **computed: Any) -> dict[str, Any]:
+    """An object's fields as JSON for an audit entry's ``before``/``after`` (and the API's
+    409 bodies): a relation as its id under the field's name (``share``: 7), a date or
+    time in ISO 8601, anything else as stored; ``computed`` adds the values a column does
+    not hold as such (a price quantized, a map of limits, a user's name)."""
+    snapshot: dict[str, Any] = {}
+    for name in names:
+        field = obj._meta.get_field(name)
+        assert isinstance(field, models.Field), f"{name} is not a column"
+        value = getattr(obj, field.attname)
+        snapshot[name] = value.isoformat() if isinstance(value, date) else value
+    snapshot.update(computed)
+    return snapshot
 
 
 def unchanged(before: Any, after: Any, *, ignore: tuple[str, ...] = ("version",)) -> bool:

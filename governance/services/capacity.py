@@ -31,14 +31,15 @@ QUEUE_FIELDS = ("name", "description", "executor", "capacity")
 
 
 def instance_type_snapshot(itype: InstanceType) -> dict[str, Any]:
-    return {
-        "id": itype.pk,
-        "name": itype.name,
-        "accelerated": itype.accelerated,
-        "accelerators": itype.accelerators,
-        "speed": float(itype.speed),
-        "hourly_price": str(Decimal(itype.hourly_price).quantize(Decimal("0.0001"))),
-    }
+    return audit.fields_of(
+        itype,
+        "id",
+        "name",
+        "accelerated",
+        "accelerators",
+        speed=float(itype.speed),
+        hourly_price=str(Decimal(itype.hourly_price).quantize(Decimal("0.0001"))),
+    )
 
 
 def _clean_type_fields(values: Mapping[str, Any], errors: Errors) -> dict[str, Any]:
@@ -187,13 +188,9 @@ def _row_name(row: QueueCapacity) -> str:
 
 
 def queue_snapshot(queue: JobQueue) -> dict[str, Any]:
-    return {
-        "id": queue.pk,
-        "name": queue.name,
-        "description": queue.description,
-        "executor": queue.executor,
-        "capacity": capacity_map(queue),
-    }
+    return audit.fields_of(
+        queue, "id", "name", "description", "executor", capacity=capacity_map(queue)
+    )
 
 
 def _clean_queue_name(name: Any, errors: Errors, *, exclude_pk: int | None = None) -> str:

@@ -53,18 +53,19 @@ COMPARED = (
 
 def change_request_snapshot(cr: ShareChangeRequest) -> dict[str, Any]:
     """The request's API fields as JSON, for audit ``before``/``after``."""
-    return {
-        "id": cr.pk,
-        "share": cr.share_id,
-        "team": cr.team_id,
-        "requester": cr.requester_id,
-        "proposed": cr.proposed,
-        "base_version": cr.base_version,
-        "state": cr.state,
-        "decided_by": cr.decided_by_id,
-        "decision_note": cr.decision_note,
-        "applied_version": cr.applied_version,
-    }
+    return audit.fields_of(
+        cr,
+        "id",
+        "share",
+        "team",
+        "requester",
+        "proposed",
+        "base_version",
+        "state",
+        "decided_by",
+        "decision_note",
+        "applied_version",
+    )
 
 
 def changes_since(base: Mapping[str, Any], current: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -31,19 +31,20 @@ from governance.services.kit import is_int, lock_job
 
 def exception_snapshot(exc: PriorityException) -> dict[str, Any]:
     """The exception's API fields as JSON, for audit ``before``/``after``."""
-    return {
-        "id": exc.pk,
-        "team": exc.team_id,
-        "job": exc.job_id,
-        "share": exc.share_id,
-        "priority": exc.priority,
-        "state": exc.state,
-        "requester": exc.requester_id,
-        "expires_at": exc.expires_at.isoformat() if exc.expires_at else None,
-        "decided_by": exc.decided_by_id,
-        "decision_note": exc.decision_note,
-        "previous_priority": exc.previous_priority,
-    }
+    return audit.fields_of(
+        exc,
+        "id",
+        "team",
+        "job",
+        "share",
+        "priority",
+        "state",
+        "requester",
+        "expires_at",
+        "decided_by",
+        "decision_note",
+        "previous_priority",
+    )
 
 
 def _links(exc: PriorityException) -> dict[str, int | None]:

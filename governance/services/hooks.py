@@ -1,10 +1,20 @@
 """How services tell the scheduler that something changed, without importing it.
 
 Services call :func:`queue_changed` after a change that can alter a scheduling decision;
-the scheduler app registers what that means at start-up (``scheduler.apps``), so the
-services never import the scheduler and a governance-only process (a migration, a shell)
-simply has no scheduler listening. A cycle is requested once the transaction commits, so a
-rolled-back change never triggers one and the cycle sees the committed state.
+it sends Django signals (``django.dispatch.Signal``) that the scheduler app connects to at
+start-up (``scheduler.apps``), so the services never import the scheduler and a
+governance-only process (a migration, a shell) simply has no scheduler listening. A cycle
+is requested once the transaction commits, so a rolled-back change never triggers one and
+the cycle sees the committed state.
+
+The signals (each sent with ``sender=None``):
+
+- :data:`cycle_wanted` (``queue_id``): ask for a cycle of the queue soon (the scheduler's
+  coalesced trigger);
+- :data:`cycle_now` (``queue_id``): run a cycle of the queue in this process, now;
+- :data:`slurm_job_ended` (``queue_id``, ``slurm_job_id``, ``defer``): run the executor's
+  pass of a queue run by Slurm in this process, now, for the end of one Slurm job; the
+  receiver answers what the pass did.
 """
 
 from __future__ import annotations
@@ -13,48 +23,18 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Protocol
 
 from django.db import transaction
+from django.dispatch import Signal
 
 log = logging.getLogger(__name__)
 
 # What is left of a piece of work, handed to whoever runs it later.
 Defer = Callable[[Callable[[], None]], None]
 
-
-class ExecutorPass(Protocol):
-    def __call__(
-        self, queue_id: int, slurm_job_id: int, /, *, defer: Defer | None = None
-    ) -> dict[str, object]: ...
-
-
-@dataclass
-class _Listener:
-    request_cycle: Callable[[int], object] | None = None
-    """Ask for a cycle of a queue soon (the scheduler's coalesced trigger)."""
-    run_cycle: Callable[[int], object] | None = None
-    """Run a cycle of a queue in this process, now."""
-    executor_pass: ExecutorPass | None = None
-    """Run the executor's pass of a queue run by Slurm in this process, now, for the end
-    of one Slurm job."""
-
-
-_listener = _Listener()
-
-
-def register(
-    *,
-    request_cycle: Callable[[int], object],
-    run_cycle: Callable[[int], object],
-    executor_pass: ExecutorPass | None = None,
-) -> None:
-    """The scheduler's start-up hook: how to ask for a cycle, how to run one now, and how
-    to run a Slurm queue's executor pass now."""
-    _listener.request_cycle = request_cycle
-    _listener.run_cycle = run_cycle
-    _listener.executor_pass = executor_pass
+cycle_wanted = Signal()
+cycle_now = Signal()
+slurm_job_ended = Signal()
 
 
 def run_executor_pass(
@@ -64,9 +44,13 @@ def run_executor_pass(
     ``slurm_job_id`` ended (the Slurm completion hook); None when no scheduler listens in
     this process. With ``defer``, the pass returns once the job's node may go and hands
     what is left of it to ``defer``, for the caller to run after it answered."""
-    if _listener.executor_pass is None:
-        return None
-    return _listener.executor_pass(queue_id, slurm_job_id, defer=defer)
+    answers = slurm_job_ended.send(
+        sender=None, queue_id=queue_id, slurm_job_id=slurm_job_id, defer=defer
+    )
+    for _receiver, answer in answers:
+        if isinstance(answer, dict):
+            return answer
+    return None
 
 
 # Queues whose scheduling cycle is running in this thread: a change the cycle makes itself
@@ -109,9 +93,8 @@ def queue_changed(queue_id: int) -> None:
     if collecting is not None:
         collecting.add(queue_id)
         return
-    request = _listener.request_cycle
-    if request is not None:
-        transaction.on_commit(lambda: request(queue_id))
+    if cycle_wanted.has_listeners():
+        transaction.on_commit(lambda: cycle_wanted.send(sender=None, queue_id=queue_id))
 
 
 def run_cycles_now(queue_ids: Iterable[int]) -> None:
@@ -119,9 +102,7 @@ def run_cycles_now(queue_ids: Iterable[int]) -> None:
     caller sees their decisions in its answer; a failure falls back to a request."""
     for queue_id in sorted(queue_ids):
         try:
-            if _listener.run_cycle is not None:
-                _listener.run_cycle(queue_id)
+            cycle_now.send(sender=None, queue_id=queue_id)
         except Exception:  # the change stands; the worker decides instead
             log.exception("in-request cycle of queue %s failed; asking the worker", queue_id)
-            if _listener.request_cycle is not None:
-                _listener.request_cycle(queue_id)
+            cycle_wanted.send(sender=None, queue_id=queue_id)

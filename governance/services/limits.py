@@ -31,6 +31,20 @@ MAX_SECONDS = DB_INT_MAX
 MAX_RETRIES = 10_000
 # Versions of an optimistic-locking counter.
 MAX_VERSION = DB_INT_MAX
+# A reason or note kept in the audit trail.
+MAX_REASON = 2000
+# A queue's or team's description.
+MAX_DESCRIPTION = 2000
+# A password typed to sign in or set: hashing a longer one is only work for an attacker.
+MAX_PASSWORD_LENGTH = 4096
+
+
+def column_length(model: Any, field: str) -> int:
+    """The length a text column holds: a form's or serializer's ``max_length`` reads it
+    here rather than writing the number a second time."""
+    length = model._meta.get_field(field).max_length
+    assert isinstance(length, int), f"{model.__name__}.{field} has no max_length"
+    return length
 
 
 def is_int(value: Any) -> bool:

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 DELIVER_TASK = "governance.tasks.deliver_notifications"
 WEBHOOK_TIMEOUT_SECONDS = 5.0
 MAX_TITLE = 300
+# Notifications one request may mark read by id.
+MAX_READ_IDS = 1000
 
 
 def _preferences(user_ids: Iterable[int]) -> dict[int, NotificationPreference]:

@@ -24,7 +24,7 @@ from governance.services.errors import Errors, NotFound, ValidationFailed
 from governance.services.kit import require_admin
 
 NAME_MAX_LENGTH = 100
-REASON_MAX_LENGTH = 2000
+REASON_MAX_LENGTH = limits.MAX_REASON
 # The longest a plan may run: a plan is bought for weeks or months, never for decades.
 MAX_PLAN_DAYS = 5 * 366
 MAX_PRICE = Decimal("1000000")
@@ -32,18 +32,19 @@ MAX_PRICE = Decimal("1000000")
 
 def plan_snapshot(plan: CapacityPlan) -> dict[str, Any]:
     """The plan's API fields as JSON, for audit ``before``/``after``."""
-    return {
-        "id": plan.pk,
-        "queue": plan.queue_id,
-        "share": plan.share_id,
-        "name": plan.name,
-        "instance_type": plan.instance_type.name,
-        "count": plan.count,
-        "start": plan.start.isoformat(),
-        "end": plan.end.isoformat(),
-        "hourly_price": str(Decimal(plan.hourly_price).quantize(Decimal("0.0001"))),
-        "ended_at": plan.ended_at.isoformat() if plan.ended_at else None,
-    }
+    return audit.fields_of(
+        plan,
+        "id",
+        "queue",
+        "share",
+        "name",
+        "count",
+        "start",
+        "end",
+        "ended_at",
+        instance_type=plan.instance_type.name,
+        hourly_price=str(Decimal(plan.hourly_price).quantize(Decimal("0.0001"))),
+    )
 
 
 def _clean_count(errors: Errors, count: Any) -> int:

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 
 from governance.models import AuditEvent, PriorityDefinition
-from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY, BandRole
+from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY, NAME_MAX_LENGTH, BandRole
 from governance.roles import AnyUser
 from governance.services import audit
 from governance.services.errors import Errors, NotFound, ValidationFailed
@@ -38,15 +38,16 @@ def _lock_bands() -> None:
 
 def definition_snapshot(definition: PriorityDefinition) -> dict[str, Any]:
     owner = definition.exception_owner
-    return {
-        "id": definition.pk,
-        "name": definition.name,
-        "min_priority": definition.min_priority,
-        "max_priority": definition.max_priority,
-        "criteria": definition.criteria,
-        "usable_by": list(definition.usable_by),
-        "exception_owner": owner.get_username() if owner is not None else None,
-    }
+    return audit.fields_of(
+        definition,
+        "id",
+        "name",
+        "min_priority",
+        "max_priority",
+        "criteria",
+        usable_by=list(definition.usable_by),
+        exception_owner=owner.get_username() if owner is not None else None,
+    )
 
 
 def _validate(values: dict[str, Any], errors: Errors, *, exclude_pk: int | None) -> Any:
@@ -56,8 +57,8 @@ def _validate(values: dict[str, Any], errors: Errors, *, exclude_pk: int | None)
         errors.add("name", "A priority definition needs a name.")
     else:
         values["name"] = name = name.strip()
-        if len(name) > 100:
-            errors.add("name", "At most 100 characters.")
+        if len(name) > NAME_MAX_LENGTH:
+            errors.add("name", f"At most {NAME_MAX_LENGTH} characters.")
         clash = PriorityDefinition.objects.filter(name__iexact=name)
         if exclude_pk is not None:
             clash = clash.exclude(pk=exclude_pk)

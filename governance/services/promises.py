@@ -32,7 +32,7 @@ from governance.models import (
     Share,
 )
 from governance.selectors import scheduling
-from governance.services import notifications
+from governance.services import audit, notifications
 from governance.services.errors import Errors
 from governance.services.limits import is_int
 
@@ -51,15 +51,9 @@ def figure_choices() -> tuple[str, ...]:
 
 def promise_snapshot(promise: Promise) -> dict[str, Any]:
     """A promise as JSON (audit entries, version snapshots, the API)."""
-    return {
-        "figure": promise.figure,
-        "share": promise.share_id,
-        "team": promise.team_id,
-        "queue": promise.queue_id,
-        "comparison": promise.comparison,
-        "threshold": promise.threshold,
-        "window_days": promise.window_days,
-    }
+    return audit.fields_of(
+        promise, "figure", "share", "team", "queue", "comparison", "threshold", "window_days"
+    )
 
 
 def _key(item: dict[str, Any]) -> tuple[Any, ...]:

@@ -37,6 +37,9 @@ from governance.services.hooks import queue_changed
 from governance.services.kit import job_event, lock_job, valid_id
 from scheduler.engine import work
 
+# Runs one claim may take (an agent asks again for more).
+MAX_CLAIM = 100
+
 RUNNING_REPORTS = ("started", "heartbeat", "checkpoint")
 
 
@@ -655,8 +658,8 @@ def run_claim(
     """
     if not agent:
         raise ValidationFailed({"agent": ["name the agent"]})
-    if limit < 1:
-        raise ValidationFailed({"limit": ["must be at least 1"]})
+    if not 1 <= limit <= MAX_CLAIM:
+        raise ValidationFailed({"limit": [f"must be from 1 to {MAX_CLAIM}"]})
     jobs = list(
         Job.objects.select_for_update(skip_locked=True, of=("self",))
         .select_related("instance_type", "share__team", "plan")

@@ -61,20 +61,21 @@ def limits_map(share: Share) -> dict[str, int]:
 
 def share_snapshot(share: Share) -> dict[str, Any]:
     """The share as the API shows it; used for audit before/after and for 409 bodies."""
-    return {
-        "id": share.pk,
-        "queue": share.queue_id,
-        "team": share.team_id,
-        "name": share.name,
-        "policy": share.policy,
-        "borrow_limit": share.borrow_limit,
-        "limits": limits_map(share),
-        "in_share_preemption": share.in_share_preemption,
-        "preemption_retries": share.preemption_retries,
-        "enabled": share.enabled,
-        "borrow_requires_verified_recovery": share.borrow_requires_verified_recovery,
-        "version": share.version,
-    }
+    return audit.fields_of(
+        share,
+        "id",
+        "queue",
+        "team",
+        "name",
+        "policy",
+        "borrow_limit",
+        "in_share_preemption",
+        "preemption_retries",
+        "enabled",
+        "borrow_requires_verified_recovery",
+        "version",
+        limits=limits_map(share),
+    )
 
 
 def _lock_queue(queue: JobQueue | int | None) -> JobQueue:

@@ -32,12 +32,7 @@ def membership_snapshot(team: Team) -> dict[str, list[str]]:
 
 
 def team_snapshot(team: Team) -> dict[str, Any]:
-    return {
-        "id": team.pk,
-        "name": team.name,
-        "description": team.description,
-        **membership_snapshot(team),
-    }
+    return audit.fields_of(team, "id", "name", "description", **membership_snapshot(team))
 
 
 def _clean_name(name: Any, errors: Errors, *, exclude_pk: int | None = None) -> str:

@@ -44,15 +44,16 @@ def user_roles(user: AbstractUser) -> list[str]:
 
 def user_snapshot(user: AbstractUser) -> dict[str, Any]:
     """The user as the audit trail records it (never the password)."""
-    return {
-        "id": user.pk,
-        "username": user.get_username(),
-        "email": user.email,
-        "first_name": user.first_name,
-        "last_name": user.last_name,
-        "is_active": user.is_active,
-        "roles": user_roles(user),
-    }
+    return audit.fields_of(
+        user,
+        "id",
+        "email",
+        "first_name",
+        "last_name",
+        "is_active",
+        username=user.get_username(),
+        roles=user_roles(user),
+    )
 
 
 def _team_actor(actor: AnyUser | None) -> AnyUser:

@@ -41,14 +41,15 @@ EDITABLE = ("name", "interruption", "recovery_assumptions")
 
 def workload_snapshot(workload: Workload) -> dict[str, Any]:
     """The workload's API fields as JSON, for audit ``before``/``after``."""
-    return {
-        "id": workload.pk,
-        "team": workload.team_id,
-        "name": workload.name,
-        "interruption": workload.interruption,
-        "recovery_assumptions": workload.recovery_assumptions,
-        "recovery_status": workload.recovery_status,
-    }
+    return audit.fields_of(
+        workload,
+        "id",
+        "team",
+        "name",
+        "interruption",
+        "recovery_assumptions",
+        "recovery_status",
+    )
 
 
 def may_edit(actor: AnyUser, team_id: int) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -27,7 +28,7 @@ from governance.services import agreements as agreement_services
 from governance.services import promises as promise_services
 from governance.services.errors import ServiceError
 from governance.web.charts import promise_chart
-from governance.web.errors import apply_service_errors
+from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_governance import (
     PROMISE_ERROR_FIELDS,
     AgreementForm,
@@ -320,36 +321,54 @@ def _promises(form: AgreementForm, agreement: Agreement | None) -> list[dict[str
     return [*kept, new] if new is not None else kept
 
 
+def _field_of(form: AgreementForm, new_index: int | None) -> Callable[[str], str | None]:
+    """The form field a service error key is about: the new promise's keys
+    (``promises[i].FIELD``) are its ``promise_`` fields, other keys are themselves. Its
+    share or team checked against shares that did not parse says nothing (None)."""
+    prefix = f"promises[{new_index}]."
+
+    def field_of(key: str) -> str | None:
+        if new_index is None or not key.startswith(prefix):
+            return key
+        field = PROMISE_ERROR_FIELDS.get(key[len(prefix) :], key)
+        if field == "promise_subject" and "shares" in form.errors:
+            return None
+        return field
+
+    return field_of
+
+
 def _apply_errors(form: AgreementForm, error: ServiceError, new_index: int | None) -> None:
     """Service errors beside their fields; the new promise's beside the promise fields."""
+    field_of = _field_of(form, new_index)
     for key, problems in list(error.errors.items()):
-        prefix = f"promises[{new_index}]."
-        if new_index is not None and key.startswith(prefix):
-            field = PROMISE_ERROR_FIELDS.get(key[len(prefix) :])
-            if field is not None:
-                for problem in problems:
-                    form.add_error(field, problem)
-                del error.errors[key]
+        field = field_of(key)
+        if field is not None and field != key:
+            for problem in problems:
+                form.add_error(field, problem)
+            del error.errors[key]
     apply_service_errors(form, error)
 
 
 def _service_values(
     form: AgreementForm, *, people: bool, agreement: Agreement | None = None
 ) -> dict[str, Any]:
+    """The service's arguments. A field that did not parse is None (or empty), so
+    ``check_with_service`` can still ask the service about the others."""
     data = form.cleaned_data
     values: dict[str, Any] = {
-        "title": data["title"],
-        "body": data["body"],
-        "reclaim_assumptions": data["reclaim_assumptions"],
-        "recovery_assumptions": data["recovery_assumptions"],
-        "shares": list(data["shares"]),
-        "review_by": data["review_by"],
+        "title": data.get("title"),
+        "body": data.get("body") or "",
+        "reclaim_assumptions": data.get("reclaim_assumptions") or "",
+        "recovery_assumptions": data.get("recovery_assumptions") or "",
+        "shares": list(data.get("shares") or []),
+        "review_by": data.get("review_by"),
         "promises": _promises(form, agreement),
     }
     if people:
-        if data["owner"]:
+        if data.get("owner"):
             values["owner"] = data["owner"]
-        values["editors"] = list(data["editors"])
+        values["editors"] = list(data.get("editors") or [])
     return values
 
 
@@ -381,6 +400,18 @@ def agreement_new(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Agreement “{agreement.title}” recorded.")
                 return redirect("web:agreement", agreement.pk)
+        else:
+            # Every problem at once: the service's rules (the promise's among them) on
+            # what did parse, in a dry run.
+            check_with_service(
+                form,
+                lambda: agreement_services.agreement_create(
+                    actor=request.user,
+                    reason=form.cleaned_data.get("reason") or "",
+                    **_service_values(form, people=True),
+                ),
+                field_of=_field_of(form, 0),
+            )
     return render(request, "agreements/form.html", {"form": form, "agreement": None}, status=status)
 
 
@@ -426,9 +457,22 @@ def agreement_edit(request: HttpRequest, pk: int) -> HttpResponse:
     conflict = False
     if request.method == "POST":
         status = 400
-        if form.is_valid():
-            values = _service_values(form, people=people, agreement=agreement)
-            new_index = len(values["promises"]) - 1 if form.new_promise() else None
+        valid = form.is_valid()
+        values = _service_values(form, people=people, agreement=agreement)
+        new_index = len(values["promises"]) - 1 if form.new_promise() else None
+        if not valid:
+            check_with_service(
+                form,
+                lambda: agreement_services.agreement_update(
+                    actor=request.user,
+                    agreement=agreement.pk,
+                    version=form.cleaned_data.get("version"),
+                    reason=form.cleaned_data.get("reason") or "",
+                    **values,
+                ),
+                field_of=_field_of(form, new_index),
+            )
+        else:
             try:
                 agreement_services.agreement_update(
                     actor=request.user,

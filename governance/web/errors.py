@@ -44,14 +44,18 @@ def check_with_service(
     form: forms.Form,
     call: Callable[[], object],
     apply: Callable[[ServiceError], None] | None = None,
+    field_of: Callable[[str], str | None] | None = None,
 ) -> None:
     """The form found problems while parsing: still run the service's rules on what did
     parse (``call``, the values of fields that failed given as None), inside a
     transaction that is always rolled back, so nothing is stored, audited or announced
     (announcements wait for a commit). Its messages go beside the fields the form had
-    nothing to say about (``apply``: the form's own way of placing them). Messages about
-    keys that are not fields of the form are left for the round where everything
-    parsed: they may stem from a value that did not."""
+    nothing to say about (``apply``: the form's own way of placing them). ``field_of``
+    names the form field a service key is about when the two differ (an agreement's
+    ``promises[0].threshold`` is its ``promise_threshold``; None: no field), so those
+    messages come in the same answer. Messages about keys that are not fields of the
+    form are left for the round where everything parsed: they may stem from a value
+    that did not."""
     try:
         with transaction.atomic():
             call()
@@ -63,8 +67,10 @@ def check_with_service(
     except ServiceError as exc:
         # Only messages about the form's own fields: one about a key it has no input
         # for (a share's queue) may stem from a field that did not parse.
-        about_fields = {
-            k: v for k, v in exc.errors.items() if k in form.fields and k not in form.errors
-        }
+        about_fields: dict[str, list[str]] = {}
+        for key, messages in exc.errors.items():
+            field = field_of(key) if field_of is not None else key
+            if field is not None and field in form.fields and field not in form.errors:
+                about_fields.setdefault(field, []).extend(messages)
         exc.errors = about_fields
         (apply or (lambda e: apply_service_errors(form, e)))(exc)

@@ -8,15 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.contrib.auth import get_user_model
 from django.core.validators import MaxLengthValidator
 
+from governance.models import InstanceType, JobQueue, Share, Team
 from governance.models.capacity import Executor
 from governance.models.shares import Policy
 from governance.selectors.administration import SITE_ROLES
 from governance.services import limits as limits_
 from governance.web.forms_shares import LIMIT_ROWS, ShareEditForm
 
-REASON_MAX = 2000
+REASON_MAX = limits_.MAX_REASON
 ROLE_LABELS = {
     "admin": "Admin: changes queues, types, capacity, teams, shares, users and bands",
     "reviewer": "Reviewer: decides priority exceptions, reads the audit trail",
@@ -35,7 +37,10 @@ def reason_field() -> forms.CharField:
 
 
 class InstanceTypeForm(forms.Form):
-    name = forms.CharField(max_length=64, help_text="e.g. ml.g5.xlarge; it cannot change later.")
+    name = forms.CharField(
+        max_length=limits_.column_length(InstanceType, "name"),
+        help_text="e.g. ml.g5.xlarge; it cannot change later.",
+    )
     accelerated = forms.ChoiceField(
         choices=[("", "From the name (ml.p, ml.g, ml.trn)"), ("yes", "Yes"), ("no", "No")],
         required=False,
@@ -80,9 +85,11 @@ class InstanceTypeForm(forms.Form):
 class QueueForm(forms.Form):
     """A queue, its executor, and its capacity: one count per known instance type."""
 
-    name = forms.CharField(max_length=100)
+    name = forms.CharField(max_length=limits_.column_length(JobQueue, "name"))
     description = forms.CharField(
-        required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2})
+        required=False,
+        max_length=limits_.MAX_DESCRIPTION,
+        widget=forms.Textarea(attrs={"rows": 2}),
     )
     executor = forms.ChoiceField(
         choices=Executor.choices,
@@ -122,9 +129,11 @@ class QueueForm(forms.Form):
 
 
 class TeamForm(forms.Form):
-    name = forms.CharField(max_length=100)
+    name = forms.CharField(max_length=limits_.column_length(Team, "name"))
     description = forms.CharField(
-        required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2})
+        required=False,
+        max_length=limits_.MAX_DESCRIPTION,
+        widget=forms.Textarea(attrs={"rows": 2}),
     )
     leads = forms.MultipleChoiceField(
         required=False,
@@ -146,13 +155,19 @@ class TeamForm(forms.Form):
 
 
 class UserForm(forms.Form):
-    username = forms.CharField(max_length=150)
-    email = forms.EmailField(required=False, max_length=254)
-    first_name = forms.CharField(required=False, max_length=150)
-    last_name = forms.CharField(required=False, max_length=150)
+    username = forms.CharField(max_length=limits_.column_length(get_user_model(), "username"))
+    email = forms.EmailField(
+        required=False, max_length=limits_.column_length(get_user_model(), "email")
+    )
+    first_name = forms.CharField(
+        required=False, max_length=limits_.column_length(get_user_model(), "first_name")
+    )
+    last_name = forms.CharField(
+        required=False, max_length=limits_.column_length(get_user_model(), "last_name")
+    )
     password = forms.CharField(
         required=False,
-        max_length=4096,
+        max_length=limits_.MAX_PASSWORD_LENGTH,
         strip=False,
         # new-password: a browser must not fill in the signed-in admin's own password.
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
@@ -219,7 +234,9 @@ class ShareCreateForm(ShareEditForm):
         self.fields["team"] = forms.TypedChoiceField(
             coerce=int, choices=[("", "—"), *teams], label="Team"
         )
-        self.fields["name"] = forms.CharField(max_length=100, label="Share name")
+        self.fields["name"] = forms.CharField(
+            max_length=limits_.column_length(Share, "name"), label="Share name"
+        )
         self.fields["reason"].validators.append(MaxLengthValidator(REASON_MAX))
         for i in range(LIMIT_ROWS):
             for prefix in ("limit_type_", "limit_count_"):

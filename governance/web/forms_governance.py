@@ -14,7 +14,9 @@ from django import forms
 from django.utils import timezone
 
 from governance.models import Job, Share
-from governance.models.priorities import BandRole
+from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY, NAME_MAX_LENGTH, BandRole
+from governance.services.agreements import MAX_NOTE, TITLE_MAX_LENGTH
+from governance.services.promises import MAX_WINDOW_DAYS
 
 DATETIME_LOCAL = "%Y-%m-%dT%H:%M"
 
@@ -24,6 +26,13 @@ class DateTimeLocalInput(forms.DateTimeInput):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(format=DATETIME_LOCAL, **kwargs)
+
+
+def bounded_input(minimum: int, maximum: int) -> forms.NumberInput:
+    """A number input whose browser hints are the service's bounds: the form only parses
+    the number, the service checks the range and says the rule in words (one home for
+    each rule, so the page and the API report it alike and at once)."""
+    return forms.NumberInput(attrs={"min": minimum, "max": maximum})
 
 
 def htmx_target(request: Any) -> str | None:
@@ -52,7 +61,7 @@ class ExceptionFileForm(forms.Form):
 
     job = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
     share = forms.TypedChoiceField(coerce=int, required=False, empty_value=None)
-    priority = forms.IntegerField(min_value=0, max_value=9999)
+    priority = forms.IntegerField(widget=bounded_input(MIN_PRIORITY, MAX_PRIORITY))
     justification = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}))
     wanted_by = forms.DateTimeField(required=False, widget=DateTimeLocalInput())
     expires_at = forms.DateTimeField(widget=DateTimeLocalInput())
@@ -134,7 +143,10 @@ class PromiseFields(forms.Form):
         required=False, label="Threshold", help_text="seconds for times; 0 to 1 for fractions"
     )
     promise_window_days = forms.IntegerField(
-        required=False, initial=30, label="Over the last (days)", min_value=1, max_value=365
+        required=False,
+        initial=30,
+        label="Over the last (days)",
+        widget=bounded_input(1, MAX_WINDOW_DAYS),
     )
 
     def setup(self, *, figures: Iterable[str], shares: list[Share], promises: list[Any]) -> None:
@@ -185,7 +197,7 @@ PROMISE_ERROR_FIELDS = {
 
 
 class AgreementForm(PromiseFields):
-    title = forms.CharField(max_length=200)
+    title = forms.CharField(max_length=TITLE_MAX_LENGTH)
     body = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 6}))
     reclaim_assumptions = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 3}), label="Reclaim the owner accepts"
@@ -227,7 +239,7 @@ class ReviewForm(forms.Form):
 
     note = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
-        max_length=5000,
+        max_length=MAX_NOTE,
         label="What the review found",
         help_text="Kept with the new version, even if nothing else changes.",
     )
@@ -240,9 +252,9 @@ class ReviewForm(forms.Form):
 
 
 class PriorityDefinitionForm(forms.Form):
-    name = forms.CharField(max_length=100)
-    min_priority = forms.IntegerField(min_value=0, max_value=9999)
-    max_priority = forms.IntegerField(min_value=0, max_value=9999)
+    name = forms.CharField(max_length=NAME_MAX_LENGTH)
+    min_priority = forms.IntegerField(widget=bounded_input(MIN_PRIORITY, MAX_PRIORITY))
+    max_priority = forms.IntegerField(widget=bounded_input(MIN_PRIORITY, MAX_PRIORITY))
     criteria = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
     usable_by = forms.MultipleChoiceField(
         required=False,

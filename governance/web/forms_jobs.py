@@ -18,10 +18,16 @@ from governance.models.jobs import MAX_PREFERENCES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.selectors.filters import WINDOW_FIELDS
 from governance.services.errors import ServiceError
+from governance.services.jobs import NAME_MAX_LENGTH
+from governance.services.limits import DB_INT_MAX, MAX_REASON, MAX_SECONDS
+from governance.services.workloads import NOTE_MAX_LENGTH
 
 PREFERENCE_ROWS = MAX_PREFERENCES
 # A preference row's value naming a capacity plan rather than an instance type.
 PLAN_PREFIX = "plan:"
+# An IANA time zone name (the longest is about 30 characters); the service takes the
+# deadline already resolved to a time, so the form alone bounds the name it parses.
+ZONE_NAME_MAX_LENGTH = 64
 
 # How the job service names a preference (0-based, as the API's JSON): ``preferences[1]``,
 # optionally followed by ``.instance_type`` or ``.count``.
@@ -44,7 +50,7 @@ class JobFilterForm(forms.Form):
     kind = forms.ChoiceField(required=False, choices=KIND_CHOICES)
     # Shown when given (the workload page links to its jobs with it).
     workload = forms.IntegerField(
-        required=False, min_value=1, max_value=2**31 - 1, label="Workload id"
+        required=False, min_value=1, max_value=DB_INT_MAX, label="Workload id"
     )
     submitted_after = forms.DateTimeField(required=False, label="Submitted from")
     submitted_before = forms.DateTimeField(required=False, label="Submitted before")
@@ -88,7 +94,7 @@ def _optional_int(value: Any) -> int | None:
 
 class JobSubmitForm(forms.Form):
     share = forms.TypedChoiceField(coerce=int, label="Share")
-    name = forms.CharField(max_length=200)
+    name = forms.CharField(max_length=NAME_MAX_LENGTH)
     kind = forms.ChoiceField(choices=JobKind.choices, initial=JobKind.TRAINING)
     priority = forms.IntegerField(
         min_value=MIN_PRIORITY,
@@ -141,7 +147,7 @@ class JobSubmitForm(forms.Form):
     deadline_zone = forms.CharField(
         required=False,
         initial="UTC",
-        max_length=64,
+        max_length=ZONE_NAME_MAX_LENGTH,
         label="Time zone",
         help_text="e.g. UTC, Europe/Berlin, America/New_York.",
     )
@@ -183,7 +189,7 @@ class JobSubmitForm(forms.Form):
             self.fields[f"pref_runtime_{i}"] = forms.IntegerField(
                 required=False,
                 min_value=1,
-                max_value=10**9,
+                max_value=MAX_SECONDS,
                 label=f"Expected run time {i + 1} (seconds)",
             )
 
@@ -306,11 +312,11 @@ class JobSubmitForm(forms.Form):
 
 class ReprioritiseForm(forms.Form):
     priority = forms.IntegerField(min_value=MIN_PRIORITY, max_value=MAX_PRIORITY)
-    reason = forms.CharField(required=False, max_length=500)
+    reason = forms.CharField(required=False, max_length=MAX_REASON)
 
 
 class CancelForm(forms.Form):
-    reason = forms.CharField(required=False, max_length=500)
+    reason = forms.CharField(required=False, max_length=MAX_REASON)
 
 
 class OutputForm(forms.Form):
@@ -319,4 +325,4 @@ class OutputForm(forms.Form):
     valid = forms.TypedChoiceField(
         choices=[("true", "valid"), ("false", "invalid")], coerce=lambda v: v == "true"
     )
-    note = forms.CharField(required=False, max_length=2000)
+    note = forms.CharField(required=False, max_length=NOTE_MAX_LENGTH)

@@ -8,6 +8,7 @@ from typing import Any
 from django import forms
 
 from governance.services.limits import MAX_INSTANCES
+from governance.services.plans import NAME_MAX_LENGTH, REASON_MAX_LENGTH
 
 DATETIME_INPUT = forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M")
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"]
@@ -15,7 +16,9 @@ DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y
 
 class PlanCreateForm(forms.Form):
     share = forms.TypedChoiceField(coerce=int, label="Share (and so its queue)")
-    name = forms.CharField(max_length=100, help_text="Unique in the queue, e.g. vision-december.")
+    name = forms.CharField(
+        max_length=NAME_MAX_LENGTH, help_text="Unique in the queue, e.g. vision-december."
+    )
     instance_type = forms.ChoiceField(label="Instance type")
     count = forms.IntegerField(min_value=0, max_value=MAX_INSTANCES)
     start = forms.DateTimeField(
@@ -33,7 +36,9 @@ class PlanCreateForm(forms.Form):
         max_digits=12,
         label="Price per instance-hour",
     )
-    reason = forms.CharField(required=False, max_length=2000, label="Reason (for the audit trail)")
+    reason = forms.CharField(
+        required=False, max_length=REASON_MAX_LENGTH, label="Reason (for the audit trail)"
+    )
 
     def __init__(
         self,
@@ -51,8 +56,8 @@ class PlanCreateForm(forms.Form):
 
 class PlanResizeForm(forms.Form):
     count = forms.IntegerField(min_value=0, max_value=MAX_INSTANCES)
-    reason = forms.CharField(max_length=2000)
+    reason = forms.CharField(max_length=REASON_MAX_LENGTH)
 
 
 class PlanEndForm(forms.Form):
-    reason = forms.CharField(max_length=2000)
+    reason = forms.CharField(max_length=REASON_MAX_LENGTH)

@@ -12,6 +12,7 @@ from typing import Any
 from django import forms
 
 from governance.models import Share
+from governance.models.change_requests import MAX_JUSTIFICATION
 from governance.models.shares import MAX_LIMITS_PER_SHARE, Policy
 
 LIMIT_ROWS = MAX_LIMITS_PER_SHARE
@@ -194,7 +195,7 @@ class ChangeRequestForm(ShareEditForm):
 
     justification = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
-        max_length=4000,
+        max_length=MAX_JUSTIFICATION,
         help_text="Why the share should change: the admins read it when they decide.",
     )
 

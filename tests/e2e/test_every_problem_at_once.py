@@ -130,3 +130,31 @@ def test_band_form_reports_a_taken_name_with_a_bad_range(sign_in: Any) -> None:
     expect(page.locator("#id_min_priority_errors")).to_be_visible()
     assert "already exists" in messages_beside(page, "id_name")
     assert "9999" in messages_beside(page, "id_min_priority")
+
+
+def test_agreement_form_reports_its_promises_problems_with_the_rest(sign_in: Any) -> None:
+    from governance.models import Agreement
+
+    share = Share.objects.select_related("queue").get(name="vision-training")
+    page = sign_in("admin")
+    page.goto("/agreements/new/")
+    page.fill("#id_title", "")  # required: the form's own check
+    # No share linked, yet the promise is about one: only the service knows.
+    page.select_option("#id_promise_figure", "goodput")
+    page.select_option("#id_promise_subject", f"share:{share.pk}")
+    page.select_option("#id_promise_comparison", ">=")
+    page.fill("#id_promise_threshold", "1.5")  # goodput is a fraction: the service's rule
+    page.fill("#id_promise_window_days", "400")  # beyond a year: the service's bound
+    before = Agreement.objects.count()
+    page.get_by_role("button", name="Create agreement").click()
+    expect(page.locator("#id_title_errors")).to_be_visible()
+    assert "required" in messages_beside(page, "id_title")
+    assert "Not a share of this agreement." in messages_beside(page, "id_promise_subject")
+    assert "goodput is a fraction: give a number from 0 to 1." in messages_beside(
+        page, "id_promise_threshold"
+    )
+    assert "A whole number of days from 1 to 365." in messages_beside(
+        page, "id_promise_window_days"
+    )
+    assert "promises[" not in page.locator("main").inner_text()  # no code names
+    assert Agreement.objects.count() == before

@@ -12,9 +12,11 @@ running work; no worker is needed for pictures of a state.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from governance.models import Job, JobQueue, Share
@@ -170,15 +172,27 @@ def layout_world(transactional_db: Any, settings: Any) -> Any:
     limits = {row.instance_type.name: row.count for row in share.limits.all()}
     type_name, limit = sorted(limits.items())[0]
     capacity = share.queue.capacities.get(instance_type__name=type_name).count
+    lead = get_user_model().objects.get(username="lead-vision")
     hopeless = jobs.job_submit(
-        actor=get_user_model().objects.get(username="lead-vision"),
+        actor=lead,
         share=share,
         name="layout-too-big",
         preferences=[{"instance_type": type_name, "count": capacity + 1}],
         priority=1,
         duration=600,
     )
-    return {"share": share, "job": hopeless, "limit": limit}
+    # A job with a deadline (docs/scheduling.md#deadlines): its page says by when it
+    # must finish and whether each choice still can.
+    due = jobs.job_submit(
+        actor=lead,
+        share=share,
+        name="layout-deadline",
+        preferences=[{"instance_type": type_name, "count": limit}],
+        priority=1,
+        duration=3600,
+        deadline=timezone.now() + timedelta(hours=3),
+    )
+    return {"share": share, "job": hopeless, "deadline_job": due, "limit": limit}
 
 
 def check(page: Any, what: str) -> None:
@@ -266,8 +280,10 @@ def _every_page() -> list[tuple[str, str]]:
         InstanceType,
         PriorityDefinition,
         PriorityException,
+        ShareChangeRequest,
         Team,
         WhatIf,
+        Workload,
     )
 
     queue = JobQueue.objects.get(name="gpu-fleet")
@@ -275,6 +291,11 @@ def _every_page() -> list[tuple[str, str]]:
     pending = Job.objects.filter(state="PENDING").order_by("pk").first()
     running = Job.objects.filter(state="RUNNING").order_by("pk").first()
     assert pending is not None and running is not None
+    vision = Team.objects.get(name="vision")
+    workload = Workload.objects.filter(team=vision).order_by("pk").first()
+    deadline = Job.objects.filter(deadline__isnull=False).order_by("pk").first()
+    promised = Agreement.objects.filter(promises__isnull=False).order_by("pk").first()
+    assert workload is not None and deadline is not None and promised is not None
     ids = {
         "team": Team.objects.order_by("pk").first().pk,
         "exception": PriorityException.objects.order_by("pk").first().pk,
@@ -290,14 +311,23 @@ def _every_page() -> list[tuple[str, str]]:
         ("admin", f"/queues/{queue.pk}/"),
         ("admin", f"/shares/{share.pk}/"),
         ("admin", f"/shares/{share.pk}/edit/"),
+        ("admin", f"/shares/{share.pk}/ledger/"),
+        ("lead-vision", f"/shares/{share.pk}/request/"),
+        ("admin", "/change-requests/"),
+        ("admin", f"/change-requests/{ShareChangeRequest.objects.order_by('pk').first().pk}/"),
+        ("admin", f"/queues/{queue.pk}/slurm/"),
         ("admin", "/plans/"),
         ("admin", "/plans/new/"),
         ("lead-vision", "/teams/"),
         ("lead-vision", f"/teams/{ids['team']}/"),
+        ("lead-vision", f"/teams/{vision.pk}/workloads/new/"),
+        ("lead-vision", f"/workloads/{workload.pk}/"),
+        ("lead-vision", f"/workloads/{workload.pk}/edit/"),
         ("admin", "/jobs/"),
         ("lead-vision", "/jobs/new/"),
         ("admin", f"/jobs/{pending.pk}/"),
         ("admin", f"/jobs/{running.pk}/"),
+        ("lead-vision", f"/jobs/{deadline.pk}/"),
         ("admin", "/account/tokens/"),
         ("reviewer", "/exceptions/"),
         ("lead-vision", "/exceptions/new/"),
@@ -309,6 +339,8 @@ def _every_page() -> list[tuple[str, str]]:
         ("admin", "/agreements/new/"),
         ("admin", f"/agreements/{ids['agreement']}/"),
         ("admin", f"/agreements/{ids['agreement']}/edit/"),
+        ("admin", f"/agreements/{promised.pk}/"),
+        ("admin", f"/agreements/{promised.pk}/edit/"),
         ("reviewer", "/audit/"),
         ("reviewer", "/signals/"),
         ("admin", f"/queues/{queue.pk}/whatif/"),

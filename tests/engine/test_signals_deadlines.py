@@ -99,3 +99,34 @@ def test_only_final_events_in_the_window_count_and_teams_sum_their_shares() -> N
 def test_the_csv_rows_carry_the_figure() -> None:
     [queue, *_] = signals.flat_rows(signals.compute(REC, 0, 100))
     assert (queue["deadlines.met"], queue["deadlines.rate"]) == (2, 0.5)
+
+
+def test_a_job_with_only_expected_run_times_counts_its_last_run_as_its_work() -> None:
+    """A job with no declared work (only a run time per preference: the export leaves
+    ``duration`` out so those decide) is read, not refused (it made /signals/ a server
+    error), and its completed work is what its last run did: time x the type's speed."""
+    scenario = {
+        "instance_types": [{"name": "g", "capacity": 2, "speed": 2.0}],
+        "shares": [{"name": "A", "limits": {"g": 2}}],
+        "jobs": [
+            {
+                "id": "runtime-only",
+                "share": "A",
+                "submit_at": 0,
+                "priority": 1,
+                "preferences": [{"instance_type": "g", "count": 1, "runtime": 30}],
+            }
+        ],
+        "until": 99,
+    }
+    events = [
+        {**_admitted("runtime-only"), "at": 10},
+        {"at": 40, "type": "preempted", "job": "runtime-only", "lost_work": 20},
+        {**_admitted("runtime-only"), "at": 50},
+        {"at": 80, "type": "completed", "job": "runtime-only"},
+    ]
+    recording = signals.Recording(scenario=scenario, events=events, teams={"A": "red"})
+    answer = signals.compute(recording, 0, 100)
+    # 30 s at speed 2 done, 20 lost: goodput 60 / (60 + 20)
+    assert answer["queue"]["goodput"] == 60 / 80
+    assert answer["queue"]["jobs_finished"]["SUCCEEDED"] == 1

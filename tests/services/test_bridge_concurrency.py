@@ -41,7 +41,7 @@ CYCLERS = 3
 @pytest.fixture(autouse=True)
 def _no_triggers(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     # No cycle requests reach a worker (a test worker may be up): this test runs them.
-    monkeypatch.setattr(hooks._listener, "request_cycle", lambda queue_id: True)
+    monkeypatch.setattr(hooks.cycle_wanted, "receivers", [])
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
@@ -225,7 +225,7 @@ os._exit(0)
 def test_a_worker_killed_mid_cycle_leaves_nothing_applied(monkeypatch: Any) -> None:
     # The submissions below must not ask for cycles: a Celery worker left running by the
     # live tests of this session would admit the jobs before the doomed worker could.
-    monkeypatch.setattr(hooks._listener, "request_cycle", None)
+    monkeypatch.setattr(hooks.cycle_wanted, "receivers", [])
     queue = make_queue("kill", {G5: 4})
     team = TeamFactory(name="t")
     lead = make_lead(team, "lead")

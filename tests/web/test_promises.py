@@ -91,6 +91,29 @@ def test_an_impossible_threshold_is_an_error_beside_its_field(world: Any) -> Non
     assert not world.agreement.promises.exists()
 
 
+def test_the_promises_problems_come_with_the_forms_own_in_one_answer(world: Any) -> None:
+    """A title left empty (the form's check) does not hide the promise's problems (the
+    service's rules, asked in a dry run): every message after one submit."""
+    data = edit(
+        world,
+        promise_figure="goodput",
+        promise_subject=f"share:{world.red_share.pk}",
+        promise_comparison=">=",
+        promise_threshold="1.5",
+        promise_window_days="0",
+    )
+    response = client_for(world.red_lead).post(
+        f"/agreements/{world.agreement.pk}/edit/", {**data, "title": ""}
+    )
+    assert response.status_code == 400
+    form = response.context["form"]
+    assert form.errors["title"] == ["This field is required."]
+    assert form.errors["promise_threshold"] == ["goodput is a fraction: give a number from 0 to 1."]
+    assert form.errors["promise_window_days"] == ["A whole number of days from 1 to 365."]
+    assert not world.agreement.promises.exists()
+    assert Agreement.objects.get(pk=world.agreement.pk).version == world.agreement.version
+
+
 def test_evaluate_now_shows_the_state_and_a_chart_and_withdrawing_keeps_history(
     world: Any,
 ) -> None:
