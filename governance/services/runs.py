@@ -29,7 +29,7 @@ from governance import metrics
 from governance.models import AuditEntry, AuditEvent, DecisionRule, Job, JobEvent, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
-from governance.services import audit, notifications
+from governance.services import audit, decisions, notifications
 from governance.services import workloads as workload_services
 from governance.services.errors import Conflict, PermissionDenied, ValidationFailed
 from governance.services.hooks import queue_changed
@@ -286,6 +286,7 @@ def run_preempt(
             reason=message,
             at=now,
         )
+        decisions.decision_open(job=job, now=now)
     notifications.job_stopped(job, failed=fail, why=explanation, at=now)
     return job
 
