@@ -208,3 +208,25 @@ def make_lending_world(capacity: int, lenders: dict[str, int], runs: dict[str, i
         )
     bridge.run_cycle(queue.pk, now=t0)
     return SimpleNamespace(t0=t0, **world)
+
+
+def make_exhausted_job(share: m.Share, submitter: Any, **fields: Any) -> m.Job:
+    """A job failed by its share's preemption retry limit, through the live scheduler:
+    with no retries allowed, a higher-priority job of its share preempts it once. Opens
+    its decision (docs/workloads.md#decisions)."""
+    from scheduler import bridge
+
+    share.preemption_retries = 0
+    share.in_share_preemption = True
+    share.save(update_fields=["preemption_retries", "in_share_preemption"])
+    now = timezone.now()
+    fields.setdefault("name", "exhausted")
+    victim = make_job(
+        share, submitter, priority=1, submitted_at=now - timedelta(seconds=20), **fields
+    )
+    bridge.run_cycle(share.queue_id, now=now - timedelta(seconds=10))
+    make_job(share, submitter, name="urgent", priority=9, submitted_at=now - timedelta(seconds=5))
+    bridge.run_cycle(share.queue_id, now=now)
+    victim.refresh_from_db()
+    assert victim.state == m.JobState.FAILED, victim.state
+    return victim

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from governance.api.common import call_service, path_id
+from governance.api.exceptions import NoteSerializer
 from governance.api.idempotency import idempotent
 from governance.models import Decision
 from governance.selectors import decisions as decision_selectors
@@ -70,10 +71,6 @@ class ResubmitSerializer(serializers.Serializer):
     max_cost = serializers.DecimalField(
         max_digits=20, decimal_places=4, required=False, allow_null=True
     )
-    note = serializers.CharField(required=False, allow_blank=True, default="")
-
-
-class NoteSerializer(serializers.Serializer):
     note = serializers.CharField(required=False, allow_blank=True, default="")
 
 

@@ -46,7 +46,7 @@ def decision_snapshot(decision: Decision) -> dict[str, Any]:
     }
 
 
-def maydecide(actor: AnyUser, team_id: int) -> bool:
+def may_decide(actor: AnyUser, team_id: int) -> bool:
     """The team's leads and admins answer its decisions."""
     return roles.is_admin(actor) or roles.is_lead_of(actor, team_id)
 
@@ -120,7 +120,7 @@ def open_for(actor: AnyUser, decision: Decision | int, field: str) -> Decision:
     """The decision locked, once the actor may answer it; every problem with it is
     collected by the caller (``state`` when it was already answered)."""
     locked = _lock(decision)
-    if not maydecide(actor, locked.team_id):
+    if not may_decide(actor, locked.team_id):
         raise PermissionDenied(
             {field: [f"Only leads of team {locked.team.name} and admins may answer its decisions."]}
         )
