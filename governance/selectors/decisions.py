@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.utils import timezone
 
 from governance.models import Decision, DecisionState
@@ -17,9 +17,13 @@ def decisions() -> QuerySet[Decision]:
     ).order_by("-opened_at", "-id")
 
 
-def open_decisions(*, team_id: int | None = None) -> QuerySet[Decision]:
-    """Open decisions, the soonest due first (the overdue ones lead)."""
-    found = decisions().filter(state=DecisionState.OPEN)
+def open_decisions(
+    *, team_id: int | None = None, now: datetime | None = None
+) -> QuerySet[Decision]:
+    """Open decisions, the soonest due first (the overdue ones lead), each with
+    ``is_overdue``."""
+    late = ExpressionWrapper(Q(due_at__lte=now or timezone.now()), output_field=BooleanField())
+    found = decisions().filter(state=DecisionState.OPEN).annotate(is_overdue=late)
     if team_id is not None:
         found = found.filter(team_id=team_id)
     return found.order_by("due_at", "id")
