@@ -50,6 +50,7 @@ from governance.models import (
     AuditEntry,
     AuditEvent,
     CapacityPlan,
+    Decision,
     InstanceType,
     Job,
     JobEvent,
@@ -453,6 +454,7 @@ def _export(
         "scenario": scenario,
         "recorded": {"events": [event for _, _, event in recorded], "jobs": job_rows},
         "teams": {name: team for name, team, _ in shares.values()},
+        "decisions": decision_entries(queue, start, stop),
     }
 
 
@@ -580,6 +582,33 @@ def policy_entries(
     ]
 
 
+def decision_entries(
+    queue: JobQueue, start: datetime, stop: datetime, *, origin: datetime | None = None
+) -> list[dict[str, Any]]:
+    """The decisions of the queue's jobs (docs/workloads.md#decisions) that the window
+    ``[start, stop)`` can count: opened before its end and not decided before its start
+    (an earlier answer counts nowhere in it). ``{"job", "share", "opened", "due",
+    "decided"}``, times in ms relative to ``origin`` (default ``start``); ``decided`` null
+    while open or when it came after the window."""
+    t0 = _ms(start if origin is None else origin)
+    rows = (
+        Decision.objects.filter(job__queue=queue, opened_at__lt=stop)
+        .filter(Q(decided_at__isnull=True) | Q(decided_at__gte=start))
+        .order_by("opened_at", "id")
+        .values_list("job_id", "job__share__name", "opened_at", "due_at", "decided_at")
+    )
+    return [
+        {
+            "job": job_id,
+            "share": share,
+            "opened": _ms(opened) - t0,
+            "due": _ms(due) - t0,
+            "decided": _ms(decided) - t0 if decided is not None and decided < stop else None,
+        }
+        for job_id, share, opened, due, decided in rows
+    ]
+
+
 @dataclass(frozen=True)
 class SignalsWindow:
     """What the signals of a window are computed from: a recording that begins no later
@@ -616,6 +645,7 @@ def signals_window(
         teams=exported["teams"],
         audit=policy_entries(queue, start, stop, origin=origin),
         end=max(lo, min(hi, _ms(now) - t0)),
+        decisions=decision_entries(queue, start, stop, origin=origin),
     )
     return SignalsWindow(recording, lo, hi)
 

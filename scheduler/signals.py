@@ -68,6 +68,9 @@ class Recording:
     recording carries none (a history file), which makes ``policy_changes`` null.
     ``end``: the end of the recording E in its time unit (default ``until`` + 1, or one
     unit past the last time the recording mentions).
+    ``decisions``: the decisions opened by retry exhaustion ``{"share", "opened", "due",
+    "decided"}`` (``decided`` null while open; times in the recording's unit), for the
+    ``decisions`` signal; ``None`` when the recording carries none, which makes it null.
     """
 
     scenario: Mapping[str, Any]
@@ -75,6 +78,7 @@ class Recording:
     teams: Mapping[str, str]
     audit: Sequence[Mapping[str, Any]] | None = None
     end: int | None = None
+    decisions: Sequence[Mapping[str, Any]] | None = None
 
 
 def percentile(values: Sequence[float], pct: float) -> float | None:
@@ -657,6 +661,7 @@ def _compute(
         )
         plans.figures(out, members, unit)
         out["deadlines"] = deadlines_figure(outcomes, members)
+        out["decisions"] = decisions_figure(recording, members, start, min(stop, end), unit)
         out["policy_changes"] = policy(members, team, whole)
         return out
 
@@ -881,6 +886,38 @@ def deadlines_figure(outcomes: Mapping[str, Counter[str]], members: list[str]) -
     (met + late + timed_out) (None when no job counts)."""
     counts = {k: sum(outcomes[s][k] for s in members if s in outcomes) for k in DEADLINE_OUTCOMES}
     return {**counts, "rate": _ratio(counts["met"], sum(counts.values()))}
+
+
+def decisions_figure(
+    recording: Recording, members: list[str], start: int, end: int, unit: float
+) -> dict[str, Any] | None:
+    """``decisions`` of a group of shares (docs/signals.md): of the decisions of its jobs,
+    ``opened`` and ``decided`` in ``[start, end)``; ``overdue``, those whose due time came
+    in it before they were decided; ``time_to_decide`` {p50, p90} in seconds, decided
+    minus opened, over those decided in it. Null when the recording carries no decisions."""
+    if recording.decisions is None:
+        return None
+    group = set(members)
+    opened = decided = overdue = 0
+    waits: list[float] = []
+    for row in recording.decisions:
+        if row.get("share") not in group:
+            continue
+        at_open, due, at_decide = int(row["opened"]), int(row["due"]), row.get("decided")
+        if start <= at_open < end:
+            opened += 1
+        if at_decide is not None and start <= int(at_decide) < end:
+            decided += 1
+            waits.append((int(at_decide) - at_open) / unit)
+        if start <= due < end and (at_decide is None or int(at_decide) > due):
+            overdue += 1
+    waits.sort()
+    return {
+        "opened": opened,
+        "decided": decided,
+        "overdue": overdue,
+        "time_to_decide": {"p50": _ranked(waits, 50), "p90": _ranked(waits, 90)},
+    }
 
 
 def flat_rows(answer: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -144,3 +144,22 @@ def test_close_needs_a_reason(world: Any) -> None:
     assert done.status_code == 200
     assert (done.json()["state"], done.json()["note"]) == ("closed", "model retired")
     assert AuditEntry.objects.filter(event_type=AuditEvent.DECISION_CLOSED).count() == 1
+
+
+def test_the_decisions_signal_per_team_and_the_history_export(world: Any) -> None:
+    client = client_for(world.lead)
+    client.post(f"/api/decisions/{world.decision.pk}/close/", {"reason": "done"}, format="json")
+    window = {
+        "from": (world.decision.opened_at - timedelta(hours=1)).isoformat(),
+        "to": (world.decision.opened_at + timedelta(hours=1)).isoformat(),
+    }
+    queue = world.job.queue_id
+    body = client.get("/api/signals/", {"queue": queue, "group_by": "team", **window}).json()
+    [vision] = [g for g in body["groups"] if g["team"] == "vision"]
+    figure = vision["decisions"]
+    assert (figure["opened"], figure["decided"], figure["overdue"]) == (1, 1, 0)
+    assert figure["time_to_decide"]["p50"] >= 0
+    history = client.get(f"/api/queues/{queue}/history/", window).json()
+    [row] = history["decisions"]
+    assert row["job"] == world.job.pk and row["share"] == "train"
+    assert row["opened"] <= row["decided"] < row["due"]
