@@ -230,8 +230,18 @@ def _export(
             "preemptible",
             "deadline",
             "max_cost",
+            "workload__recovery_status",
         )
     )
+    # Shares lending their borrowing only to verified recovery (docs/workloads.md): their
+    # jobs whose workload is not verified (now) replay with may_borrow false, as the
+    # scheduler ran them; ``recovery`` lists those jobs so a what-if may turn it on or off.
+    strict_shares = set(
+        Share.objects.filter(queue=queue, borrow_requires_verified_recovery=True).values_list(
+            "name", flat=True
+        )
+    )
+    unverified: list[str] = []
     # (at, event id, type, data) per job; the event id keeps the order decisions were made.
     # One query joined on the same job condition (a list of 100,000 ids would cost more
     # to send and parse than the events themselves).
@@ -323,6 +333,10 @@ def _export(
         # interruption classes and constrained fallback, so a replay keeps them
         if not row["may_borrow"]:
             job["may_borrow"] = False
+        elif row["workload__recovery_status"] != "verified":
+            unverified.append(key)
+            if share_name in strict_shares:
+                job["may_borrow"] = False
         if not row["preemptible"]:
             job["preemptible"] = False
         if row["deadline"] is not None:
@@ -455,6 +469,7 @@ def _export(
         "recorded": {"events": [event for _, _, event in recorded], "jobs": job_rows},
         "teams": {name: team for name, team, _ in shares.values()},
         "decisions": decision_entries(queue, start, stop),
+        "recovery": {"required": sorted(strict_shares), "unverified": unverified},
     }
 
 
