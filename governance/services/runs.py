@@ -448,6 +448,17 @@ def runs_complete(*, done: Sequence[tuple[int, int]], now: datetime) -> list[Job
     return completed
 
 
+@transaction.atomic(savepoint=False)
+def runs_output_reported(*, verdicts: Sequence[tuple[Job, bool]], now: datetime) -> None:
+    """The executor's verdicts on completed runs' output (``runs_complete``'s jobs, in
+    its transaction): each job's ``output_valid``, and for a run that resumed after a
+    preemption its workload verified or failed (docs/workloads.md)."""
+    for job, valid in verdicts:
+        Job.objects.filter(pk=job.pk).update(output_valid=valid)
+        job.output_valid = valid
+        workload_services.run_outcome(job, output_valid=valid, at=now)
+
+
 def _completed(
     job: Job, actor: AnyUser | None, run: int, now: datetime, work: float | None
 ) -> tuple[JobEvent, AuditEntry]:

@@ -65,7 +65,7 @@ from governance.services.errors import ServiceError
 from governance.services.kit import job_event
 from scheduler import bridge
 from scheduler.engine import Decision
-from scheduler.executors.slurm import identity, submit
+from scheduler.executors.slurm import identity, output, submit
 from scheduler.executors.slurm.cli import (
     TERMINAL_STATES,
     Cli,
@@ -692,6 +692,7 @@ def _report(seen: _Seen, result: SyncResult) -> None:
         )
         done = runs.runs_complete(done=[(r.job_id, r.run) for r in completions], now=now)
         result.completed += len(done)
+        output.report_verdicts(done, completions, now)
 
 
 ADOPTED_FIELDS = ["slurm_job_id", "state", "stdout", "stderr", "partition", "retry_at"]
