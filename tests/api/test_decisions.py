@@ -5,23 +5,13 @@ every field."""
 from __future__ import annotations
 
 from datetime import timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
-from governance.models import AuditEntry, AuditEvent, Decision, Interruption, Job, Workload
-from tests.factories import (
-    TeamFactory,
-    UserFactory,
-    make_admin,
-    make_exhausted_job,
-    make_lead,
-    make_member,
-    make_queue,
-    make_share,
-)
+from governance.models import AuditEntry, AuditEvent, Decision, Interruption, Job
+from tests.factories import UserFactory, make_decision_world
 
 pytestmark = pytest.mark.django_db
 
@@ -42,21 +32,7 @@ def _clock_pace(settings: Any) -> None:
 
 @pytest.fixture
 def world() -> Any:
-    queue = make_queue("q", {G5: 2, G6: 2})
-    team = TeamFactory(name="vision")
-    share = make_share(queue, team, "train", {G5: 1, G6: 1})
-    lead = make_lead(team, "lead")
-    workload = Workload.objects.create(team=team, name="vision/finetune")
-    job = make_exhausted_job(share, lead, workload=workload, duration=600)
-    return SimpleNamespace(
-        team=team,
-        lead=lead,
-        member=make_member(team, "member"),
-        other_lead=make_lead(TeamFactory(name="nlp"), "nlp-lead"),
-        workload=workload,
-        job=job,
-        decision=Decision.objects.get(job=job),
-    )
+    return make_decision_world()
 
 
 def test_everyone_signed_in_lists_and_reads(world: Any) -> None:
@@ -123,7 +99,7 @@ def test_a_bad_resubmission_names_every_field(world: Any) -> None:
 
 
 def test_an_admin_reclassifies_then_the_decision_is_answered(world: Any) -> None:
-    admin = client_for(make_admin())
+    admin = client_for(world.admin)
     response = admin.post(f"/api/decisions/{world.decision.pk}/reclassify/", {}, format="json")
     assert response.status_code == 200 and response.json()["state"] == "reclassified"
     world.workload.refresh_from_db()

@@ -4,7 +4,6 @@ and admins resubmit, reclassify or close it, each audited; reminders come once e
 from __future__ import annotations
 
 from datetime import timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,20 +18,11 @@ from governance.models import (
     JobState,
     Notification,
     NotificationKind,
-    Workload,
 )
 from governance.services import decisions as decision_services
 from governance.services.errors import PermissionDenied, ValidationFailed
 from governance.services.resubmissions import decision_resubmit
-from tests.factories import (
-    TeamFactory,
-    make_admin,
-    make_exhausted_job,
-    make_lead,
-    make_member,
-    make_queue,
-    make_share,
-)
+from tests.factories import make_decision_world
 
 pytestmark = pytest.mark.django_db
 
@@ -47,26 +37,7 @@ def _clock_pace(settings: Any) -> None:
 
 @pytest.fixture
 def world() -> Any:
-    queue = make_queue("q", {G5: 2, G6: 2})
-    team = TeamFactory(name="vision")
-    share = make_share(queue, team, "train", {G5: 1, G6: 1})
-    lead = make_lead(team, "lead")
-    member = make_member(team, "member")
-    other_lead = make_lead(TeamFactory(name="nlp"), "nlp-lead")
-    workload = Workload.objects.create(team=team, name="vision/finetune")
-    job = make_exhausted_job(share, member, workload=workload, duration=600)
-    return SimpleNamespace(
-        queue=queue,
-        team=team,
-        share=share,
-        lead=lead,
-        member=member,
-        other_lead=other_lead,
-        admin=make_admin(),
-        workload=workload,
-        job=job,
-        decision=Decision.objects.get(job=job),
-    )
+    return make_decision_world()
 
 
 def entries(event: AuditEvent) -> list[AuditEntry]:

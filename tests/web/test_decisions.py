@@ -4,21 +4,13 @@ the overview; a lead answers with a form that shows every problem at once."""
 from __future__ import annotations
 
 from datetime import timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from governance.models import Decision, Job, Workload
-from tests.factories import (
-    TeamFactory,
-    make_exhausted_job,
-    make_lead,
-    make_member,
-    make_queue,
-    make_share,
-)
+from governance.models import Decision, Job
+from tests.factories import make_decision_world
 
 pytestmark = pytest.mark.django_db
 
@@ -33,15 +25,7 @@ def _clock_pace(settings: Any) -> None:
 
 @pytest.fixture
 def world() -> Any:
-    queue = make_queue("q", {G5: 2, G6: 2})
-    team = TeamFactory(name="vision")
-    share = make_share(queue, team, "train", {G5: 1, G6: 1})
-    lead = make_lead(team, "lead")
-    workload = Workload.objects.create(team=team, name="vision/finetune")
-    job = make_exhausted_job(share, lead, workload=workload, duration=600)
-    return SimpleNamespace(
-        team=team, lead=lead, job=job, decision=Decision.objects.get(job=job), workload=workload
-    )
+    return make_decision_world()
 
 
 def signed_in(user: Any) -> Client:
@@ -51,7 +35,7 @@ def signed_in(user: Any) -> Client:
 
 
 def test_open_and_overdue_decisions_show_on_the_team_view_overview_and_job(world: Any) -> None:
-    reader = signed_in(make_member(world.team, "member"))
+    reader = signed_in(world.member)
     link = f'href="/decisions/{world.decision.pk}/"'
     team_page = reader.get(f"/teams/{world.team.pk}/").content.decode()
     assert "Open decisions" in team_page and link in team_page
