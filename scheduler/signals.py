@@ -944,11 +944,14 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 
 def file_recording(data: Mapping[str, Any]) -> Recording:
-    """The recording of a history file (``{"scenario", "recorded", "teams"}``; an older
-    file's ``recorded`` may be the bare list of events)."""
+    """The recording of a history file (``{"scenario", "recorded", "teams"}``, and the
+    ``decisions`` an export carries; an older file's ``recorded`` may be the bare list of
+    events, and without ``decisions`` that signal is null)."""
     recorded = data["recorded"]
     events = recorded["events"] if isinstance(recorded, Mapping) else recorded
-    return Recording(data["scenario"], events, data.get("teams") or {})
+    return Recording(
+        data["scenario"], events, data.get("teams") or {}, decisions=data.get("decisions")
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

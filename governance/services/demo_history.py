@@ -142,6 +142,23 @@ def demo_history_record(
     return len(rows)
 
 
+def _admitted(instance_type: str, borrowed: int) -> dict[str, Any]:
+    """An ``admitted`` event's data, as the scheduler writes it."""
+    rule = DecisionRule.BORROW if borrowed else DecisionRule.OWN
+    return {
+        "instance_type": instance_type,
+        "count": 1,
+        "preference": 0,
+        "borrowed": borrowed,
+        "rule": rule,
+    }
+
+
+def _reclaimed() -> dict[str, Any]:
+    """A ``preempted`` event's data for a reclaim (by a job the demo does not name)."""
+    return {"reason": DecisionRule.RECLAIM, "by": None, "lost_work": 0, "counted": True}
+
+
 def _demo_job(
     *, share: Share, submitter: Any, name: str, workload: Any, at: datetime, **fields: Any
 ) -> Job:
@@ -185,9 +202,9 @@ def demo_resumed_run(
     )
     steps = [
         (0, "submitted", NOTE, {}),
-        (2, "admitted", "Borrowed idle capacity. " + NOTE, {"borrowed": 1}),
-        (30, "preempted", "Reclaimed by its owner. " + NOTE, {"reason": "reclaim"}),
-        (40, "admitted", "Resumed from its checkpoint. " + NOTE, {"borrowed": 0}),
+        (2, "admitted", "Borrowed idle capacity. " + NOTE, _admitted(instance_type, 1)),
+        (30, "preempted", "Reclaimed by its owner. " + NOTE, _reclaimed()),
+        (40, "admitted", "Resumed from its checkpoint. " + NOTE, _admitted(instance_type, 0)),
         (90, "completed", "Output valid. " + NOTE, {}),
     ]
     JobEvent.objects.bulk_create(
@@ -229,14 +246,18 @@ def demo_exhausted_run(
     timeline = [JobEvent(job=job, at=at, type="submitted", message=NOTE, data={})]
     for n in range(retries + 1):
         start = at + timedelta(minutes=1 + 10 * n)
-        timeline.append(JobEvent(job=job, at=start, type="admitted", message=NOTE, data={}))
+        timeline.append(
+            JobEvent(
+                job=job, at=start, type="admitted", message=NOTE, data=_admitted(instance_type, 1)
+            )
+        )
         timeline.append(
             JobEvent(
                 job=job,
                 at=start + timedelta(minutes=9),
                 type="preempted",
                 message="Reclaimed by its owner. " + NOTE,
-                data={"reason": "reclaim"},
+                data=_reclaimed(),
             )
         )
     assert job.finished_at is not None
