@@ -263,6 +263,7 @@ def _every_page() -> list[tuple[str, str]]:
 
     from governance.models import (
         Agreement,
+        Decision,
         InstanceType,
         PriorityDefinition,
         PriorityException,
@@ -283,6 +284,7 @@ def _every_page() -> list[tuple[str, str]]:
         "type": InstanceType.objects.order_by("pk").first().pk,
         "user": get_user_model().objects.get(username="lead-vision").pk,
         "whatif": WhatIf.objects.get().pk,
+        "decision": Decision.objects.order_by("pk").first().pk,
     }
     return [
         ("admin", "/"),
@@ -298,6 +300,7 @@ def _every_page() -> list[tuple[str, str]]:
         ("lead-vision", "/jobs/new/"),
         ("admin", f"/jobs/{pending.pk}/"),
         ("admin", f"/jobs/{running.pk}/"),
+        ("lead-vision", f"/decisions/{ids['decision']}/"),
         ("admin", "/account/tokens/"),
         ("reviewer", "/exceptions/"),
         ("lead-vision", "/exceptions/new/"),
