@@ -282,7 +282,7 @@ def load(data_dir: Path | None = None) -> list[str]:
     _jobs_and_exceptions(admin, reviewer, leads, members, background, fleet_shares)
     _lending_pool(admin, leads, team_objs)
     _workloads(admin, team_objs)
-    _recovery_and_decision(admin, leads, team_objs, fleet_shares)
+    _recovery_and_decision(admin, team_objs, fleet_shares)
 
     roles = [
         ("admin", "admin: edits queues, shares and priority bands"),
@@ -326,9 +326,7 @@ def _workloads(admin: Any, team_objs: dict[str, Team]) -> None:
             )
 
 
-def _recovery_and_decision(
-    admin: Any, leads: dict[str, Any], team_objs: dict[str, Team], fleet: dict[str, Share]
-) -> None:
+def _recovery_and_decision(admin: Any, team_objs: dict[str, Team], fleet: dict[str, Share]) -> None:
     """A third workload per team whose recovery a resumed run verified (the evidence job
     on its page), beside the unverified and protected ones; and one open decision: a
     vision job its share's retry limit failed (docs/workloads.md#decisions)."""
@@ -346,7 +344,7 @@ def _recovery_and_decision(
         demo_history_services.demo_resumed_run(
             actor=admin,
             share=share,
-            submitter=leads[team],
+            submitter=admin,
             workload=workload,
             instance_type=instance_type,
             at=earlier,
@@ -355,7 +353,7 @@ def _recovery_and_decision(
     finetune = Workload.objects.get(team=team_objs["vision"], name="vision/finetune")
     demo_history_services.demo_exhausted_run(
         share=vision,
-        submitter=leads["vision"],
+        submitter=admin,
         workload=finetune,
         instance_type=sorted(shares.limits_map(vision))[0],
         at=earlier + timedelta(hours=2),
