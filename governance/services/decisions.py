@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from governance import roles
@@ -237,9 +238,11 @@ def decisions_remind(*, now: datetime | None = None) -> int:
     now = now or timezone.now()
     soon = now + timedelta(hours=settings.DECISION_REMINDER_HOURS)
     told = 0
+    # Not yet told what there is to tell now: near and never reminded, or due and not
+    # reminded at its due time.
     due_ids = list(
         Decision.objects.filter(state=DecisionState.OPEN, due_at__lte=soon)
-        .exclude(reminded_due_at__isnull=False)
+        .filter(Q(reminded_soon_at__isnull=True) | Q(due_at__lte=now, reminded_due_at__isnull=True))
         .values_list("pk", flat=True)
     )
     for decision_id in due_ids:
