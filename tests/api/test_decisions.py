@@ -139,3 +139,27 @@ def test_the_decisions_signal_per_team_and_the_history_export(world: Any) -> Non
     [row] = history["decisions"]
     assert row["job"] == world.job.pk and row["share"] == "train"
     assert row["opened"] <= row["decided"] < row["due"]
+
+
+@pytest.mark.parametrize("query", ["team=99999999999999999999", "job=-1", "state=maybe"])
+def test_filters_out_of_range_are_a_400_or_nothing(world: Any, query: str) -> None:
+    response = client_for(world.member).get(f"/api/decisions/?{query}")
+    assert response.status_code in (200, 400), response.content
+    if response.status_code == 200:
+        assert response.json()["count"] == 0
+
+
+def test_answers_with_text_beyond_its_bound_name_the_field(world: Any) -> None:
+    lead = client_for(world.lead)
+    base = f"/api/decisions/{world.decision.pk}"
+    long = "x" * 5000
+    for action, body, field in (
+        ("close", {"reason": long}, "reason"),
+        ("reclassify", {"note": long}, "note"),
+        ("resubmit", {"note": long, "name": long}, "note"),
+    ):
+        response = lead.post(f"{base}/{action}/", body, format="json")
+        assert response.status_code == 400 and field in response.json(), (action, response.content)
+    assert (
+        lead.post("/api/decisions/99999999999999999999/close/", {"reason": "x"}).status_code == 404
+    )
