@@ -19,7 +19,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from governance.models import JobQueue, Share, Team
+from governance.models import JobQueue, Share, Team, Workload
 from governance.roles import ADMIN_GROUP, AGENT_GROUP, REVIEWER_GROUP
 from governance.services import (
     agreements,
@@ -32,6 +32,7 @@ from governance.services import (
     shares,
     teams,
 )
+from governance.services import demo_history as demo_history_services
 from governance.services import slurm as slurm_services
 from governance.services import users as user_services
 from governance.services import workloads as workload_services
@@ -281,6 +282,7 @@ def load(data_dir: Path | None = None) -> list[str]:
     _jobs_and_exceptions(admin, reviewer, leads, members, background, fleet_shares)
     _lending_pool(admin, leads, team_objs)
     _workloads(admin, team_objs)
+    _recovery_and_decision(admin, team_objs, fleet_shares)
 
     roles = [
         ("admin", "admin: edits queues, shares and priority bands"),
@@ -322,6 +324,40 @@ def _workloads(admin: Any, team_objs: dict[str, Team]) -> None:
                 interruption=interruption,
                 recovery_assumptions=assumptions,
             )
+
+
+def _recovery_and_decision(admin: Any, team_objs: dict[str, Team], fleet: dict[str, Share]) -> None:
+    """A third workload per team whose recovery a resumed run verified (the evidence job
+    on its page), beside the unverified and protected ones; and one open decision: a
+    vision job its share's retry limit failed (docs/workloads.md#decisions)."""
+    earlier = timezone.now() - timedelta(hours=6)
+    for team in TEAMS:
+        share = fleet[team]
+        instance_type = sorted(shares.limits_map(share))[0]
+        workload = workload_services.workload_create(
+            actor=admin,
+            team=team_objs[team],
+            name=f"{team}/checkpointed-train",
+            recovery_assumptions="Checkpoints every 10 minutes to the team's bucket; output "
+            "valid when the final loss is within 1% of the reference run.",
+        )
+        demo_history_services.demo_resumed_run(
+            actor=admin,
+            share=share,
+            submitter=admin,
+            workload=workload,
+            instance_type=instance_type,
+            at=earlier,
+        )
+    vision = fleet["vision"]
+    finetune = Workload.objects.get(team=team_objs["vision"], name="vision/finetune")
+    demo_history_services.demo_exhausted_run(
+        share=vision,
+        submitter=admin,
+        workload=finetune,
+        instance_type=sorted(shares.limits_map(vision))[0],
+        at=earlier + timedelta(hours=2),
+    )
 
 
 def _agreements(admin: Any, leads: dict[str, Any], by_name: dict[str, Share]) -> None:

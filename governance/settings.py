@@ -531,7 +531,8 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduler.tasks.safety_net",
         "schedule": SCHEDULER_SAFETY_NET_SECONDS,
     },
-    # Notifications whose delivery task was lost, and agreements due for review.
+    # Notifications whose delivery task was lost, agreements due for review, decisions'
+    # reminders.
     "notifications-sweep": {"task": "governance.tasks.notifications_sweep", "schedule": 60.0},
     # The audit chain's head, signed with the audit key.
     "audit-checkpoint": {
@@ -598,6 +599,14 @@ CELERY_BEAT_SCHEDULE["promises-evaluate"] = {
     "task": "governance.tasks.evaluate_promises",
     "schedule": crontab(hour=0, minute=PROMISES_EVALUATE_MINUTE),
 }
+
+# Decisions (docs/workloads.md#decisions): a job failed by its retry limit opens a decision
+# due this many hours later; its leads are reminded this many hours before the due time
+# and once at it (beat's notification sweep).
+DECISION_DUE_HOURS = env_float("DECISION_DUE_HOURS", 24.0)
+DECISION_REMINDER_HOURS = env_float("DECISION_REMINDER_HOURS", 4.0)
+if DECISION_DUE_HOURS <= 0 or DECISION_REMINDER_HOURS < 0:
+    raise ImproperlyConfigured("DECISION_DUE_HOURS must be > 0, DECISION_REMINDER_HOURS >= 0")
 
 # Where people are sent by notifications (links in emails and webhooks; mail settings
 # above).

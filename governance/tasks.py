@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from celery import shared_task
 from django.utils import timezone
 
-from governance.services import audit, idempotency, notifications, promises
+from governance.services import audit, decisions, idempotency, notifications, promises
 
 
 @shared_task(ignore_result=True)
@@ -18,8 +18,10 @@ def deliver_notifications(ids: list[int]) -> int:
 
 @shared_task(ignore_result=True)
 def notifications_sweep() -> int:
-    """Beat: what a lost task left undelivered, and agreements whose review date came."""
+    """Beat: what a lost task left undelivered, agreements whose review date came, and
+    open decisions whose due time is near or came."""
     notifications.agreements_due()
+    decisions.decisions_remind()
     return notifications.deliver_due()
 
 

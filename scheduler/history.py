@@ -50,6 +50,7 @@ from governance.models import (
     AuditEntry,
     AuditEvent,
     CapacityPlan,
+    Decision,
     InstanceType,
     Job,
     JobEvent,
@@ -229,8 +230,18 @@ def _export(
             "preemptible",
             "deadline",
             "max_cost",
+            "workload__recovery_status",
         )
     )
+    # Shares lending their borrowing only to verified recovery (docs/workloads.md): their
+    # jobs whose workload is not verified (now) replay with may_borrow false, as the
+    # scheduler ran them; ``recovery`` lists those jobs so a what-if may turn it on or off.
+    strict_shares = set(
+        Share.objects.filter(queue=queue, borrow_requires_verified_recovery=True).values_list(
+            "name", flat=True
+        )
+    )
+    unverified: list[str] = []
     # (at, event id, type, data) per job; the event id keeps the order decisions were made.
     # One query joined on the same job condition (a list of 100,000 ids would cost more
     # to send and parse than the events themselves).
@@ -322,6 +333,10 @@ def _export(
         # interruption classes and constrained fallback, so a replay keeps them
         if not row["may_borrow"]:
             job["may_borrow"] = False
+        elif row["workload__recovery_status"] != "verified":
+            unverified.append(key)
+            if share_name in strict_shares:
+                job["may_borrow"] = False
         if not row["preemptible"]:
             job["preemptible"] = False
         if row["deadline"] is not None:
@@ -453,6 +468,8 @@ def _export(
         "scenario": scenario,
         "recorded": {"events": [event for _, _, event in recorded], "jobs": job_rows},
         "teams": {name: team for name, team, _ in shares.values()},
+        "decisions": decision_entries(queue, start, stop),
+        "recovery": {"required": sorted(strict_shares), "unverified": unverified},
     }
 
 
@@ -580,6 +597,33 @@ def policy_entries(
     ]
 
 
+def decision_entries(
+    queue: JobQueue, start: datetime, stop: datetime, *, origin: datetime | None = None
+) -> list[dict[str, Any]]:
+    """The decisions of the queue's jobs (docs/workloads.md#decisions) that the window
+    ``[start, stop)`` can count: opened before its end and not decided before its start
+    (an earlier answer counts nowhere in it). ``{"job", "share", "opened", "due",
+    "decided"}``, times in ms relative to ``origin`` (default ``start``); ``decided`` null
+    while open or when it came after the window."""
+    t0 = _ms(start if origin is None else origin)
+    rows = (
+        Decision.objects.filter(job__queue=queue, opened_at__lt=stop)
+        .filter(Q(decided_at__isnull=True) | Q(decided_at__gte=start))
+        .order_by("opened_at", "id")
+        .values_list("job_id", "job__share__name", "opened_at", "due_at", "decided_at")
+    )
+    return [
+        {
+            "job": job_id,
+            "share": share,
+            "opened": _ms(opened) - t0,
+            "due": _ms(due) - t0,
+            "decided": _ms(decided) - t0 if decided is not None and decided < stop else None,
+        }
+        for job_id, share, opened, due, decided in rows
+    ]
+
+
 @dataclass(frozen=True)
 class SignalsWindow:
     """What the signals of a window are computed from: a recording that begins no later
@@ -616,6 +660,7 @@ def signals_window(
         teams=exported["teams"],
         audit=policy_entries(queue, start, stop, origin=origin),
         end=max(lo, min(hi, _ms(now) - t0)),
+        decisions=decision_entries(queue, start, stop, origin=origin),
     )
     return SignalsWindow(recording, lo, hi)
 

@@ -68,6 +68,9 @@ class Recording:
     recording carries none (a history file), which makes ``policy_changes`` null.
     ``end``: the end of the recording E in its time unit (default ``until`` + 1, or one
     unit past the last time the recording mentions).
+    ``decisions``: the decisions opened by retry exhaustion ``{"share", "opened", "due",
+    "decided"}`` (``decided`` null while open; times in the recording's unit), for the
+    ``decisions`` signal; ``None`` when the recording carries none, which makes it null.
     """
 
     scenario: Mapping[str, Any]
@@ -75,6 +78,7 @@ class Recording:
     teams: Mapping[str, str]
     audit: Sequence[Mapping[str, Any]] | None = None
     end: int | None = None
+    decisions: Sequence[Mapping[str, Any]] | None = None
 
 
 def percentile(values: Sequence[float], pct: float) -> float | None:
@@ -664,6 +668,7 @@ def _compute(
         )
         plans.figures(out, members, unit)
         out["deadlines"] = deadlines_figure(outcomes, members)
+        out["decisions"] = decisions_figure(recording, members, start, min(stop, end), unit)
         out["policy_changes"] = policy(members, team, whole)
         return out
 
@@ -890,6 +895,38 @@ def deadlines_figure(outcomes: Mapping[str, Counter[str]], members: list[str]) -
     return {**counts, "rate": _ratio(counts["met"], sum(counts.values()))}
 
 
+def decisions_figure(
+    recording: Recording, members: list[str], start: int, end: int, unit: float
+) -> dict[str, Any] | None:
+    """``decisions`` of a group of shares (docs/signals.md): of the decisions of its jobs,
+    ``opened`` and ``decided`` in ``[start, end)``; ``overdue``, those whose due time came
+    in it before they were decided; ``time_to_decide`` {p50, p90} in seconds, decided
+    minus opened, over those decided in it. Null when the recording carries no decisions."""
+    if recording.decisions is None:
+        return None
+    group = set(members)
+    opened = decided = overdue = 0
+    waits: list[float] = []
+    for row in recording.decisions:
+        if row.get("share") not in group:
+            continue
+        at_open, due, at_decide = int(row["opened"]), int(row["due"]), row.get("decided")
+        if start <= at_open < end:
+            opened += 1
+        if at_decide is not None and start <= int(at_decide) < end:
+            decided += 1
+            waits.append((int(at_decide) - at_open) / unit)
+        if start <= due < end and (at_decide is None or int(at_decide) > due):
+            overdue += 1
+    waits.sort()
+    return {
+        "opened": opened,
+        "decided": decided,
+        "overdue": overdue,
+        "time_to_decide": {"p50": _ranked(waits, 50), "p90": _ranked(waits, 90)},
+    }
+
+
 def flat_rows(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The answer as a flat table, one row per group (the queue first): nested keys are
     joined with dots (``wait_to_start.all.p50``), for ``?format=csv``."""
@@ -914,11 +951,14 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 
 def file_recording(data: Mapping[str, Any]) -> Recording:
-    """The recording of a history file (``{"scenario", "recorded", "teams"}``; an older
-    file's ``recorded`` may be the bare list of events)."""
+    """The recording of a history file (``{"scenario", "recorded", "teams"}``, and the
+    ``decisions`` an export carries; an older file's ``recorded`` may be the bare list of
+    events, and without ``decisions`` that signal is null)."""
     recorded = data["recorded"]
     events = recorded["events"] if isinstance(recorded, Mapping) else recorded
-    return Recording(data["scenario"], events, data.get("teams") or {})
+    return Recording(
+        data["scenario"], events, data.get("teams") or {}, decisions=data.get("decisions")
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

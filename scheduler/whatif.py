@@ -6,7 +6,10 @@ Plain Python, no Django: it works on a history file as well as on a live queue's
 (``manage.py whatif`` takes either). A **proposal** is
 ``{"shares": {NAME: {field: value, ...}}, "capacity": {TYPE: count}}`` with share fields
 as the scenario format has them (``policy``, ``borrow_limit``, ``limits``,
-``in_share_preemption``, ``preemption_retries``). The proposal holds for the whole
+``in_share_preemption``, ``preemption_retries``), and
+``borrow_requires_verified_recovery``, which sets ``may_borrow`` false (true: on) or
+gives it back (false: off) for the share's jobs the history's ``recovery`` lists as
+unverified (docs/workloads.md). The proposal holds for the whole
 window: it replaces the shares' fields and the types' capacity at the start, is laid
 over later edits of the same share fields, and later capacity changes of a proposed type
 are dropped.
@@ -26,6 +29,8 @@ from scheduler import promises as promise_rules
 from scheduler import signals, simulate
 
 SHARE_FIELDS = ("policy", "borrow_limit", "limits", "in_share_preemption", "preemption_retries")
+# Not a field of the scenario's shares: it acts on their jobs (``_gate_borrowing``).
+RECOVERY_FIELD = "borrow_requires_verified_recovery"
 Progress = Callable[[int, str], None]
 
 
@@ -37,8 +42,14 @@ class ProposalError(ValueError):
         self.problems = problems
 
 
-def apply_proposal(scenario: Mapping[str, Any], proposal: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``scenario`` with the proposal in force over its whole time."""
+def apply_proposal(
+    scenario: Mapping[str, Any],
+    proposal: Mapping[str, Any],
+    *,
+    unverified: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A copy of ``scenario`` with the proposal in force over its whole time; ``unverified``
+    are the ids of the jobs whose borrowing ``borrow_requires_verified_recovery`` gates."""
     problems: dict[str, str] = {}
     shares = proposal.get("shares") or {}
     capacity = proposal.get("capacity") or {}
@@ -56,7 +67,10 @@ def apply_proposal(scenario: Mapping[str, Any], proposal: Mapping[str, Any]) -> 
             problems[f"shares.{name}"] = "must be an object of share fields"
         else:
             for key in fields:
-                if key not in SHARE_FIELDS:
+                if key == RECOVERY_FIELD:
+                    if not isinstance(fields[key], bool):
+                        problems[f"shares.{name}.{key}"] = "must be true or false"
+                elif key not in SHARE_FIELDS:
                     problems[f"shares.{name}.{key}"] = "unknown field"
     for name, count in capacity.items():
         if name not in types:
@@ -65,16 +79,21 @@ def apply_proposal(scenario: Mapping[str, Any], proposal: Mapping[str, Any]) -> 
             problems[f"capacity.{name}"] = "must be a whole number, 0 or more"
     if problems:
         raise ProposalError(problems)
-    for name, fields in shares.items():
-        by_name[name].update(copy.deepcopy(dict(fields)))
+    plain = {
+        name: {k: v for k, v in fields.items() if k != RECOVERY_FIELD}
+        for name, fields in shares.items()
+    }
+    for name, fields in plain.items():
+        by_name[name].update(copy.deepcopy(fields))
+    _gate_borrowing(out, shares, set(unverified))
     for name, count in capacity.items():
         types[name]["capacity"] = count
     actions = []
     for action in out.get("actions") or []:
         if action["type"] == "set_capacity" and action["instance_type"] in capacity:
             continue
-        if action["type"] == "set_share" and action["share"] in shares:
-            action = {**action, **copy.deepcopy(dict(shares[action["share"]]))}
+        if action["type"] == "set_share" and action["share"] in plain:
+            action = {**action, **copy.deepcopy(plain[action["share"]])}
         actions.append(action)
     out["actions"] = actions
     checked = simulate.validate(out)
@@ -83,6 +102,25 @@ def apply_proposal(scenario: Mapping[str, Any], proposal: Mapping[str, Any]) -> 
             {line.split(":", 1)[0]: line.split(":", 1)[-1].strip() for line in checked}
         )
     return out
+
+
+def _gate_borrowing(
+    scenario: dict[str, Any], shares: Mapping[str, Any], unverified: set[str]
+) -> None:
+    """``borrow_requires_verified_recovery`` proposed for a share: its unverified jobs
+    (whose own ``may_borrow`` is true) get ``may_borrow`` false when it is on, and their
+    own true back when it is off."""
+    rules = {name: f[RECOVERY_FIELD] for name, f in shares.items() if RECOVERY_FIELD in f}
+    if not rules:
+        return
+    for job in scenario["jobs"]:
+        on = rules.get(job["share"])
+        if on is None or str(job["id"]) not in unverified:
+            continue
+        if on:
+            job["may_borrow"] = False
+        else:
+            job.pop("may_borrow", None)
 
 
 def _median(block: Mapping[str, Any]) -> Any:
@@ -191,7 +229,10 @@ def run(
     tell = progress or (lambda percent, words: None)
     scenario = history["scenario"]
     teams = history.get("teams") or {}
-    proposed_scenario = apply_proposal(scenario, proposal)
+    recovery = history.get("recovery") or {}
+    proposed_scenario = apply_proposal(
+        scenario, proposal, unverified=recovery.get("unverified") or ()
+    )
     unit = signals.time_unit(scenario)
     until = scenario.get("until")
     tell(5, "replaying the history as it was and with the proposal")

@@ -208,3 +208,52 @@ def make_lending_world(capacity: int, lenders: dict[str, int], runs: dict[str, i
         )
     run_cycle(queue.pk, now=t0)
     return SimpleNamespace(t0=t0, **world)
+
+
+def make_exhausted_job(share: m.Share, submitter: Any, **fields: Any) -> m.Job:
+    """A job failed by its share's preemption retry limit, through the live scheduler:
+    with no retries allowed, a higher-priority job of its share preempts it once. Opens
+    its decision (docs/workloads.md#decisions)."""
+    from scheduler.cycle.run import run_cycle
+
+    share.preemption_retries = 0
+    share.in_share_preemption = True
+    share.save(update_fields=["preemption_retries", "in_share_preemption"])
+    now = timezone.now()
+    fields.setdefault("name", "exhausted")
+    victim = make_job(
+        share, submitter, priority=1, submitted_at=now - timedelta(seconds=20), **fields
+    )
+    run_cycle(share.queue_id, now=now - timedelta(seconds=10))
+    make_job(share, submitter, name="urgent", priority=9, submitted_at=now - timedelta(seconds=5))
+    run_cycle(share.queue_id, now=now)
+    victim.refresh_from_db()
+    assert victim.state == m.JobState.FAILED, victim.state
+    return victim
+
+
+def make_decision_world() -> Any:
+    """Team vision's share ``train`` (one g5 and one g6 of a queue with two of each), its
+    lead, a member, another team's lead, an admin, a workload, and a job of the workload
+    that its retry limit failed, with its open decision (docs/workloads.md#decisions)."""
+    from types import SimpleNamespace
+
+    queue = make_queue("q", {"ml.g5.xlarge": 2, "ml.g6.xlarge": 2})
+    team = TeamFactory(name="vision")
+    share = make_share(queue, team, "train", {"ml.g5.xlarge": 1, "ml.g6.xlarge": 1})
+    lead = make_lead(team, "lead")
+    member = make_member(team, "member")
+    workload = m.Workload.objects.create(team=team, name="vision/finetune")
+    job = make_exhausted_job(share, member, workload=workload, duration=600)
+    return SimpleNamespace(
+        queue=queue,
+        team=team,
+        share=share,
+        lead=lead,
+        member=member,
+        other_lead=make_lead(TeamFactory(name="nlp"), "nlp-lead"),
+        admin=make_admin(),
+        workload=workload,
+        job=job,
+        decision=m.Decision.objects.get(job=job),
+    )

@@ -151,7 +151,7 @@ class QueueHistoryView(APIView):
         responses={
             200: OpenApiResponse(
                 OpenApiTypes.OBJECT,
-                description='{"scenario", "recorded": {"events", "jobs"}, "teams"}',
+                description='{"scenario", "recorded": {"events", "jobs"}, "teams", "decisions"}',
             ),
             **ERROR_RESPONSES,
         },

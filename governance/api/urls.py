@@ -11,6 +11,7 @@ from governance.api.audit import AuditEntryViewSet
 from governance.api.auth import ObtainTokenView
 from governance.api.capacity import InstanceTypeViewSet, QueueViewSet
 from governance.api.change_requests import ChangeRequestViewSet
+from governance.api.decisions import DecisionViewSet
 from governance.api.exceptions import PriorityExceptionViewSet
 from governance.api.jobs import JobViewSet
 from governance.api.notifications import NotificationViewSet
@@ -45,6 +46,7 @@ router.register("audit", AuditEntryViewSet, basename="audit")
 router.register("notifications", NotificationViewSet, basename="notification")
 router.register("plans", PlanViewSet, basename="plan")
 router.register("workloads", WorkloadViewSet, basename="workload")
+router.register("decisions", DecisionViewSet, basename="decision")
 
 
 agent_urls = [

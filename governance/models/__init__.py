@@ -16,6 +16,7 @@ from governance.models.audit import (
 )
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
 from governance.models.change_requests import ChangeRequestState, ShareChangeRequest
+from governance.models.decisions import Decision, DecisionState
 from governance.models.exceptions import ExceptionState, PriorityException
 from governance.models.idempotency import IdempotencyKey
 from governance.models.insight import JobForecast, UsageLevel, UsageRollup
@@ -49,7 +50,9 @@ __all__ = [
     "AuditEvent",
     "CapacityPlan",
     "ChangeRequestState",
+    "Decision",
     "DecisionRule",
+    "DecisionState",
     "ExceptionState",
     "IdempotencyKey",
     "InstanceType",

@@ -88,6 +88,10 @@ class AuditEvent(models.TextChoices):
     WORKLOAD_UPDATED = "workload.updated"
     WORKLOAD_RECOVERY_CHANGED = "workload.recovery_changed"
     JOB_OUTPUT_JUDGED = "job.output_judged"
+    DECISION_OPENED = "decision.opened"
+    DECISION_RESUBMITTED = "decision.resubmitted"
+    DECISION_RECLASSIFIED = "decision.reclassified"
+    DECISION_CLOSED = "decision.closed"
 
 
 GENESIS_HASH = "0" * 64

@@ -16,6 +16,7 @@ REQUESTABLE_FIELDS = (
     "borrow_limit",
     "in_share_preemption",
     "preemption_retries",
+    "borrow_requires_verified_recovery",
 )
 MAX_JUSTIFICATION = 4000
 MAX_NOTE = 2000

@@ -23,6 +23,9 @@ class NotificationKind(models.TextChoices):
     PROMISE_BROKEN = "promise_broken", "A promise of an agreement was broken"
     SLURM_DRIFT = "slurm_drift", "Slurm runs a job beyond what the product admitted"
     RECOVERY_CHANGED = "recovery_changed", "A workload's recovery status changed"
+    DECISION_OPENED = "decision_opened", "A job exhausted its retries: a decision is needed"
+    DECISION_DUE_SOON = "decision_due_soon", "An open decision is due soon"
+    DECISION_OVERDUE = "decision_overdue", "An open decision is overdue"
 
 
 # By email unless the person says otherwise; job events are frequent, so in the app only.
@@ -37,6 +40,9 @@ EMAIL_BY_DEFAULT = (
     NotificationKind.AGREEMENT_REVIEW_SOON,
     NotificationKind.PROMISE_BROKEN,
     NotificationKind.SLURM_DRIFT,
+    NotificationKind.DECISION_OPENED,
+    NotificationKind.DECISION_DUE_SOON,
+    NotificationKind.DECISION_OVERDUE,
 )
 
 

@@ -20,6 +20,8 @@ from governance.models import (
     AuditEvent,
     CapacityPlan,
     ChangeRequestState,
+    Decision,
+    DecisionState,
     ExceptionState,
     Interruption,
     Job,
@@ -135,6 +137,25 @@ class ExceptionFilter(django_filters.FilterSet):
         self, queryset: QuerySet[PriorityException], name: str, value: str
     ) -> QuerySet[PriorityException]:
         return user_filter(queryset, "requester", value)
+
+
+class DecisionFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=DecisionState.choices)
+    team = django_filters.NumberFilter(field_name="team_id")
+    job = django_filters.NumberFilter(field_name="job_id")
+    overdue = django_filters.BooleanFilter(method="filter_overdue", label="open and past due")
+
+    class Meta:
+        model = Decision
+        fields = ["state", "team", "job", "overdue"]
+
+    def filter_overdue(
+        self, queryset: QuerySet[Decision], name: str, value: bool | None
+    ) -> QuerySet[Decision]:
+        if value is None:
+            return queryset
+        late = Q(state=DecisionState.OPEN, due_at__lte=timezone.now())
+        return queryset.filter(late) if value else queryset.exclude(late)
 
 
 class ChangeRequestFilter(django_filters.FilterSet):

@@ -301,6 +301,15 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
         parts = [f"{n} on {names.get(k, k)} choice" for k, n in by.items()]
         return ", ".join(parts) + f"; {fig['fallback']['timed_out']} timed out" if parts else "—"
 
+    def decisions(fig: dict[str, Any]) -> str:
+        d = fig.get("decisions")
+        if d is None:
+            return "—"
+        return (
+            f"{d['opened']} opened, {d['decided']} decided, {d['overdue']} overdue; "
+            f"{pcts(d['time_to_decide'])}"
+        )
+
     rows = [
         row(
             "jobs_finished",
@@ -387,6 +396,13 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
                 f"{f['deadlines']['timed_out']} timed out ({percent(f['deadlines']['rate'])})"
             ),
             lambda s: links.jobs(s, "finished"),
+        ),
+        row(
+            "decisions",
+            "Retry exhaustions waiting for a decision: opened, decided, overdue; time to decide "
+            "p50 / p90",
+            decisions,
+            lambda s: links.audit(s, "decision.opened"),
         ),
         row(
             "runtime_by_choice",

@@ -14,8 +14,19 @@ from typing import Any
 
 from django.db import transaction
 
-from governance.models import AuditEvent, DecisionRule, InstanceType, Job, JobEvent, JobQueue, Share
+from governance.models import (
+    AuditEvent,
+    DecisionRule,
+    InstanceType,
+    Job,
+    JobEvent,
+    JobQueue,
+    RecoveryStatus,
+    Share,
+)
 from governance.services import audit
+from governance.services.decisions import decision_open
+from governance.services.workloads import recovery_record
 
 FINAL = {
     "completed": "SUCCEEDED",
@@ -129,3 +140,137 @@ def demo_history_record(
         Job.objects.bulk_update(open_jobs, ["finished_at"])
     JobEvent.objects.bulk_create(timeline, batch_size=5000)
     return len(rows)
+
+
+def _admitted(instance_type: str, borrowed: int) -> dict[str, Any]:
+    """An ``admitted`` event's data, as the scheduler writes it."""
+    rule = DecisionRule.BORROW if borrowed else DecisionRule.OWN
+    return {
+        "instance_type": instance_type,
+        "count": 1,
+        "preference": 0,
+        "borrowed": borrowed,
+        "rule": rule,
+    }
+
+
+def _reclaimed() -> dict[str, Any]:
+    """A ``preempted`` event's data for a reclaim (by a job the demo does not name)."""
+    return {"reason": DecisionRule.RECLAIM, "by": None, "lost_work": 0, "counted": True}
+
+
+def _demo_job(
+    *, share: Share, submitter: Any, name: str, workload: Any, at: datetime, **fields: Any
+) -> Job:
+    return Job.objects.create(
+        queue=share.queue,
+        share=share,
+        name=name,
+        submitter=submitter,
+        preferences=[{"instance_type": fields.pop("instance_type"), "count": 1}],
+        duration=3600,
+        checkpoint_interval=600,
+        workload=workload,
+        submitted_at=at,
+        **fields,
+    )
+
+
+@transaction.atomic
+def demo_resumed_run(
+    *, actor: Any, share: Share, submitter: Any, workload: Any, instance_type: str, at: datetime
+) -> Job:
+    """A run of ``workload`` that was reclaimed, resumed and completed with its output
+    valid (docs/workloads.md): its timeline, and the workload verified with it as
+    evidence, as the live services would have left them."""
+    job = _demo_job(
+        share=share,
+        submitter=submitter,
+        name=f"{workload.name.split('/')[-1]}-resumed",
+        workload=workload,
+        at=at,
+        instance_type=instance_type,
+        state="SUCCEEDED",
+        preemptions=1,
+        counted_preemptions=1,
+        run=2,
+        output_valid=True,
+        started_at=at + timedelta(minutes=2),
+        finished_at=at + timedelta(minutes=90),
+        work_done=3600,
+        checkpoint_work=3600,
+    )
+    steps = [
+        (0, "submitted", NOTE, {}),
+        (2, "admitted", "Borrowed idle capacity. " + NOTE, _admitted(instance_type, 1)),
+        (30, "preempted", "Reclaimed by its owner. " + NOTE, _reclaimed()),
+        (40, "admitted", "Resumed from its checkpoint. " + NOTE, _admitted(instance_type, 0)),
+        (90, "completed", "Output valid. " + NOTE, {}),
+    ]
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, at=at + timedelta(minutes=m), type=t, message=msg, data=data)
+        for m, t, msg, data in steps
+    )
+    recovery_record(
+        workload=workload,
+        after=RecoveryStatus.VERIFIED,
+        job=job,
+        note="The resumed run completed; its output was valid. " + NOTE,
+        actor=actor,
+        at=job.finished_at,
+    )
+    return job
+
+
+@transaction.atomic
+def demo_exhausted_run(
+    *, share: Share, submitter: Any, workload: Any, instance_type: str, at: datetime
+) -> Job:
+    """A run of ``workload`` failed by its share's preemption retry limit, with the
+    decision that opens for its team's leads (docs/workloads.md#decisions)."""
+    retries = share.preemption_retries or 0
+    job = _demo_job(
+        share=share,
+        submitter=submitter,
+        name=f"{workload.name.split('/')[-1]}-exhausted",
+        workload=workload,
+        at=at,
+        instance_type=instance_type,
+        state="FAILED",
+        preemptions=retries + 1,
+        counted_preemptions=retries + 1,
+        run=retries + 1,
+        started_at=at + timedelta(minutes=1),
+        finished_at=at + timedelta(minutes=10 * (retries + 1)),
+    )
+    timeline = [JobEvent(job=job, at=at, type="submitted", message=NOTE, data={})]
+    for n in range(retries + 1):
+        start = at + timedelta(minutes=1 + 10 * n)
+        timeline.append(
+            JobEvent(
+                job=job, at=start, type="admitted", message=NOTE, data=_admitted(instance_type, 1)
+            )
+        )
+        timeline.append(
+            JobEvent(
+                job=job,
+                at=start + timedelta(minutes=9),
+                type="preempted",
+                message="Reclaimed by its owner. " + NOTE,
+                data=_reclaimed(),
+            )
+        )
+    assert job.finished_at is not None
+    message = f"Failed: preempted {job.preemptions} times, more than the share's retry limit."
+    timeline.append(
+        JobEvent(
+            job=job,
+            at=job.finished_at,
+            type="failed",
+            message=message,
+            data={"reason": DecisionRule.RETRIES_EXHAUSTED},
+        )
+    )
+    JobEvent.objects.bulk_create(timeline)
+    decision_open(job=job, now=job.finished_at)
+    return job

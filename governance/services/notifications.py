@@ -485,3 +485,37 @@ def recovery_changed(
         exclude=actor,
         at=at,
     )
+
+
+def decision_opened(decision: Any, *, at: datetime) -> None:
+    """A job exhausted its preemption retries (docs/workloads.md#decisions): its team's
+    leads hear that a decision is theirs, with its due time."""
+    job = decision.job
+    tell(
+        kind=NotificationKind.DECISION_OPENED,
+        key=f"decision.opened:{decision.pk}",
+        recipients=team_people(decision.team_id, leads_only=True),
+        title=f"Decision needed: job {job.name} exhausted its preemption retries "
+        f"(due {decision.due_at:%Y-%m-%d %H:%M} UTC)",
+        body="Resubmit it, reclassify its workload as protected, or close it with a reason.",
+        url=_path("web:decision", decision.pk),
+        at=at,
+    )
+
+
+def decision_reminder(decision: Any, *, overdue: bool, at: datetime) -> int:
+    """An open decision's due time is near, or came: its team's leads hear, once each
+    (the key names the decision and which reminder). Returns how many were told."""
+    what = "is overdue" if overdue else "is due soon"
+    kind = NotificationKind.DECISION_OVERDUE if overdue else NotificationKind.DECISION_DUE_SOON
+    return len(
+        tell(
+            kind=kind,
+            key=f"decision.{'overdue' if overdue else 'due_soon'}:{decision.pk}",
+            recipients=team_people(decision.team_id, leads_only=True),
+            title=f"Decision {decision.pk} on job {decision.job.name} {what} "
+            f"(due {decision.due_at:%Y-%m-%d %H:%M} UTC)",
+            url=_path("web:decision", decision.pk),
+            at=at,
+        )
+    )

@@ -30,7 +30,7 @@ from governance import metrics
 from governance.models import AuditEntry, AuditEvent, DecisionRule, Job, JobEvent, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
-from governance.services import audit, notifications
+from governance.services import audit, decisions, notifications
 from governance.services import workloads as workload_services
 from governance.services.errors import Conflict, PermissionDenied, ValidationFailed
 from governance.services.hooks import queue_changed
@@ -295,6 +295,7 @@ def run_preempt(
             reason=message,
             at=now,
         )
+        decisions.decision_open(job=job, now=now)
     notifications.job_stopped(job, failed=fail, why=explanation, at=now)
     return job
 
@@ -454,6 +455,17 @@ def runs_complete(*, done: Sequence[tuple[int, int]], now: datetime) -> list[Job
     for queue_id in sorted({job.queue_id for job in completed}):
         queue_changed(queue_id)
     return completed
+
+
+@transaction.atomic(savepoint=False)
+def runs_output_reported(*, verdicts: Sequence[tuple[Job, bool]], now: datetime) -> None:
+    """The executor's verdicts on completed runs' output (``runs_complete``'s jobs, in
+    its transaction): each job's ``output_valid``, and for a run that resumed after a
+    preemption its workload verified or failed (docs/workloads.md)."""
+    for job, valid in verdicts:
+        Job.objects.filter(pk=job.pk).update(output_valid=valid)
+        job.output_valid = valid
+        workload_services.run_outcome(job, output_valid=valid, at=now)
 
 
 def _completed(

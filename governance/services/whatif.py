@@ -25,7 +25,14 @@ from governance.services.errors import NotFound, PermissionDenied, TooMany, Vali
 from governance.services.limits import MAX_INSTANCES, is_int
 from governance.services.shares import SHARE_FIELDS, validate_share_fields
 
-SCENARIO_FIELDS = ("policy", "borrow_limit", "limits", "in_share_preemption", "preemption_retries")
+SCENARIO_FIELDS = (
+    "policy",
+    "borrow_limit",
+    "limits",
+    "in_share_preemption",
+    "preemption_retries",
+    "borrow_requires_verified_recovery",
+)
 # The two baselines a proposal may start from (docs/agreements.md#what-if-against-promises):
 # every share on its own capacity, or every share lending and borrowing without bound.
 BASELINES: dict[str, dict[str, Any]] = {

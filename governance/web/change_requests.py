@@ -34,6 +34,7 @@ FIELD_LABELS = {
     "borrow_limit": "Borrow limit",
     "in_share_preemption": "In-share preemption",
     "preemption_retries": "Preemption retries",
+    "borrow_requires_verified_recovery": "Borrowing requires verified recovery",
     "enabled": "Enabled",
     "name": "Name",
     "team": "Team",

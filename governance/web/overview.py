@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import SafeString
 
+from governance.selectors import decisions as decision_selectors
 from governance.selectors import insight, web_overview, web_state
 from governance.web import agreements as agreement_pages
 from governance.web import charts, regions
@@ -50,6 +51,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "feed_html": feed_html(),
         **charts.history_context(history, "All queues"),
         **agreement_pages.attention_context(),
+        # Jobs failed by their retry limit whose teams' leads have not yet decided.
+        "open_decisions": list(decision_selectors.open_decisions()[:20]),
     }
     return render(request, "overview/overview.html", context)
 

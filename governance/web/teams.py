@@ -12,6 +12,7 @@ from django.shortcuts import render
 
 from governance import roles
 from governance.models import Team
+from governance.selectors import decisions as decision_selectors
 from governance.selectors import insight, team_view
 from governance.selectors import teams as team_selectors
 from governance.selectors import workloads as workload_selectors
@@ -32,6 +33,7 @@ def _team_block(team: Team, usage: list[Any], window: str | None) -> dict[str, A
         "exceptions": team_view.team_exceptions(team),
         "change_requests": team_view.team_change_requests(team),
         "workloads": workload_selectors.of_team(team.pk),
+        "decisions": list(decision_selectors.open_decisions(team_id=team.pk)),
         **charts.history_context(history, f"Team {team.name}"),
     }
 

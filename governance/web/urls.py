@@ -22,6 +22,7 @@ from governance.web import (
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
 from governance.web import change_requests as change_request_pages
+from governance.web import decisions as decision_pages
 from governance.web import docs as doc_pages
 from governance.web import exceptions as exception_pages
 from governance.web import notifications as notification_pages
@@ -63,6 +64,10 @@ urlpatterns: list = [
     path("teams/<int:team_id>/workloads/new/", workload_pages.workload_new, name="workload-new"),
     path("workloads/<int:workload_id>/", workload_pages.workload_detail, name="workload"),
     path("workloads/<int:workload_id>/edit/", workload_pages.workload_edit, name="workload-edit"),
+    path("decisions/<int:pk>/", decision_pages.decision_detail, name="decision"),
+    path(
+        "decisions/<int:pk>/<str:action>/", decision_pages.decision_answer, name="decision-answer"
+    ),
     # Jobs.
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/new/", jobs.job_new, name="job-new"),

@@ -101,6 +101,11 @@ def _form_rows(
                     if data is not None
                     else share.in_share_preemption
                 ),
+                "borrow_requires_verified_recovery": (
+                    data.get(prefix + "borrow_requires_verified_recovery") == "on"
+                    if data is not None
+                    else share.borrow_requires_verified_recovery
+                ),
                 "limits": [
                     {
                         "name": c.instance_type.name,
@@ -162,6 +167,9 @@ def _proposal(queue: JobQueue, post: Any) -> dict[str, Any]:
         in_share = post.get(prefix + "in_share_preemption") == "on"
         if in_share != share.in_share_preemption:
             fields["in_share_preemption"] = in_share
+        verified_only = post.get(prefix + "borrow_requires_verified_recovery") == "on"
+        if verified_only != share.borrow_requires_verified_recovery:
+            fields["borrow_requires_verified_recovery"] = verified_only
         limits: dict[str, Any] = {}
         for capacity in queue.capacities.select_related("instance_type"):
             name = capacity.instance_type.name
@@ -322,6 +330,7 @@ _FIELD_WORDS = {
     "limits": "limits",
     "in_share_preemption": "in-share preemption",
     "preemption_retries": "preemption retries",
+    "borrow_requires_verified_recovery": "borrowing requires verified recovery",
 }
 
 
@@ -338,7 +347,7 @@ def _proposal_words(proposal: dict[str, Any]) -> list[tuple[str, str]]:
                 value = "unlimited" if value == -1 else f"{value} %"
             elif key == "limits" and isinstance(value, dict):
                 value = ", ".join(f"{n} {c}" for n, c in value.items()) or "none"
-            elif key == "in_share_preemption":
+            elif key in ("in_share_preemption", "borrow_requires_verified_recovery"):
                 value = "on" if value else "off"
             elif key == "preemption_retries" and value is None:
                 value = "unlimited"

@@ -141,6 +141,7 @@ def test_instance_type_accelerators(w: Any, value: int) -> None:
         "/api/exceptions/",
         "/api/agreements/",
         "/api/audit/",
+        "/api/decisions/",
     ],
 )
 def test_limit_and_offset_bounds_on_every_list(w: Any, path: str, param: str, value: str) -> None:

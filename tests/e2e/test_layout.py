@@ -277,6 +277,7 @@ def _every_page() -> list[tuple[str, str]]:
 
     from governance.models import (
         Agreement,
+        Decision,
         InstanceType,
         PriorityDefinition,
         PriorityException,
@@ -304,6 +305,7 @@ def _every_page() -> list[tuple[str, str]]:
         "type": InstanceType.objects.order_by("pk").first().pk,
         "user": get_user_model().objects.get(username="lead-vision").pk,
         "whatif": WhatIf.objects.get().pk,
+        "decision": Decision.objects.order_by("pk").first().pk,
     }
     return [
         ("admin", "/"),
@@ -328,6 +330,7 @@ def _every_page() -> list[tuple[str, str]]:
         ("admin", f"/jobs/{pending.pk}/"),
         ("admin", f"/jobs/{running.pk}/"),
         ("lead-vision", f"/jobs/{deadline.pk}/"),
+        ("lead-vision", f"/decisions/{ids['decision']}/"),
         ("admin", "/account/tokens/"),
         ("reviewer", "/exceptions/"),
         ("lead-vision", "/exceptions/new/"),

@@ -72,3 +72,28 @@ def test_one_after_the_other_gives_the_same_answer(monkeypatch: pytest.MonkeyPat
     alone = whatif.run(history, proposal, progress=lambda p, w: steps.append(p))
     assert alone == together
     assert steps == [5, 45, 85, 100]
+
+
+def test_borrowing_requires_verified_recovery_gates_the_unverified_jobs() -> None:
+    """On: the share's jobs the history lists as unverified replay with may_borrow false
+    (b3 then never borrows); off again: they take back their own may_borrow."""
+    on = whatif.apply_proposal(
+        DATA["scenario"],
+        {"shares": {"bor": {"borrow_requires_verified_recovery": True}}},
+        unverified=["b3", "o1"],
+    )
+    jobs = {j["id"]: j for j in on["jobs"]}
+    assert jobs["b3"]["may_borrow"] is False
+    assert "may_borrow" not in jobs["o1"]  # another share's job: untouched
+    assert "borrow_requires_verified_recovery" not in next(
+        s for s in on["shares"] if s["name"] == "bor"
+    )
+    off = whatif.apply_proposal(
+        on, {"shares": {"bor": {"borrow_requires_verified_recovery": False}}}, unverified=["b3"]
+    )
+    assert "may_borrow" not in next(j for j in off["jobs"] if j["id"] == "b3")
+    with pytest.raises(whatif.ProposalError) as caught:
+        whatif.apply_proposal(
+            DATA["scenario"], {"shares": {"bor": {"borrow_requires_verified_recovery": "on"}}}
+        )
+    assert "shares.bor.borrow_requires_verified_recovery" in caught.value.problems

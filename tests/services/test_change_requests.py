@@ -297,3 +297,16 @@ def test_a_share_with_change_requests_is_disabled_not_deleted() -> None:
         share_svc.share_delete(actor=world.admin, share=world.blue_share)
     assert "change requests" in caught.value.errors["share"][0]
     assert Share.objects.filter(pk=world.blue_share.pk).exists()
+
+
+def test_a_lead_proposes_borrowing_only_for_verified_recovery(w: Any) -> None:
+    cr = file(w, borrow_requires_verified_recovery=True)
+    assert cr.proposed == {"borrow_requires_verified_recovery": True}
+    svc.change_request_approve(actor=w.admin, request=cr.pk, note="")
+    share = Share.objects.get(pk=w.red_share.pk)
+    assert share.borrow_requires_verified_recovery is True
+    (edit,) = entries(AuditEvent.SHARE_UPDATED)
+    assert edit.after["borrow_requires_verified_recovery"] is True
+    with pytest.raises(ValidationFailed) as caught:
+        file(w, borrow_requires_verified_recovery="yes")
+    assert "borrow_requires_verified_recovery" in caught.value.errors

@@ -156,13 +156,26 @@ def test_the_demo_agreements_keep_one_promise_and_break_another(tmp_path: Path) 
 
 
 @pytest.mark.django_db
-def test_every_demo_team_has_a_tolerant_and_a_protected_workload(tmp_path: Path) -> None:
-    from governance.models import Workload
+def test_every_demo_team_has_a_verified_an_unverified_and_a_protected_workload(
+    tmp_path: Path,
+) -> None:
+    from governance.models import Decision, RecoveryChange, Workload
 
     demo.load(tmp_path)
     rows = set(Workload.objects.values_list("team__name", "interruption", "recovery_status"))
     assert rows == {
-        (team, interruption, "unverified")
+        (team, interruption, status)
         for team in demo.TEAMS
-        for interruption in ("tolerant", "protected")
+        for interruption, status in (
+            ("tolerant", "unverified"),
+            ("protected", "unverified"),
+            ("tolerant", "verified"),
+        )
     }
+    for change in RecoveryChange.objects.filter(after="verified"):
+        evidence = change.evidence_job
+        assert evidence is not None and evidence.workload_id == change.workload_id
+        assert evidence.preemptions >= 1 and evidence.output_valid is True
+    [decision] = Decision.objects.all()
+    assert decision.state == "open" and decision.team.name == "vision"
+    assert decision.job.state == "FAILED" and decision.job.workload.name == "vision/finetune"

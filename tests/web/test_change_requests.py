@@ -101,3 +101,18 @@ def test_reject_needs_a_note_beside_the_field_and_the_requester_withdraws() -> N
     assert admin.post(f"/change-requests/{cr.pk}/withdraw/").status_code == 403
     assert lead.post(f"/change-requests/{cr.pk}/withdraw/", {"note": "later"}).status_code == 302
     assert ShareChangeRequest.objects.get().state == ChangeRequestState.WITHDRAWN
+
+
+def test_a_lead_proposes_borrowing_only_for_verified_recovery() -> None:
+    w = make_world()
+    lead = signed_in(w.red_lead)
+    page = lead.get(f"/shares/{w.red_share.pk}/request/").content.decode()
+    assert 'name="borrow_requires_verified_recovery"' in page
+    filed = lead.post(
+        f"/shares/{w.red_share.pk}/request/", form(borrow_requires_verified_recovery="on")
+    )
+    assert filed.status_code == 302
+    cr = ShareChangeRequest.objects.get()
+    assert cr.proposed["borrow_requires_verified_recovery"] is True
+    detail = lead.get(f"/change-requests/{cr.pk}/").content.decode()
+    assert "Borrowing requires verified recovery" in detail

@@ -129,3 +129,22 @@ def test_the_form_reports_every_problem_at_once(admin_page: Client, world: Any) 
     html = response.content.decode()
     assert "is not an ISO 8601 date" in html
     assert "the limit must be" in html and "A whole number from 0 to" in html
+
+
+def test_the_form_offers_borrowing_only_for_verified_recovery(
+    admin_page: Client,
+    world: Any,  # noqa: F811
+) -> None:
+    field = f"share-{world.beta.pk}-borrow_requires_verified_recovery"
+    assert f'name="{field}"' in admin_page.get(f"/queues/{world.queue.pk}/whatif/").content.decode()
+    response = admin_page.post(
+        f"/queues/{world.queue.pk}/whatif/", form_data(world, **{field: "on"})
+    )
+    assert response.status_code == 302
+    run = WhatIf.objects.get()
+    assert run.proposal["shares"] == {"beta": {"borrow_requires_verified_recovery": True}}
+    tasks.run_whatif(run.pk)
+    run.refresh_from_db()
+    assert run.state == "DONE", run.error
+    page = admin_page.get(f"/whatif/{run.pk}/").content.decode()
+    assert "borrowing requires verified recovery on" in page

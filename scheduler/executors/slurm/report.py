@@ -22,7 +22,7 @@ from governance.models import DecisionRule, JobState, SlurmRun, SlurmRunState
 from governance.services import runs
 from governance.services.errors import ServiceError
 from governance.services.kit import job_event
-from scheduler.executors.slurm import identity, submit
+from scheduler.executors.slurm import identity, output, submit
 from scheduler.executors.slurm.cli import TERMINAL_STATES, Finished, exit_status, job_state
 from scheduler.executors.slurm.read import Seen
 from scheduler.executors.slurm.result import SyncResult
@@ -54,6 +54,7 @@ def report_ends(seen: Seen, result: SyncResult) -> None:
         )
         done = runs.runs_complete(done=[(r.job_id, r.run) for r in completions], now=now)
         result.completed += len(done)
+        output.report_verdicts(done, completions, now)
 
 
 def status(
