@@ -43,6 +43,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from django.db import connection
@@ -269,7 +270,7 @@ def _export(
         last_admit: tuple[int, str] | None = None
         done_at: int | None = None
         running_at_start: tuple[int, str] | None = None
-        for at, _, type_, data in events:
+        for at, _, type_, data, _ in events:
             if type_ == "admitted":
                 last_admit = (at, data.get("instance_type", ""))
                 if at < t0_us:
@@ -336,7 +337,7 @@ def _export(
             "recomputed": 0,
             "preference": None,
         }
-        for at, event_id, type_, data in events:
+        for at, event_id, type_, data, _ in events:
             if type_ == "admitted":
                 run = (
                     data.get("instance_type", ""),
@@ -503,77 +504,65 @@ def _epoch_us(column: str) -> str:
     return f"(EXTRACT(EPOCH FROM {column}) * 1000000)::bigint"
 
 
-JOB_COLUMNS = (
-    "id",
-    "share_id",
-    "priority",
-    "preferences",
-    "count",
-    "max_pending",
-    "checkpoint_interval",
-    "duration",
-    "restart_overhead",
-    "submitted_us",
-    "kind",
-    "may_borrow",
-    "preemptible",
-    "deadline_us",
-    "max_cost",
-)
 SKIPPED_EVENTS = ("submitted", "checkpoint", "claimed", "started", "stopped")
 
 
-def _rows(select: list[str], rest: str, params: dict[str, Any]) -> list[list[Any]]:
+def _rows(
+    select: list[str], rest: str, params: dict[str, Any], *, build: str = "json_build_array"
+) -> list[Any]:
     """The rows of ``SELECT select FROM rest`` as lists, sent by the server as one JSON
     array and decoded at once: decoding 200,000 small JSON values one by one (jsonb
     columns, as drivers do) costs more than the query itself."""
-    sql = (
-        f"SELECT COALESCE(json_agg(json_build_array({', '.join(select)})), '[]')::text FROM {rest}"
-    )
+    sql = f"SELECT COALESCE(json_agg({build}({', '.join(select)})), '[]')::text FROM {rest}"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         text = cursor.fetchone()[0]
-    rows: list[list[Any]] = json.loads(text)
+    rows: list[Any] = json.loads(text)
     return rows
 
 
 def _job_rows(
     queue_id: int, start: datetime, stop: datetime, active_from: datetime | None
 ) -> list[dict[str, Any]]:
-    """The exported jobs (:func:`_exported_jobs`) as dicts of :data:`JOB_COLUMNS`, by id,
-    their times in epoch microseconds."""
-    select = [
-        "j.id",
-        "j.share_id",
-        "j.priority",
-        "j.preferences",
-        "j.count",
-        "j.max_pending",
-        "j.checkpoint_interval",
-        "j.duration",
-        "j.restart_overhead",
-        _epoch_us("j.submitted_at"),
-        "j.kind",
-        "j.may_borrow",
-        "j.preemptible",
-        _epoch_us("j.deadline"),
-        "j.max_cost::float8",
-    ]
+    """The exported jobs (:func:`_exported_jobs`) by id, as dicts of the columns the export
+    reads, their times in epoch microseconds (``submitted_us``, ``deadline_us``)."""
+    columns = {
+        "id": "j.id",
+        "share_id": "j.share_id",
+        "priority": "j.priority",
+        "preferences": "j.preferences",
+        "count": "j.count",
+        "max_pending": "j.max_pending",
+        "checkpoint_interval": "j.checkpoint_interval",
+        "duration": "j.duration",
+        "restart_overhead": "j.restart_overhead",
+        "submitted_us": _epoch_us("j.submitted_at"),
+        "kind": "j.kind",
+        "may_borrow": "j.may_borrow",
+        "preemptible": "j.preemptible",
+        "deadline_us": _epoch_us("j.deadline"),
+        "max_cost": "j.max_cost::float8",
+    }
     rest = (
         f"{Job._meta.db_table} j WHERE j.queue_id = %(queue)s AND {_exported_sql('j', active_from)}"
     )
     params = {"queue": queue_id, "start": start, "stop": stop, "active_from": active_from}
-    rows = [dict(zip(JOB_COLUMNS, values, strict=True)) for values in _rows(select, rest, params)]
-    rows.sort(key=lambda row: row["id"])
+    rows: list[dict[str, Any]] = _rows(
+        [", ".join(f"'{name}', {sql}" for name, sql in columns.items())],
+        rest,
+        params,
+        build="json_build_object",
+    )
+    rows.sort(key=itemgetter("id"))
     return rows
 
 
 def _timelines(
     queue_id: int, start: datetime, stop: datetime, active_from: datetime | None
-) -> dict[int, list[tuple[int, int, str, dict[str, Any]]]]:
-    """Each exported job's events before ``stop`` as (at in epoch µs, id, type, data), in
-    the order they happened (time, then id)."""
-    select = ["e.id", "e.job_id", _epoch_us("e.at"), "e.type", "e.data"]
+) -> dict[int, list[list[Any]]]:
+    """Each exported job's events before ``stop`` as ``[at in epoch µs, id, type, data,
+    job id]``, in the order they happened (time, then id)."""
+    select = [_epoch_us("e.at"), "e.id", "e.type", "COALESCE(e.data, '{}'::jsonb)", "e.job_id"]
     rest = (
         f"{JobEvent._meta.db_table} e JOIN {Job._meta.db_table} j ON j.id = e.job_id "
         "WHERE j.queue_id = %(queue)s AND e.at < %(stop)s AND NOT (e.type = ANY(%(skipped)s)) "
@@ -587,11 +576,13 @@ def _timelines(
         "skipped": list(SKIPPED_EVENTS),
     }
     rows = _rows(select, rest, params)
-    # sorted here rather than by the server, whose sort of 200,000 rows spills to disk
-    rows.sort(key=lambda r: (r[2], r[0]))
-    timeline: dict[int, list[tuple[int, int, str, dict[str, Any]]]] = defaultdict(list)
-    for event_id, job_id, at, type_, data in rows:
-        timeline[job_id].append((at, event_id, type_, data or {}))
+    # sorted here rather than by the server, whose sort of 200,000 rows spills to disk:
+    # by id, then (stably) by time
+    rows.sort(key=itemgetter(1))
+    rows.sort(key=itemgetter(0))
+    timeline: dict[int, list[list[Any]]] = defaultdict(list)
+    for row in rows:
+        timeline[row[4]].append(row)
     return timeline
 
 
