@@ -3,12 +3,12 @@
 A window's signals read the queue's whole recording up to the window's end, so once the
 window has ended they can change only when something is recorded late: an executor
 reporting an event at a past time, a job or an audit entry written with a past time, or
-a change to the shares, teams or types the answer names and prices. The store keeps the
-answer of each (queue, window, grouping) with the newest job-event, job and audit-entry
-ids at the time it was computed and a digest of the queue's shares and types; it is
-reused while no newer row falls before the window's end and the digest is unchanged,
-and recomputed (and stored again) otherwise. The check is three index range scans and
-two small reads, whatever the size of the queue.
+a change to the shares, teams, types or capacity plans the answer names and prices. The
+store keeps the answer of each (queue, window, grouping) with the newest job-event, job
+and audit-entry ids at the time it was computed and a digest of the queue's shares,
+types and plans; it is reused while no newer row falls before the window's end and the
+digest is unchanged, and recomputed (and stored again) otherwise. The check is three
+index range scans and three small reads, whatever the size of the queue.
 
 A window counts as closed once its end is ``SETTLE`` in the past: an event is written
 moments after the time it records, and a transaction still open when the answer was
@@ -26,6 +26,7 @@ from django.db.models import Max, Q
 
 from governance.models import (
     AuditEntry,
+    CapacityPlan,
     InstanceType,
     Job,
     JobEvent,
@@ -54,7 +55,7 @@ def _newest() -> tuple[int, int, int]:
 
 def shape(queue: JobQueue) -> str:
     """A digest of what an answer names and prices by: the queue's shares with their
-    teams, and every instance type's name, speed and price."""
+    teams, every instance type's name, speed and price, and the queue's capacity plans."""
     shares = list(
         Share.objects.filter(queue=queue).order_by("id").values_list("id", "name", "team__name")
     )
@@ -64,7 +65,13 @@ def shape(queue: JobQueue) -> str:
             "name", "speed", "hourly_price", "accelerated"
         )
     ]
-    text = json.dumps([shares, types], sort_keys=True, default=str)
+    # a plan may be created with a start in the past, inside a closed window
+    plans = list(
+        CapacityPlan.objects.filter(queue=queue)
+        .order_by("id")
+        .values_list("id", "name", "start", "end", "count", "hourly_price")
+    )
+    text = json.dumps([shares, types, plans], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
