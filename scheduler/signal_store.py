@@ -34,7 +34,7 @@ from governance.models import (
     Share,
     SignalAnswer,
 )
-from scheduler import history
+from scheduler import history, promises
 
 SETTLE = timedelta(minutes=5)
 
@@ -55,7 +55,8 @@ def _newest() -> tuple[int, int, int]:
 
 def shape(queue: JobQueue) -> str:
     """A digest of what an answer names and prices by: the queue's shares with their
-    teams, every instance type's name, speed and price, and the queue's capacity plans."""
+    teams, every instance type's name, speed and price, the queue's capacity plans, and
+    the paths of the figures the signals compute."""
     shares = list(
         Share.objects.filter(queue=queue).order_by("id").values_list("id", "name", "team__name")
     )
@@ -71,7 +72,10 @@ def shape(queue: JobQueue) -> str:
         .order_by("id")
         .values_list("id", "name", "start", "end", "count", "hourly_price")
     )
-    text = json.dumps([shares, types, plans], sort_keys=True, default=str)
+    # the figures the code computes: an answer stored before the signals gained a figure
+    # is computed again
+    figures = promises.figure_paths()
+    text = json.dumps([shares, types, plans, figures], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
