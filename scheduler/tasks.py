@@ -15,7 +15,7 @@ from governance.selectors.capacity import queue_ids
 from governance.services import runs
 from governance.services import whatif as whatif_services
 from governance.services.exceptions import exception_close_moot, exception_expire_due
-from scheduler import history, triggers, whatif
+from scheduler import history, signal_store, triggers, whatif
 from scheduler.cycle.result import CycleResult
 from scheduler.cycle.run import run_cycle
 
@@ -112,8 +112,9 @@ def run_whatif(whatif_id: int) -> None:
             promises=queue_promises(run.queue_id),
         )
         # what really happened in the window, beside the replay "as it was" (which
-        # re-decides the jobs that were going at its start)
-        result["recorded"] = history.window_signals(
+        # re-decides the jobs that were going at its start), from the store when the
+        # window has ended (docs/signals.md#stored-answers)
+        result["recorded"] = signal_store.window_signals(
             run.queue, run.window_start, run.window_stop, now=now
         )
     except whatif.ProposalError as exc:

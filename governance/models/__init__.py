@@ -29,6 +29,7 @@ from governance.models.notifications import (
 from governance.models.plans import CapacityPlan, PlanState
 from governance.models.priorities import PriorityDefinition
 from governance.models.shares import Policy, Share, ShareLimit
+from governance.models.signal_store import SignalAnswer
 from governance.models.slurm import (
     SlurmDrift,
     SlurmQueueConfig,
@@ -81,6 +82,7 @@ __all__ = [
     "Share",
     "ShareChangeRequest",
     "ShareLimit",
+    "SignalAnswer",
     "SlurmDrift",
     "SlurmQueueConfig",
     "SlurmRun",

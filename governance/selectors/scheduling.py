@@ -38,6 +38,7 @@ from scheduler import (
     ledger,
     promises,
     readings,
+    signal_store,
     signals,
     simulate,
     whatif,
@@ -553,8 +554,10 @@ def queue_signals(
     """Every signal of docs/signals.md for the queue over ``[start, stop)``, per share or team:
     computed from the queue's recording with the state at ``start`` as it was (runs
     going, earlier admissions and preemptions) plus the audit entries that count as
-    policy changes, with the end of the recording at ``min(stop, now)``."""
-    answer = history.window_signals(queue, start, stop, now=timezone.now(), group_by=group_by)
+    policy changes, with the end of the recording at ``min(stop, now)``. A window that has
+    ended is answered from the store when nothing recorded since could change it
+    (docs/signals.md#stored-answers)."""
+    answer = signal_store.window_signals(queue, start, stop, now=timezone.now(), group_by=group_by)
     answer["window"] = {"from": start.isoformat(), "to": stop.isoformat()}
     answer["queue"] = {"id": queue.pk, "name": queue.name, **answer["queue"]}
     return answer

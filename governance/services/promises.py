@@ -264,13 +264,16 @@ def promises_evaluate(
     now = timezone.now()
     evaluations = []
     with transaction.atomic():
+        # one locking read of the states before and one write of the new ones, whatever
+        # the number of promises (a daily pass evaluates every promise in force)
+        previous_states = dict(
+            Promise.objects.select_for_update()
+            .filter(pk__in=[promise.pk for promise, *_ in results])
+            .order_by("pk")
+            .values_list("pk", "state")
+        )
         for promise, value, state, start in results:
-            previous = (
-                Promise.objects.select_for_update()
-                .values_list("state", flat=True)
-                .filter(pk=promise.pk)
-                .first()
-            )
+            previous = previous_states.get(promise.pk)
             evaluations.append(
                 PromiseEvaluation(
                     promise=promise,
@@ -283,11 +286,13 @@ def promises_evaluate(
             )
             promise.state, promise.value, promise.evaluated_at = state, value, now
             promise.window_start, promise.window_stop = start, stop
-            promise.save(
-                update_fields=["state", "value", "evaluated_at", "window_start", "window_stop"]
-            )
             if state == PromiseState.BROKEN and previous != PromiseState.BROKEN:
                 _tell_broken(promise, value, start, stop)
+        Promise.objects.bulk_update(
+            [promise for promise, *_ in results],
+            ["state", "value", "evaluated_at", "window_start", "window_stop"],
+            batch_size=500,
+        )
         PromiseEvaluation.objects.bulk_create(evaluations)
     return [promise for promise, *_ in results]
 

@@ -21,7 +21,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from governance import roles
-from governance.models import Agreement, AgreementVersion, Team
+from governance.models import Agreement, AgreementVersion, PromiseState, Team
 from governance.selectors import agreements as agreement_selectors
 from governance.selectors import web_governance as sel
 from governance.services import agreements as agreement_services
@@ -77,7 +77,14 @@ def agreement_list(request: HttpRequest) -> HttpResponse:
     else:
         qs = base.order_by("title", "id")
     page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    today = timezone.localdate()
     for agreement in page.object_list:
+        # Marks (docs/agreements.md): promises broken at their last evaluation, and a
+        # review date that has passed; from the promises already prefetched.
+        agreement.broken_count = sum(
+            1 for p in agreement.promises_in_force if p.state == PromiseState.BROKEN
+        )
+        agreement.overdue = agreement.review_by is not None and agreement.review_by < today
         # Snippets come from PostgreSQL with only <mark> added: escape the text, keep marks.
         for attr in ("snippet", "assumption_snippet"):
             raw = getattr(agreement, attr, None)

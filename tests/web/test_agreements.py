@@ -207,3 +207,58 @@ def test_detail_query_count_is_constant(world: Any) -> None:
         _reclaim(world, world.red_share, world.blue_share, 1)
         make_job(world.red_share, world.admin, state="RUNNING", preference=0)
     assert count() == small
+
+
+def test_list_marks_broken_promises_and_overdue_reviews(world: Any) -> None:
+    """The list says which agreements need a look: promises broken at their last
+    evaluation (linked to them) and a review date that has passed."""
+    from governance.models import Promise, PromiseState
+
+    kept = agreement_services.agreement_create(
+        actor=world.admin,
+        title="Blue inference allocation",
+        body="Blue serves models.",
+        shares=[world.blue_share.pk],
+        promises=[
+            {
+                "figure": "goodput",
+                "share": world.blue_share.pk,
+                "comparison": ">=",
+                "threshold": 0.9,
+                "window_days": 7,
+            },
+            {
+                "figure": "wait_to_start.entitled.p90",
+                "share": world.blue_share.pk,
+                "comparison": "<=",
+                "threshold": 600,
+                "window_days": 7,
+            },
+        ],
+    )
+    # the daily evaluation found one promise kept and one broken
+    goodput, wait = Promise.objects.filter(agreement=kept).order_by("id")
+    Promise.objects.filter(pk=goodput.pk).update(state=PromiseState.KEPT, value=0.95)
+    Promise.objects.filter(pk=wait.pk).update(state=PromiseState.BROKEN, value=900)
+    Agreement.objects.filter(pk=world.agreement.pk).update(
+        review_by=timezone.localdate() - timedelta(days=3)
+    )
+    cards = _cards(world)
+    blue, red = cards["Blue inference allocation"], cards["Red training allocation"]
+    assert "1 promise broken" in blue and "review overdue" not in blue
+    assert f'href="{reverse("web:agreement", args=[kept.pk])}#promises"' in blue
+    assert "review overdue" in red and "promise" not in red
+    # nothing is marked once the promise is kept again and the review date moved on
+    Promise.objects.filter(pk=wait.pk).update(state=PromiseState.KEPT)
+    Agreement.objects.filter(pk=world.agreement.pk).update(
+        review_by=timezone.localdate() + timedelta(days=30)
+    )
+    for card in _cards(world).values():
+        assert "badge" not in card and "overdue" not in card
+
+
+def _cards(world: Any) -> dict[str, str]:
+    """The agreements list's cards by the agreement's title."""
+    page = client_for(world.reviewer).get(reverse("web:agreements")).content.decode()
+    cards = page.split('<li class="card result">')[1:]
+    return {card.split("</a>")[0].rsplit(">", 1)[1]: card.split("</li>")[0] for card in cards}
