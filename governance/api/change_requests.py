@@ -44,7 +44,7 @@ class PreviewField(serializers.JSONField):
     {
         "type": "object",
         "description": "Share fields as PATCH /api/shares/{id}/ takes them: `limits`, "
-        "`policy`, `borrow_limit`, `in_share_preemption`, `preemption_retries`.",
+        "`policy`, `borrow_limit`, `in_share_preemption`, `preemption_retries`, `certified_only`.",
         "example": {"limits": {"ml.g5.xlarge": 6}},
     }
 )

@@ -10,6 +10,7 @@ from governance.api.agreements import AgreementViewSet
 from governance.api.audit import AuditEntryViewSet
 from governance.api.auth import ObtainTokenView
 from governance.api.capacity import InstanceTypeViewSet, QueueViewSet
+from governance.api.certifications import CertificationViewSet
 from governance.api.change_requests import ChangeRequestViewSet
 from governance.api.exceptions import PriorityExceptionViewSet
 from governance.api.jobs import JobViewSet
@@ -45,6 +46,7 @@ router.register("audit", AuditEntryViewSet, basename="audit")
 router.register("notifications", NotificationViewSet, basename="notification")
 router.register("plans", PlanViewSet, basename="plan")
 router.register("workloads", WorkloadViewSet, basename="workload")
+router.register("certifications", CertificationViewSet, basename="certification")
 
 
 agent_urls = [

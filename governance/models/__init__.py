@@ -15,6 +15,12 @@ from governance.models.audit import (
     DecisionRule,
 )
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
+from governance.models.certifications import (
+    Certification,
+    CertificationState,
+    PreferenceTemplate,
+    TemplateEntry,
+)
 from governance.models.change_requests import ChangeRequestState, ShareChangeRequest
 from governance.models.exceptions import ExceptionState, PriorityException
 from governance.models.idempotency import IdempotencyKey
@@ -48,6 +54,8 @@ __all__ = [
     "AuditEntry",
     "AuditEvent",
     "CapacityPlan",
+    "Certification",
+    "CertificationState",
     "ChangeRequestState",
     "DecisionRule",
     "ExceptionState",
@@ -67,6 +75,7 @@ __all__ = [
     "NotificationPreference",
     "PlanState",
     "Policy",
+    "PreferenceTemplate",
     "PriorityDefinition",
     "PriorityException",
     "Promise",
@@ -85,6 +94,7 @@ __all__ = [
     "SlurmTeamConfig",
     "SlurmTypeConfig",
     "Team",
+    "TemplateEntry",
     "UsageLevel",
     "UsageRollup",
     "WhatIf",

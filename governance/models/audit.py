@@ -88,6 +88,12 @@ class AuditEvent(models.TextChoices):
     WORKLOAD_UPDATED = "workload.updated"
     WORKLOAD_RECOVERY_CHANGED = "workload.recovery_changed"
     JOB_OUTPUT_JUDGED = "job.output_judged"
+    CERTIFICATION_PROPOSED = "certification.proposed"
+    CERTIFICATION_CERTIFIED = "certification.certified"
+    CERTIFICATION_REJECTED = "certification.rejected"
+    CERTIFICATION_REVOKED = "certification.revoked"
+    WORKLOAD_TEMPLATE_CHANGED = "workload.template_changed"
+    JOB_CERTIFICATION_OVERRIDDEN = "job.certification_overridden"
 
 
 GENESIS_HASH = "0" * 64

@@ -16,6 +16,7 @@ REQUESTABLE_FIELDS = (
     "borrow_limit",
     "in_share_preemption",
     "preemption_retries",
+    "certified_only",
 )
 MAX_JUSTIFICATION = 4000
 MAX_NOTE = 2000

@@ -23,6 +23,13 @@ class NotificationKind(models.TextChoices):
     PROMISE_BROKEN = "promise_broken", "A promise of an agreement was broken"
     SLURM_DRIFT = "slurm_drift", "Slurm runs a job beyond what the product admitted"
     RECOVERY_CHANGED = "recovery_changed", "A workload's recovery status changed"
+    CERTIFICATION_NEEDS_REVIEW = (
+        "certification_review",
+        "A configuration of a workload needs certifying",
+    )
+    CERTIFICATION_DECIDED = "certification_decided", "A configuration was certified or rejected"
+    CERTIFICATION_EXPIRING = "certification_expiring", "A certified configuration expires soon"
+    CERTIFICATION_DRIFT = "certification_drift", "A certified configuration's runs drift"
 
 
 # By email unless the person says otherwise; job events are frequent, so in the app only.

@@ -35,6 +35,7 @@ FIELD_LABELS = {
     "in_share_preemption": "In-share preemption",
     "preemption_retries": "Preemption retries",
     "enabled": "Enabled",
+    "certified_only": "Certified configurations only",
     "name": "Name",
     "team": "Team",
 }

@@ -134,7 +134,8 @@ class JobSubmitForm(forms.Form):
         empty_value=None,
         label="Workload",
         help_text="The kind of work this job is a run of, of the share's team; a protected "
-        "workload never borrows and is never stopped for priority.",
+        "workload never borrows and is never stopped for priority. With no preference rows, "
+        "the job takes the workload's preference template.",
     )
     deadline_date = forms.DateField(required=False, label="Deadline date")
     deadline_time = forms.TimeField(required=False, label="Deadline time")

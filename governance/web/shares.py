@@ -45,6 +45,7 @@ COMPARED_FIELDS = (
     ("preemption_retries", "Preemption retries"),
     ("enabled", "Enabled"),
     ("borrow_requires_verified_recovery", "Borrowing requires verified recovery"),
+    ("certified_only", "Certified configurations only"),
 )
 
 
@@ -68,7 +69,12 @@ def _show(field: str, value: Any) -> str:
         return "—" if value is None else ("unlimited" if value == -1 else f"{value}%")
     if field == "preemption_retries":
         return "unlimited" if value is None else str(value)
-    if field in ("in_share_preemption", "enabled", "borrow_requires_verified_recovery"):
+    if field in (
+        "in_share_preemption",
+        "enabled",
+        "borrow_requires_verified_recovery",
+        "certified_only",
+    ):
         return "on" if value else "off"
     if field == "policy":
         return str(Policy(value).label) if value in Policy.values else str(value)

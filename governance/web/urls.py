@@ -21,6 +21,7 @@ from governance.web import (
 )
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
+from governance.web import certifications as certification_pages
 from governance.web import change_requests as change_request_pages
 from governance.web import docs as doc_pages
 from governance.web import exceptions as exception_pages
@@ -63,6 +64,26 @@ urlpatterns: list = [
     path("teams/<int:team_id>/workloads/new/", workload_pages.workload_new, name="workload-new"),
     path("workloads/<int:workload_id>/", workload_pages.workload_detail, name="workload"),
     path("workloads/<int:workload_id>/edit/", workload_pages.workload_edit, name="workload-edit"),
+    path(
+        "workloads/<int:workload_id>/certifications/",
+        certification_pages.certification_propose,
+        name="certification-propose",
+    ),
+    path(
+        "workloads/<int:workload_id>/template/",
+        certification_pages.workload_template,
+        name="workload-template",
+    ),
+    path(
+        "certifications/<int:cert_id>/decide/",
+        certification_pages.certification_decide,
+        name="certification-decide",
+    ),
+    path(
+        "certifications/<int:cert_id>/revoke/",
+        certification_pages.certification_revoke,
+        name="certification-revoke",
+    ),
     # Jobs.
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/new/", jobs.job_new, name="job-new"),
