@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from celery import shared_task
 from django.utils import timezone
 
-from governance.services import audit, idempotency, notifications, promises
+from governance.services import audit, certifications, idempotency, notifications, promises
 
 
 @shared_task(ignore_result=True)
@@ -18,8 +18,11 @@ def deliver_notifications(ids: list[int]) -> int:
 
 @shared_task(ignore_result=True)
 def notifications_sweep() -> int:
-    """Beat: what a lost task left undelivered, and agreements whose review date came."""
+    """Beat: what a lost task left undelivered, agreements whose review date came,
+    certifications that expire soon or whose runs started to drift."""
     notifications.agreements_due()
+    certifications.certifications_remind()
+    certifications.certifications_drift_check()
     return notifications.deliver_due()
 
 

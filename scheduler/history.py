@@ -616,8 +616,34 @@ def signals_window(
         teams=exported["teams"],
         audit=policy_entries(queue, start, stop, origin=origin),
         end=max(lo, min(hi, _ms(now) - t0)),
+        certified=certified_runtimes([int(j["id"]) for j in exported["scenario"]["jobs"]]),
     )
     return SignalsWindow(recording, lo, hi)
+
+
+def certified_runtimes(job_ids: list[int]) -> dict[str, dict[str, Any]]:
+    """For ``certification_drift`` (docs/signals.md): per job naming a workload, the
+    workload's name and the certified run time (ms) of each of its certified
+    configurations, keyed as the recording's ``admitted`` events name them."""
+    from governance.models import Certification, CertificationState
+
+    workloads = dict(
+        Job.objects.filter(pk__in=job_ids, workload__isnull=False).values_list("pk", "workload_id")
+    )
+    if not workloads:
+        return {}
+    configs: dict[int, dict[str, int]] = defaultdict(dict)
+    names: dict[int, str] = {}
+    for cert in Certification.objects.filter(
+        workload_id__in=set(workloads.values()), state=CertificationState.CERTIFIED
+    ).select_related("workload", "instance_type", "plan"):
+        configs[cert.workload_id][cert.configuration] = cert.runtime * MS
+        names[cert.workload_id] = cert.workload.name
+    return {
+        str(job_id): {"workload": names[workload_id], "configurations": configs[workload_id]}
+        for job_id, workload_id in workloads.items()
+        if workload_id in configs
+    }
 
 
 def window_signals(

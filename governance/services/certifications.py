@@ -427,3 +427,37 @@ def preference_key(pref: Mapping[str, Any]) -> ConfigurationKey:
     if pref.get("plan"):
         return ("plan", str(pref["plan"]), int(pref.get("count") or 0))
     return ("type", str(pref.get("instance_type")), int(pref.get("count") or 0))
+
+
+def certifications_drift_check(*, now: datetime | None = None) -> int:
+    """Beat's pass: mark each certified configuration whose runs drift from its benchmark
+    (scheduler/engine/drift.py) and tell the team's leads once when it starts; clear the
+    mark when its runs match again. Returns how many started drifting."""
+    from governance.selectors import certifications as cert_selectors
+
+    now = now or timezone.now()
+    started = 0
+    runs_of: dict[int, Any] = {}
+    for cert in Certification.objects.filter(state=CertificationState.CERTIFIED).select_related(
+        "workload__team", "instance_type", "plan"
+    ):
+        if cert.workload_id not in runs_of:
+            runs_of[cert.workload_id] = cert_selectors.completed_runs(cert.workload_id)
+        figure = cert_selectors.drift_of(cert, runs_of[cert.workload_id])
+        if figure["drifting"] and cert.drifting_since is None:
+            with transaction.atomic():
+                Certification.objects.filter(pk=cert.pk).update(drifting_since=now)
+                notifications.tell(
+                    kind=NotificationKind.CERTIFICATION_DRIFT,
+                    key=f"certification.drift:{cert.pk}:{now.isoformat()}",
+                    recipients=notifications.team_people(cert.workload.team_id, leads_only=True),
+                    title=f"{cert.configuration} for workload {cert.workload.name} drifts: its "
+                    f"runs take {figure['p50']:.2f}x the certified time (p50 over "
+                    f"{figure['runs']} runs)",
+                    url=_url(cert.workload),
+                    at=now,
+                )
+            started += 1
+        elif not figure["drifting"] and cert.drifting_since is not None:
+            Certification.objects.filter(pk=cert.pk).update(drifting_since=None)
+    return started
