@@ -1,0 +1,137 @@
+"""Certified configurations on the pages (docs/workloads.md): the workload page shows
+them side by side; a lead proposes (every problem at once), a reviewer certifies or
+rejects, a lead revokes and builds the template; the job form takes a workload alone and
+the job page says which template entry ran and why; the share editor's certified-only
+setting."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from governance.models import Certification, Job
+from tests.certification_world import G5, P4, certified, make_cert_world, propose
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world():
+    return make_cert_world()
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_a_lead_proposes_on_the_workload_page_every_problem_at_once(world):
+    lead = signed_in(world.red_lead)
+    url = f"/workloads/{world.workload.pk}/"
+    page = lead.get(url)
+    assert page.status_code == 200 and b"Propose a configuration" in page.content
+    bad = lead.post(
+        f"{url}certifications/",
+        {
+            "instance_type": G5,
+            "plan": "",
+            "count": "0",
+            "runtime": "60",
+            "utilization": "150",
+            "failure_rate": "1",
+        },
+    )
+    assert bad.status_code == 400
+    text = bad.content.decode()
+    assert "greater than or equal to 1" in text and "less than or equal to 100" in text
+    good = lead.post(
+        f"{url}certifications/",
+        {
+            "instance_type": G5,
+            "count": "2",
+            "runtime": "3600",
+            "utilization": "90",
+            "failure_rate": "1.5",
+            "converged": "on",
+            "output_valid": "on",
+            "notes": "ok",
+        },
+    )
+    assert good.status_code == 302
+    cert = Certification.objects.get(workload=world.workload)
+    assert (cert.count, cert.runtime, cert.converged) == (2, 3600, True)
+
+
+def test_the_page_shows_configurations_side_by_side_and_reviewers_decide(world):
+    first = propose(world, instance_type=P4, count=1, runtime=1800)
+    second = propose(world)
+    reviewer = signed_in(world.reviewer)
+    page = reviewer.get(f"/workloads/{world.workload.pk}/").content.decode()
+    assert "ml.p4d.24xlarge x1" in page and "ml.g5.xlarge x2" in page and "Certify" in page
+    # the proposer sees no decision form
+    assert (
+        "Certify</button>"
+        not in signed_in(world.red_lead).get(f"/workloads/{world.workload.pk}/").content.decode()
+    )
+    missing = reviewer.post(f"/certifications/{first.pk}/decide/", {"decision": "certify"})
+    assert missing.status_code == 400 and "Say why" in missing.content.decode()
+    assert (
+        reviewer.post(
+            f"/certifications/{first.pk}/decide/", {"decision": "certify", "note": "good"}
+        ).status_code
+        == 302
+    )
+    reviewer.post(f"/certifications/{second.pk}/decide/", {"decision": "reject", "note": "no eval"})
+    page = reviewer.get(f"/workloads/{world.workload.pk}/").content.decode()
+    # the cost of a run at the type's price: 2 x 1.41 $/h x 1 h = $2.82
+    assert "cert-certified" in page and "cert-rejected" in page and "$2.82" in page
+    lead = signed_in(world.red_lead)
+    assert lead.post(f"/certifications/{first.pk}/revoke/", {"reason": ""}).status_code == 400
+    assert (
+        lead.post(f"/certifications/{first.pk}/revoke/", {"reason": "new image"}).status_code == 302
+    )
+    assert Certification.objects.get(pk=first.pk).state == "revoked"
+
+
+def test_a_lead_builds_a_template_and_a_job_by_workload_alone_shows_its_entry(world):
+    fast = certified(world, instance_type=P4, count=1, runtime=1800)
+    lead = signed_in(world.red_lead)
+    url = f"/workloads/{world.workload.pk}/template/"
+    assert lead.get(url).status_code == 200
+    bad = lead.post(url, {"entry_0": str(fast.pk), "reason_0": "", "deadline_offset": "-3"})
+    assert bad.status_code == 400
+    assert "say why it stands in this place" in bad.content.decode()
+    assert lead.post(url, {"entry_0": str(fast.pk), "reason_0": "fastest"}).status_code == 302
+    page = lead.get(f"/workloads/{world.workload.pk}/").content.decode()
+    assert "fastest" in page
+    assert signed_in(world.red_member).get(url).status_code == 403
+
+    world.red_share.certified_only = True
+    world.red_share.save()
+    submitted = signed_in(world.red_member).post(
+        "/jobs/new/",
+        {
+            "share": str(world.red_share.pk),
+            "name": "by-workload",
+            "kind": "training",
+            "priority": "0",
+            "workload": str(world.workload.pk),
+            "may_borrow": "on",
+            "preemptible": "on",
+            "deadline_zone": "UTC",
+        },
+    )
+    assert submitted.status_code == 302, submitted.content.decode()[:3000]
+    job = Job.objects.get(name="by-workload")
+    Job.objects.filter(pk=job.pk).update(preference=0)
+    page = signed_in(world.red_member).get(f"/jobs/{job.pk}/").content.decode()
+    assert "runs on template entry 1 (preference 1): fastest" in page
+
+
+def test_the_share_editor_sets_certified_only(world):
+    admin = signed_in(world.admin)
+    page = admin.get(f"/shares/{world.red_share.pk}/edit/").content.decode()
+    assert 'name="certified_only"' in page
+    detail = admin.get(f"/shares/{world.red_share.pk}/").content.decode()
+    assert "any the share's limits allow" in detail
