@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from governance import demo_certifications
 from governance.models import JobQueue, Share, Team
 from governance.roles import ADMIN_GROUP, AGENT_GROUP, REVIEWER_GROUP
 from governance.services import (
@@ -281,6 +282,7 @@ def load(data_dir: Path | None = None) -> list[str]:
     _jobs_and_exceptions(admin, reviewer, leads, members, background, fleet_shares)
     _lending_pool(admin, leads, team_objs)
     _workloads(admin, team_objs)
+    demo_certifications.load_certifications(admin, leads, members, fleet)
 
     roles = [
         ("admin", "admin: edits queues, shares and priority bands"),
