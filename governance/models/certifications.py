@@ -5,7 +5,9 @@ ordered list of certified configurations its jobs take when they give no prefere
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -21,6 +23,13 @@ def key_text(key: ConfigurationKey) -> str:
     """A configuration in words: "ml.g5.48xlarge x4" or "plan vision-dec x2"."""
     kind, name, count = key
     return f"plan {name} x{count}" if kind == "plan" else f"{name} x{count}"
+
+
+def preference_key(pref: Mapping[str, Any]) -> ConfigurationKey:
+    """A job's resolved preference as a configuration key (``Certification.key``)."""
+    if pref.get("plan"):
+        return ("plan", str(pref["plan"]), int(pref.get("count") or 0))
+    return ("type", str(pref.get("instance_type")), int(pref.get("count") or 0))
 
 
 class CertificationState(models.TextChoices):

@@ -23,7 +23,7 @@ from governance.models import (
     JobState,
     PreferenceTemplate,
 )
-from governance.models.certifications import ConfigurationKey, key_text
+from governance.models.certifications import ConfigurationKey, key_text, preference_key
 from scheduler.engine.drift import drift, nearest_rank
 
 Key = ConfigurationKey
@@ -190,3 +190,38 @@ def template_entry_of(job: Job) -> dict[str, Any] | None:
     entry = dict(entries[job.preference])
     entry["preference"] = job.preference
     return entry
+
+
+def uncertified_active(share_id: int, now: datetime | None = None) -> list[dict[str, Any]]:
+    """The share's pending and running jobs that a certified-only share would refuse at
+    submission now, with why: for the share editor's preview of turning it on."""
+    from governance.models.jobs import ACTIVE_STATES
+
+    now = now or timezone.now()
+    in_force: dict[int, set[Key]] = {}
+    out = []
+    for job in (
+        Job.objects.filter(share_id=share_id, state__in=ACTIVE_STATES)
+        .select_related("workload")
+        .order_by("submitted_at", "id")
+    ):
+        if job.workload_id is None:
+            out.append({"job": job.pk, "name": job.name, "why": "names no workload"})
+            continue
+        if job.workload_id not in in_force:
+            in_force[job.workload_id] = {
+                c.key
+                for c in certifications().filter(
+                    workload_id=job.workload_id, state=CertificationState.CERTIFIED
+                )
+                if c.in_force(now)
+            }
+        missing = [
+            key_text(preference_key(pref))
+            for pref in job.preferences
+            if preference_key(pref) not in in_force[job.workload_id]
+        ]
+        if missing and job.workload is not None:
+            why = f"{', '.join(missing)} not certified for {job.workload.name}"
+            out.append({"job": job.pk, "name": job.name, "why": why})
+    return out

@@ -90,19 +90,27 @@ def _audit(
     )
 
 
-def _percent(errors: Errors, field: str, value: Any) -> Decimal:
-    number: Decimal | None = None
-    if isinstance(value, Decimal | int | float | str) and not isinstance(value, bool):
-        try:
-            number = Decimal(str(value))
-        except InvalidOperation:
-            number = None
+def cents(value: Any, maximum: Decimal) -> Decimal | None:
+    """``value`` as a Decimal from 0 to ``maximum`` with at most 2 decimals, else None
+    (a bool, text that is no number, NaN or infinity included)."""
+    if not isinstance(value, Decimal | int | float | str) or isinstance(value, bool):
+        return None
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        return None
     if (
-        number is None
-        or not number.is_finite()
-        or not Decimal(0) <= number <= PERCENT_MAX
+        not number.is_finite()
+        or not Decimal(0) <= number <= maximum
         or number != number.quantize(Decimal("0.01"))
     ):
+        return None
+    return number
+
+
+def _percent(errors: Errors, field: str, value: Any) -> Decimal:
+    number = cents(value, PERCENT_MAX)
+    if number is None:
         errors.add(field, "A percentage from 0 to 100, with at most 2 decimals.")
         return Decimal(0)
     return number
@@ -253,6 +261,30 @@ def _url(workload: Workload) -> str:
     return reverse("web:workload", args=[workload.pk]) + "#configurations"
 
 
+def _tell_leads(
+    cert: Certification,
+    kind: NotificationKind,
+    what: str,
+    *,
+    key: str,
+    at: datetime,
+    body: str = "",
+    actor: AnyUser | None = None,
+) -> None:
+    """Tell the workload team's leads (and the proposer) that ``cert`` ``what``."""
+    proposer = {cert.proposed_by_id} if cert.proposed_by_id else set()
+    notifications.tell(
+        kind=kind,
+        key=key,
+        recipients=notifications.team_people(cert.workload.team_id, leads_only=True) | proposer,
+        title=f"{cert.configuration} for workload {cert.workload.name} {what}",
+        body=body,
+        url=_url(cert.workload),
+        exclude=actor,
+        at=at,
+    )
+
+
 def _lock(cert: Certification | int) -> Certification:
     cert_id = cert.pk if isinstance(cert, Certification) else cert
     found = (
@@ -316,16 +348,13 @@ def certification_decide(
             before,
             clean_note,
         )
-        notifications.tell(
-            kind=NotificationKind.CERTIFICATION_DECIDED,
+        _tell_leads(
+            cert,
+            NotificationKind.CERTIFICATION_DECIDED,
+            f"was {cert.state} by {actor.get_username()}",
             key=f"certification.{cert.state}:{cert.pk}",
-            recipients=notifications.team_people(cert.workload.team_id, leads_only=True)
-            | ({cert.proposed_by_id} if cert.proposed_by_id else set()),
-            title=f"{cert.configuration} for workload {cert.workload.name} was {cert.state} "
-            f"by {actor.get_username()}",
             body=clean_note,
-            url=_url(cert.workload),
-            exclude=actor,
+            actor=actor,
             at=now,
         )
     return cert
@@ -368,15 +397,13 @@ def certification_revoke(
         cert.revoke_reason = clean_reason
         cert.save()
         _audit(AuditEvent.CERTIFICATION_REVOKED, actor, cert, before, clean_reason)
-        notifications.tell(
-            kind=NotificationKind.CERTIFICATION_DECIDED,
+        _tell_leads(
+            cert,
+            NotificationKind.CERTIFICATION_DECIDED,
+            f"was revoked by {actor.get_username()}",
             key=f"certification.revoked:{cert.pk}",
-            recipients=notifications.team_people(cert.workload.team_id, leads_only=True),
-            title=f"{cert.configuration} for workload {cert.workload.name} was revoked by "
-            f"{actor.get_username()}",
             body=clean_reason,
-            url=_url(cert.workload),
-            exclude=actor,
+            actor=actor,
             at=now,
         )
     return cert
@@ -396,13 +423,12 @@ def certifications_remind(*, now: datetime | None = None) -> int:
     count = 0
     for cert in due:
         with transaction.atomic():
-            notifications.tell(
-                kind=NotificationKind.CERTIFICATION_EXPIRING,
+            _tell_leads(
+                cert,
+                NotificationKind.CERTIFICATION_EXPIRING,
+                f"expires on {cert.expires_at:%Y-%m-%d %H:%M} UTC: benchmark it again and "
+                "propose it anew",
                 key=f"certification.expiring:{cert.pk}",
-                recipients=notifications.team_people(cert.workload.team_id, leads_only=True),
-                title=f"{cert.configuration} for workload {cert.workload.name} expires on "
-                f"{cert.expires_at:%Y-%m-%d %H:%M} UTC: benchmark it again and propose it anew",
-                url=_url(cert.workload),
                 at=now,
             )
             Certification.objects.filter(pk=cert.pk).update(reminded_at=now)
@@ -420,13 +446,6 @@ def certified_for(workload_id: int, now: datetime) -> Mapping[ConfigurationKey, 
         ).select_related("instance_type", "plan")
         if cert.in_force(now)
     }
-
-
-def preference_key(pref: Mapping[str, Any]) -> ConfigurationKey:
-    """A resolved preference's configuration, keyed as ``Certification.key``."""
-    if pref.get("plan"):
-        return ("plan", str(pref["plan"]), int(pref.get("count") or 0))
-    return ("type", str(pref.get("instance_type")), int(pref.get("count") or 0))
 
 
 def certifications_drift_check(*, now: datetime | None = None) -> int:
@@ -447,14 +466,12 @@ def certifications_drift_check(*, now: datetime | None = None) -> int:
         if figure["drifting"] and cert.drifting_since is None:
             with transaction.atomic():
                 Certification.objects.filter(pk=cert.pk).update(drifting_since=now)
-                notifications.tell(
-                    kind=NotificationKind.CERTIFICATION_DRIFT,
+                _tell_leads(
+                    cert,
+                    NotificationKind.CERTIFICATION_DRIFT,
+                    f"drifts: its runs take {figure['p50']:.2f}x the certified time (p50 "
+                    f"over {figure['runs']} runs)",
                     key=f"certification.drift:{cert.pk}:{now.isoformat()}",
-                    recipients=notifications.team_people(cert.workload.team_id, leads_only=True),
-                    title=f"{cert.configuration} for workload {cert.workload.name} drifts: its "
-                    f"runs take {figure['p50']:.2f}x the certified time (p50 over "
-                    f"{figure['runs']} runs)",
-                    url=_url(cert.workload),
                     at=now,
                 )
             started += 1

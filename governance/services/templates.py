@@ -22,7 +22,7 @@ from governance.models import (
     TemplateEntry,
     Workload,
 )
-from governance.models.certifications import key_text
+from governance.models.certifications import key_text, preference_key
 from governance.models.jobs import MAX_PREFERENCES
 from governance.roles import AnyUser
 from governance.services import audit, limits
@@ -104,16 +104,8 @@ def _clean_entries(
 def _clean_cost(errors: Errors, value: Any) -> Decimal | None:
     if value is None or value == "":
         return None
-    try:
-        amount = Decimal(str(value)) if not isinstance(value, bool) else None
-    except ArithmeticError:
-        amount = None
-    if (
-        amount is None
-        or not amount.is_finite()
-        or not Decimal(0) <= amount <= MAX_COST
-        or amount != amount.quantize(Decimal("0.01"))
-    ):
+    amount = cert_services.cents(value, MAX_COST)
+    if amount is None:
         errors.add("max_cost", f"Empty or an amount from 0 to {MAX_COST}, at most 2 decimals.")
         return None
     return amount
@@ -279,7 +271,7 @@ def check_certified(
     for index, pref in enumerate(resolved):
         if not is_int(pref.get("count")):
             continue
-        key = cert_services.preference_key(pref)
+        key = preference_key(pref)
         if key not in in_force:
             errors.add(
                 "preferences",

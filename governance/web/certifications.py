@@ -5,6 +5,7 @@ is revoked; and the page where a lead builds the workload's preference template.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -129,19 +130,18 @@ def _certification(cert_id: int) -> Certification:
     return cert
 
 
-@login_required
-@require_POST
-def certification_decide(request: HttpRequest, cert_id: int) -> HttpResponse:
+def _act_on(
+    request: HttpRequest,
+    cert_id: int,
+    form: DecideForm | RevokeForm,
+    act: Callable[[Certification, dict[str, Any]], Certification],
+) -> HttpResponse:
+    """A decision or revocation: done, back to the workload's configurations; refused,
+    the workload page again with the form's problems beside that configuration."""
     cert = _certification(cert_id)
-    form = DecideForm(request.POST)
     if form.is_valid():
         try:
-            cert = cert_services.certification_decide(
-                actor=request.user,
-                certification=cert,
-                certify=form.cleaned_data["decision"] == "certify",
-                note=form.cleaned_data.get("note") or "",
-            )
+            cert = act(cert, form.cleaned_data)
         except ServiceError as exc:
             apply_service_errors(form, exc)
             return _detail(request, cert.workload, exc.status, failed=(cert.pk, form))
@@ -152,20 +152,31 @@ def certification_decide(request: HttpRequest, cert_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
+def certification_decide(request: HttpRequest, cert_id: int) -> HttpResponse:
+    return _act_on(
+        request,
+        cert_id,
+        DecideForm(request.POST),
+        lambda cert, data: cert_services.certification_decide(
+            actor=request.user,
+            certification=cert,
+            certify=data["decision"] == "certify",
+            note=data.get("note") or "",
+        ),
+    )
+
+
+@login_required
+@require_POST
 def certification_revoke(request: HttpRequest, cert_id: int) -> HttpResponse:
-    cert = _certification(cert_id)
-    form = RevokeForm(request.POST)
-    if form.is_valid():
-        try:
-            cert = cert_services.certification_revoke(
-                actor=request.user, certification=cert, reason=form.cleaned_data.get("reason")
-            )
-        except ServiceError as exc:
-            apply_service_errors(form, exc)
-            return _detail(request, cert.workload, exc.status, failed=(cert.pk, form))
-        messages.success(request, f"{cert.configuration} revoked.")
-        return redirect(f"/workloads/{cert.workload_id}/#configurations")
-    return _detail(request, cert.workload, 400, failed=(cert.pk, form))
+    return _act_on(
+        request,
+        cert_id,
+        RevokeForm(request.POST),
+        lambda cert, data: cert_services.certification_revoke(
+            actor=request.user, certification=cert, reason=data.get("reason")
+        ),
+    )
 
 
 @login_required

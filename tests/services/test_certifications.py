@@ -140,7 +140,7 @@ def test_expiry_by_time_the_setting_and_one_reminder_before_it(world, settings):
     assert svc.certifications_remind(now=nearly) == 1
     assert svc.certifications_remind(now=nearly + timedelta(hours=1)) == 0
     reminders = Notification.objects.filter(kind="certification_expiring")
-    assert [n.recipient.username for n in reminders] == ["red_lead"]
+    assert [n.recipient.username for n in reminders] == ["red_lead"]  # who proposed it too
     later = cert.expires_at + timedelta(seconds=1)
     assert not cert.in_force(later) and cert.status(later) == "expired"
     assert svc.certified_for(world.workload.pk, later) == {}

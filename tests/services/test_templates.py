@@ -153,3 +153,17 @@ def test_only_an_admin_overrides_a_certified_only_share_with_a_reason_audited(wo
     assert job.certification_override == "urgent fix"
     entry = AuditEntry.objects.get(event_type=AuditEvent.JOB_CERTIFICATION_OVERRIDDEN)
     assert entry.actor == world.admin and entry.reason == "urgent fix" and entry.job_id == job.pk
+
+
+def test_a_lead_asks_for_certified_only_with_a_change_request_and_an_admin_approves(world):
+    from governance.services import change_requests
+
+    cr = change_requests.change_request_file(
+        actor=world.red_lead,
+        share=world.red_share,
+        changes={"certified_only": True},
+        justification="Only benchmarked configurations from now on.",
+    )
+    change_requests.change_request_approve(actor=world.admin, request=cr, note="agreed")
+    world.red_share.refresh_from_db()
+    assert world.red_share.certified_only is True

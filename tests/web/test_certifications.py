@@ -129,9 +129,47 @@ def test_a_lead_builds_a_template_and_a_job_by_workload_alone_shows_its_entry(wo
     assert "runs on template entry 1 (preference 1): fastest" in page
 
 
-def test_the_share_editor_sets_certified_only(world):
+def test_the_share_editor_previews_and_saves_certified_only(world):
+    from tests.factories import make_job
+
+    fast = certified(world, instance_type=P4, count=1)
+    make_job(world.red_share, world.red_member, name="no-workload")
+    make_job(
+        world.red_share,
+        world.red_member,
+        name="odd-config",
+        workload=world.workload,
+        preferences=[{"instance_type": P4, "count": 1}, {"instance_type": G5, "count": 2}],
+    )
+    make_job(
+        world.red_share,
+        world.red_member,
+        name="fine",
+        workload=world.workload,
+        preferences=[{"instance_type": P4, "count": fast.count}],
+    )
     admin = signed_in(world.admin)
-    page = admin.get(f"/shares/{world.red_share.pk}/edit/").content.decode()
-    assert 'name="certified_only"' in page
-    detail = admin.get(f"/shares/{world.red_share.pk}/").content.decode()
-    assert "any the share's limits allow" in detail
+    url = f"/shares/{world.red_share.pk}/"
+    assert 'name="certified_only"' in admin.get(url + "edit/").content.decode()
+    form = {
+        "version": world.red_share.version,
+        "policy": world.red_share.policy,
+        "borrow_limit": "",
+        "preemption_retries": "",
+        "limit_type_0": G5,
+        "limit_count_0": 2,
+        "limit_type_1": P4,
+        "limit_count_1": 1,
+        "enabled": "on",
+        "certified_only": "on",
+        "reason": "benchmarked work only",
+    }
+    preview = admin.post(url + "preview/", form).content.decode()
+    assert "Certified configurations only" in preview
+    assert "no-workload</a>: names no workload" in preview
+    assert "odd-config</a>: ml.g5.xlarge x2 not certified for vision/detector-finetune" in preview
+    assert "fine</a>" not in preview
+    assert admin.post(url + "edit/", form).status_code == 302
+    world.red_share.refresh_from_db()
+    assert world.red_share.certified_only is True
+    assert "certified only" in admin.get(url).content.decode()
