@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from governance.models.capacity import InstanceType
 from governance.models.plans import CapacityPlan
@@ -120,6 +121,11 @@ class Certification(models.Model):
         return self.state == CertificationState.CERTIFIED and (
             self.expires_at is None or self.expires_at > now
         )
+
+    @property
+    def status_now(self) -> str:
+        """``status`` at this moment, for the pages."""
+        return self.status(timezone.now())
 
     def status(self, now: datetime) -> str:
         """The state as people read it: ``expired`` for a certified one past its expiry."""

@@ -173,3 +173,44 @@ def test_the_share_editor_previews_and_saves_certified_only(world):
     world.red_share.refresh_from_db()
     assert world.red_share.certified_only is True
     assert "certified only" in admin.get(url).content.decode()
+
+
+def test_an_expired_entry_is_skipped_with_a_warning_on_the_job_form(world):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from governance.services import templates
+
+    fast = certified(world, instance_type=P4, count=1, runtime=1800)
+    slow = certified(world, instance_type=G5, count=2, runtime=3600)
+    templates.template_set(
+        actor=world.red_lead,
+        workload=world.workload,
+        entries=[
+            {"certification": fast.pk, "reason": "fastest"},
+            {"certification": slow.pk, "reason": "fallback"},
+        ],
+    )
+    Certification.objects.filter(pk=fast.pk).update(expires_at=timezone.now() - timedelta(days=1))
+    member = signed_in(world.red_member)
+    answer = member.post(
+        "/jobs/new/",
+        {
+            "share": str(world.red_share.pk),
+            "name": "after-expiry",
+            "kind": "training",
+            "priority": "0",
+            "workload": str(world.workload.pk),
+            "deadline_zone": "UTC",
+        },
+        follow=True,
+    )
+    text = answer.content.decode()
+    assert "Template entry 1 (ml.p4d.24xlarge x1) was skipped: its certification expired on" in text
+    assert "entry 1 (ml.p4d.24xlarge x1) skipped: expired on" in text
+    assert Job.objects.get(name="after-expiry").preferences == [
+        {"instance_type": G5, "count": 2, "runtime": 3600}
+    ]
+    page = member.get(f"/workloads/{world.workload.pk}/").content.decode()
+    assert "cert-expired" in page
