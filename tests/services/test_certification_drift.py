@@ -142,3 +142,26 @@ def test_the_signal_from_a_recording_by_hand():
         "runs": 2,
         "drifting": False,
     }
+
+
+def test_the_signal_in_the_api_and_on_the_signals_page(world):
+    from django.test import Client
+    from rest_framework.test import APIClient
+
+    now = timezone.now()
+    for i, seconds in enumerate(RUNS):
+        run(world, seconds, ended=now - timedelta(hours=i + 1))
+    window = {
+        "queue": world.red_share.queue_id,
+        "from": (now - timedelta(days=1)).isoformat(),
+        "to": now.isoformat(),
+    }
+    api = APIClient()
+    api.force_authenticate(world.red_lead)
+    body = api.get("/api/signals/", window).json()
+    [row] = body["queue"]["certification_drift"]
+    assert (row["configuration"], row["runs"], row["drifting"]) == ("ml.g5.xlarge x2", 6, True)
+    page = Client()
+    page.force_login(world.red_lead)
+    html = page.get("/signals/", window).content.decode()
+    assert "vision/detector-finetune ml.g5.xlarge x2: 1.35x / 1.50x (6 runs, drifting)" in html
