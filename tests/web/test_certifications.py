@@ -214,3 +214,26 @@ def test_an_expired_entry_is_skipped_with_a_warning_on_the_job_form(world):
     ]
     page = member.get(f"/workloads/{world.workload.pk}/").content.decode()
     assert "cert-expired" in page
+
+
+def test_an_admin_overrides_a_certified_only_share_on_the_job_form(world):
+    world.red_share.certified_only = True
+    world.red_share.save()
+    form = {
+        "share": str(world.red_share.pk),
+        "name": "override",
+        "kind": "training",
+        "priority": "0",
+        "workload": str(world.workload.pk),
+        "deadline_zone": "UTC",
+        "pref_type_0": G5,
+        "pref_count_0": "1",
+        "certification_override": "incident fix",
+    }
+    refused = signed_in(world.red_member).post("/jobs/new/", form)
+    assert refused.status_code == 400
+    text = refused.content.decode()
+    assert "Only admins may override" in text
+    assert "Preference 1: ml.g5.xlarge x1 is not certified for vision/detector-finetune" in text
+    assert signed_in(world.admin).post("/jobs/new/", form).status_code == 302
+    assert Job.objects.get(name="override").certification_override == "incident fix"
