@@ -111,11 +111,11 @@ def test_a_job_by_workload_alone_runs_on_its_certified_fallback(
 
     reviewer = sign_in("reviewer")
     reviewer.goto(f"/workloads/{w.workload.pk}/")
-    two = reviewer.locator(f'tr[data-configuration="{G5} x2"]')
+    two = reviewer.locator(f'tr[data-actions="{G5} x2"]')
     two.locator('input[name="note"]').fill("benchmark with the production image")
     two.get_by_role("button", name="Certify").click()
     expect(reviewer.locator(f'tr[data-configuration="{G5} x2"]')).to_contain_text("certified")
-    one = reviewer.locator(f'tr[data-configuration="{G5} x1"]')
+    one = reviewer.locator(f'tr[data-actions="{G5} x1"]')
     one.locator('input[name="note"]').fill("no evaluation run")
     one.get_by_role("button", name="Reject").click()
     expect(reviewer.locator(f'tr[data-configuration="{G5} x1"]')).to_contain_text("rejected")

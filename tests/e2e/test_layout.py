@@ -268,6 +268,7 @@ def _every_page() -> list[tuple[str, str]]:
         PriorityException,
         Team,
         WhatIf,
+        Workload,
     )
 
     queue = JobQueue.objects.get(name="gpu-fleet")
@@ -283,6 +284,7 @@ def _every_page() -> list[tuple[str, str]]:
         "type": InstanceType.objects.order_by("pk").first().pk,
         "user": get_user_model().objects.get(username="lead-vision").pk,
         "whatif": WhatIf.objects.get().pk,
+        "workload": Workload.objects.get(name="language/finetune").pk,
     }
     return [
         ("admin", "/"),
@@ -325,6 +327,9 @@ def _every_page() -> list[tuple[str, str]]:
         ("admin", "/admin/users/new/"),
         ("admin", f"/admin/users/{ids['user']}/"),
         ("admin", "/docs/admin-guide/"),
+        # certified configurations side by side, and the template builder
+        ("reviewer", f"/workloads/{ids['workload']}/"),
+        ("lead-language", f"/workloads/{ids['workload']}/template/"),
     ]
 
 
