@@ -9,7 +9,7 @@ was certified, actual run time over the certified one. Filters: ``workload``, ``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import django_filters
 from django.db.models import QuerySet
@@ -102,7 +102,11 @@ class CertificationSerializer(serializers.ModelSerializer):
     def get_drift(self, cert: Certification) -> dict[str, Any] | None:
         if cert.state == CertificationState.PROPOSED:
             return None
-        return cert_selectors.drift_of(cert, cert_selectors.completed_runs(cert.workload_id))
+        # A page lists many configurations of few workloads: read each one's runs once.
+        runs = cast(dict[str, Any], self.context).setdefault("runs_by_workload", {})
+        if cert.workload_id not in runs:
+            runs[cert.workload_id] = cert_selectors.completed_runs(cert.workload_id)
+        return cert_selectors.drift_of(cert, runs[cert.workload_id])
 
 
 class CertificationProposeSerializer(serializers.Serializer):

@@ -123,3 +123,15 @@ def test_bad_input_is_a_400_naming_the_field_never_a_500(world):
     )
     assert template.status_code == 400
     assert lead.get("/api/workloads/999999/template/").status_code == 404
+
+
+def test_the_list_reads_each_workloads_runs_once(world, django_assert_max_num_queries):
+    from tests.certification_world import certified
+
+    for count in range(1, 7):
+        certified(world, count=count)
+    reader = client_for(world.outsider)
+    reader.get("/api/certifications/")  # warm the session and permission reads
+    with django_assert_max_num_queries(12):
+        body = reader.get("/api/certifications/").json()
+    assert body["count"] == 6 and all(c["drift"]["runs"] == 0 for c in body["results"])
