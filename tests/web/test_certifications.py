@@ -237,3 +237,27 @@ def test_an_admin_overrides_a_certified_only_share_on_the_job_form(world):
     assert "Preference 1: ml.g5.xlarge x1 is not certified for vision/detector-finetune" in text
     assert signed_in(world.admin).post("/jobs/new/", form).status_code == 302
     assert Job.objects.get(name="override").certification_override == "incident fix"
+
+
+def test_a_lead_asks_for_certified_only_on_the_change_request_form(world):
+    from governance.models import ShareChangeRequest
+
+    lead = signed_in(world.red_lead)
+    url = f"/shares/{world.red_share.pk}/request/"
+    assert 'name="certified_only"' in lead.get(url).content.decode()
+    filed = lead.post(
+        url,
+        {
+            "policy": world.red_share.policy,
+            "borrow_limit": "",
+            "preemption_retries": "",
+            "limit_type_0": G5,
+            "limit_count_0": 2,
+            "limit_type_1": P4,
+            "limit_count_1": 1,
+            "certified_only": "on",
+            "justification": "Only benchmarked configurations from now on.",
+        },
+    )
+    assert filed.status_code == 302
+    assert ShareChangeRequest.objects.get().proposed == {"certified_only": True}
