@@ -513,16 +513,9 @@ def job_submit(
             else []
         )
         override = _check_override(errors, actor, share_obj, certification_override)
-        if (
-            share_obj.certified_only
-            and not override
-            and not errors.fields()
-            & {
-                "preferences",
-                "count",
-                "workload",
-            }
-        ):
+        # The certified-only rule judges a list that parsed, of a workload that exists.
+        unjudged = errors.fields() & {"preferences", "count", "workload"}
+        if share_obj.certified_only and not override and not unjudged:
             template_services.check_certified(
                 errors,
                 share_name=share_obj.name,
