@@ -282,7 +282,7 @@ def load(data_dir: Path | None = None) -> list[str]:
     _jobs_and_exceptions(admin, reviewer, leads, members, background, fleet_shares)
     _lending_pool(admin, leads, team_objs)
     _workloads(admin, team_objs)
-    demo_certifications.load_certifications(admin, leads, members, fleet)
+    demo_certifications.load_certifications(admin, leads, fleet)
 
     roles = [
         ("admin", "admin: edits queues, shares and priority bands"),

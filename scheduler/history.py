@@ -449,11 +449,16 @@ def _export(
         "actions": actions,
         "until": length - 1,
     }
-    return {
+    exported: dict[str, Any] = {
         "scenario": scenario,
         "recorded": {"events": [event for _, _, event in recorded], "jobs": job_rows},
         "teams": {name: team for name, team, _ in shares.values()},
     }
+    certified = certified_runtimes([row["id"] for row in rows])
+    if certified:
+        # what certification_drift reads (docs/signals.md): only when a job names one
+        exported["certified"] = certified
+    return exported
 
 
 RUN_STATES = {
@@ -616,7 +621,7 @@ def signals_window(
         teams=exported["teams"],
         audit=policy_entries(queue, start, stop, origin=origin),
         end=max(lo, min(hi, _ms(now) - t0)),
-        certified=certified_runtimes([int(j["id"]) for j in exported["scenario"]["jobs"]]),
+        certified=exported.get("certified"),
     )
     return SignalsWindow(recording, lo, hi)
 

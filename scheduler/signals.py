@@ -965,11 +965,14 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 
 def file_recording(data: Mapping[str, Any]) -> Recording:
-    """The recording of a history file (``{"scenario", "recorded", "teams"}``; an older
+    """The recording of a history file (``{"scenario", "recorded", "teams"}``, and
+    ``certified`` for ``certification_drift`` when its jobs name workloads; an older
     file's ``recorded`` may be the bare list of events)."""
     recorded = data["recorded"]
     events = recorded["events"] if isinstance(recorded, Mapping) else recorded
-    return Recording(data["scenario"], events, data.get("teams") or {})
+    return Recording(
+        data["scenario"], events, data.get("teams") or {}, certified=data.get("certified")
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
