@@ -26,6 +26,20 @@ def signed_in(user) -> Client:
     return client
 
 
+def certified_only_form(world) -> dict[str, object]:
+    """The red share's settings as the share forms post them, with certified-only on."""
+    return {
+        "policy": world.red_share.policy,
+        "borrow_limit": "",
+        "preemption_retries": "",
+        "limit_type_0": G5,
+        "limit_count_0": 2,
+        "limit_type_1": P4,
+        "limit_count_1": 1,
+        "certified_only": "on",
+    }
+
+
 def test_a_lead_proposes_on_the_workload_page_every_problem_at_once(world):
     lead = signed_in(world.red_lead)
     url = f"/workloads/{world.workload.pk}/"
@@ -152,16 +166,9 @@ def test_the_share_editor_previews_and_saves_certified_only(world):
     url = f"/shares/{world.red_share.pk}/"
     assert 'name="certified_only"' in admin.get(url + "edit/").content.decode()
     form = {
+        **certified_only_form(world),
         "version": world.red_share.version,
-        "policy": world.red_share.policy,
-        "borrow_limit": "",
-        "preemption_retries": "",
-        "limit_type_0": G5,
-        "limit_count_0": 2,
-        "limit_type_1": P4,
-        "limit_count_1": 1,
         "enabled": "on",
-        "certified_only": "on",
         "reason": "benchmarked work only",
     }
     preview = admin.post(url + "preview/", form).content.decode()
@@ -248,14 +255,7 @@ def test_a_lead_asks_for_certified_only_on_the_change_request_form(world):
     filed = lead.post(
         url,
         {
-            "policy": world.red_share.policy,
-            "borrow_limit": "",
-            "preemption_retries": "",
-            "limit_type_0": G5,
-            "limit_count_0": 2,
-            "limit_type_1": P4,
-            "limit_count_1": 1,
-            "certified_only": "on",
+            **certified_only_form(world),
             "justification": "Only benchmarked configurations from now on.",
         },
     )
