@@ -19,6 +19,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from governance import demo_certifications
 from governance.models import JobQueue, Share, Team, Workload
 from governance.roles import ADMIN_GROUP, AGENT_GROUP, REVIEWER_GROUP
 from governance.services import (
@@ -283,6 +284,7 @@ def load(data_dir: Path | None = None) -> list[str]:
     _lending_pool(admin, leads, team_objs)
     _workloads(admin, team_objs)
     _recovery_and_decision(admin, team_objs, fleet_shares)
+    demo_certifications.load_certifications(admin, leads, fleet)
 
     roles = [
         ("admin", "admin: edits queues, shares and priority bands"),

@@ -620,3 +620,7 @@ LOGGING = {
     # django-axes logs every failed sign-in at INFO; its lockouts are WARNINGs.
     "loggers": {"axes": {"level": "WARNING"}},
 }
+# Certified configurations (docs/workloads.md#certified-configurations): how long a
+# certification holds, and how many days before its end the team's leads are reminded.
+CERTIFICATION_VALID_DAYS = env_int("CERTIFICATION_VALID_DAYS", 180)
+CERTIFICATION_REMINDER_DAYS = env_int("CERTIFICATION_REMINDER_DAYS", 14)

@@ -7,7 +7,14 @@ from datetime import UTC, datetime
 from celery import shared_task
 from django.utils import timezone
 
-from governance.services import audit, decisions, idempotency, notifications, promises
+from governance.services import (
+    audit,
+    certifications,
+    decisions,
+    idempotency,
+    notifications,
+    promises,
+)
 
 
 @shared_task(ignore_result=True)
@@ -18,10 +25,13 @@ def deliver_notifications(ids: list[int]) -> int:
 
 @shared_task(ignore_result=True)
 def notifications_sweep() -> int:
-    """Beat: what a lost task left undelivered, agreements whose review date came, and
-    open decisions whose due time is near or came."""
+    """Beat: what a lost task left undelivered, agreements whose review date came, open
+    decisions whose due time is near or came, and certifications that expire soon or whose
+    runs started to drift."""
     notifications.agreements_due()
     decisions.decisions_remind()
+    certifications.certifications_remind()
+    certifications.certifications_drift_check()
     return notifications.deliver_due()
 
 

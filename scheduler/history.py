@@ -464,13 +464,20 @@ def _export(
         "actions": actions,
         "until": length - 1,
     }
-    return {
+    exported: dict[str, Any] = {
         "scenario": scenario,
         "recorded": {"events": [event for _, _, event in recorded], "jobs": job_rows},
         "teams": {name: team for name, team, _ in shares.values()},
         "decisions": decision_entries(queue, start, stop),
         "recovery": {"required": sorted(strict_shares), "unverified": unverified},
     }
+    certified = certified_runtimes(
+        {row["id"]: row["workload_id"] for row in rows if row["workload_id"] is not None}
+    )
+    if certified:
+        # what certification_drift reads (docs/signals.md): only when a job names one
+        exported["certified"] = certified
+    return exported
 
 
 RUN_STATES = {
@@ -559,6 +566,7 @@ def _job_rows(
         "preemptible": "j.preemptible",
         "deadline_us": _epoch_us("j.deadline"),
         "max_cost": "j.max_cost::float8",
+        "workload_id": "j.workload_id",
         "workload__recovery_status": "w.recovery_status",
     }
     rest = (
@@ -764,8 +772,31 @@ def signals_window(
         audit=policy_entries(queue, start, stop, origin=origin),
         end=max(lo, min(hi, _ms(now) - t0)),
         decisions=decision_entries(queue, start, stop, origin=origin),
+        certified=exported.get("certified"),
     )
     return SignalsWindow(recording, lo, hi)
+
+
+def certified_runtimes(workloads: dict[int, int]) -> dict[str, dict[str, Any]]:
+    """For ``certification_drift`` (docs/signals.md): per job naming a workload (``workloads``:
+    job id -> workload id), the workload's name and the certified run time (ms) of each of
+    its certified configurations, keyed as the recording's ``admitted`` events name them."""
+    from governance.models import Certification, CertificationState
+
+    if not workloads:
+        return {}
+    configs: dict[int, dict[str, int]] = defaultdict(dict)
+    names: dict[int, str] = {}
+    for cert in Certification.objects.filter(
+        workload_id__in=set(workloads.values()), state=CertificationState.CERTIFIED
+    ).select_related("workload", "instance_type", "plan"):
+        configs[cert.workload_id][cert.configuration] = cert.runtime * MS
+        names[cert.workload_id] = cert.workload.name
+    return {
+        str(job_id): {"workload": names[workload_id], "configurations": configs[workload_id]}
+        for job_id, workload_id in workloads.items()
+        if workload_id in configs
+    }
 
 
 def window_signals(

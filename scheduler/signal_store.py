@@ -27,6 +27,7 @@ from django.db.models import Max, Q
 from governance.models import (
     AuditEntry,
     CapacityPlan,
+    Certification,
     InstanceType,
     Job,
     JobEvent,
@@ -56,7 +57,8 @@ def _newest() -> tuple[int, int, int]:
 def shape(queue: JobQueue) -> str:
     """A digest of what an answer names and prices by: the queue's shares with their
     teams, every instance type's name, speed and price, the queue's capacity plans, and
-    the paths of the figures the signals compute."""
+    the certifications of its teams' workloads, and the paths of the figures the signals
+    compute."""
     shares = list(
         Share.objects.filter(queue=queue).order_by("id").values_list("id", "name", "team__name")
     )
@@ -72,10 +74,17 @@ def shape(queue: JobQueue) -> str:
         .order_by("id")
         .values_list("id", "name", "start", "end", "count", "hourly_price")
     )
+    # certification_drift prices runs by the certified run times of the teams' workloads
+    certified = list(
+        Certification.objects.filter(workload__team__shares__queue=queue)
+        .order_by("id")
+        .values_list("id", "state", "runtime")
+        .distinct()
+    )
     # the figures the code computes: an answer stored before the signals gained a figure
     # is computed again
     figures = promises.figure_paths()
-    text = json.dumps([shares, types, plans, figures], sort_keys=True, default=str)
+    text = json.dumps([shares, types, plans, certified, figures], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

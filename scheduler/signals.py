@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.engine.drift import drift
+
 FINAL_STATES = {
     "completed": "SUCCEEDED",
     "failed": "FAILED",
@@ -79,6 +81,9 @@ class Recording:
     audit: Sequence[Mapping[str, Any]] | None = None
     end: int | None = None
     decisions: Sequence[Mapping[str, Any]] | None = None
+    # ``certification_drift``: per job naming a workload with certified configurations,
+    # {"workload": name, "configurations": {"ml.g5.xlarge x2": certified run time}}.
+    certified: Mapping[str, Mapping[str, Any]] | None = None
 
 
 def percentile(values: Sequence[float], pct: float) -> float | None:
@@ -656,6 +661,7 @@ def _compute(
         return out
 
     outcomes = deadline_outcomes(recording, start, stop)
+    drift_runs = certified_runs(recording, start, stop)
 
     def figures(members: list[str], team: str | None = None, whole: bool = False) -> dict[str, Any]:
         out = _figures(
@@ -669,6 +675,7 @@ def _compute(
         plans.figures(out, members, unit)
         out["deadlines"] = deadlines_figure(outcomes, members)
         out["decisions"] = decisions_figure(recording, members, start, min(stop, end), unit)
+        out["certification_drift"] = certification_drift_figure(drift_runs, members)
         out["policy_changes"] = policy(members, team, whole)
         return out
 
@@ -888,6 +895,57 @@ def deadline_outcomes(recording: Recording, start: int, stop: int) -> dict[str, 
     return out
 
 
+def certified_runs(
+    recording: Recording, start: int, stop: int
+) -> dict[str, dict[tuple[str, str], list[float]]]:
+    """Per share, per (workload, configuration): the ratios actual / certified run time
+    of the runs completed in ``[start, stop)`` on a certified configuration of their job's
+    workload (actual: the last admission to the completion)."""
+    out: dict[str, dict[tuple[str, str], list[float]]] = defaultdict(lambda: defaultdict(list))
+    certified = recording.certified or {}
+    if not certified:
+        return out
+    shares = {str(raw["id"]): raw["share"] for raw in recording.scenario["jobs"]}
+    admitted: dict[str, Mapping[str, Any]] = {}
+    for event in recording.events:
+        job = str(event["job"])
+        if event["type"] == "admitted":
+            admitted[job] = event
+            continue
+        if event["type"] != "completed" or job not in certified or job not in admitted:
+            continue
+        if not start <= int(event["at"]) < stop:
+            continue
+        admission = admitted[job]
+        name = admission.get("plan") or admission.get("instance_type")
+        configuration = (
+            f"plan {name} x{admission['count']}"
+            if admission.get("plan")
+            else f"{name} x{admission['count']}"
+        )
+        runtime = certified[job]["configurations"].get(configuration)
+        if runtime:
+            key = (certified[job]["workload"], configuration)
+            out[shares[job]][key].append((int(event["at"]) - int(admission["at"])) / runtime)
+    return out
+
+
+def certification_drift_figure(
+    runs: Mapping[str, Mapping[tuple[str, str], list[float]]], members: list[str]
+) -> list[dict[str, Any]]:
+    """``certification_drift`` of a group of shares: per workload and certified
+    configuration, {workload, configuration, p50, p90, runs, drifting} of the ratios
+    actual / certified run time (scheduler/engine/drift.py)."""
+    merged: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for share in members:
+        for key, ratios in runs.get(share, {}).items():
+            merged[key].extend(ratios)
+    return [
+        {"workload": workload, "configuration": configuration, **drift(ratios, 1.0)}
+        for (workload, configuration), ratios in sorted(merged.items())
+    ]
+
+
 def deadlines_figure(outcomes: Mapping[str, Counter[str]], members: list[str]) -> dict[str, Any]:
     """``deadlines`` of a group of shares: {met, late, timed_out, rate}, rate = met /
     (met + late + timed_out) (None when no job counts)."""
@@ -952,12 +1010,16 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 def file_recording(data: Mapping[str, Any]) -> Recording:
     """The recording of a history file (``{"scenario", "recorded", "teams"}``, and the
-    ``decisions`` an export carries; an older file's ``recorded`` may be the bare list of
-    events, and without ``decisions`` that signal is null)."""
+    ``decisions`` and ``certified`` an export carries; an older file's ``recorded`` may be
+    the bare list of events, and without ``decisions`` that signal is null)."""
     recorded = data["recorded"]
     events = recorded["events"] if isinstance(recorded, Mapping) else recorded
     return Recording(
-        data["scenario"], events, data.get("teams") or {}, decisions=data.get("decisions")
+        data["scenario"],
+        events,
+        data.get("teams") or {},
+        decisions=data.get("decisions"),
+        certified=data.get("certified"),
     )
 
 

@@ -45,7 +45,7 @@ class PreviewField(serializers.JSONField):
         "type": "object",
         "description": "Share fields as PATCH /api/shares/{id}/ takes them: `limits`, "
         "`policy`, `borrow_limit`, `in_share_preemption`, `preemption_retries`, "
-        "`borrow_requires_verified_recovery`.",
+        "`borrow_requires_verified_recovery`, `certified_only`.",
         "example": {"limits": {"ml.g5.xlarge": 6}},
     }
 )

@@ -128,6 +128,14 @@ class JobSerializer(serializers.ModelSerializer):
         "more are not eligible (docs/scheduling.md#deadline-and-budget)",
     )
 
+    template = serializers.JSONField(
+        read_only=True,
+        help_text="when the preferences came from the workload's template "
+        '(docs/workloads.md#preference-templates): {"entries": [{"position", '
+        '"certification", "reason"}] in the order of preferences, "skipped": [{"position", '
+        '"configuration", "why"}]}; {} otherwise',
+    )
+
     class Meta:
         model = Job
         fields = [
@@ -148,6 +156,8 @@ class JobSerializer(serializers.ModelSerializer):
             "deadline",
             "max_cost",
             "workload",
+            "template",
+            "certification_override",
             "output_valid",
             "state",
             "instance_type",
@@ -223,7 +233,11 @@ class JobSubmitSerializer(serializers.Serializer):
     name = serializers.CharField(allow_blank=True)
     kind = serializers.CharField(required=False, default=JobKind.TRAINING)
     priority = serializers.IntegerField(required=False, default=0)
-    preferences = serializers.JSONField()
+    preferences = serializers.JSONField(
+        required=False,
+        default=None,
+        help_text="omit (or []) with a workload: its preference template is taken",
+    )
     count = serializers.IntegerField(required=False, allow_null=True, default=None)
     max_pending = serializers.IntegerField(required=False, allow_null=True, default=None)
     checkpoint_interval = serializers.IntegerField(required=False, allow_null=True, default=None)
@@ -260,6 +274,12 @@ class JobSubmitSerializer(serializers.Serializer):
         default=None,
         help_text="id of a workload of the share's team (docs/workloads.md); a protected "
         "one makes the job never borrow and never an in-share victim",
+    )
+    certification_override = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="admins: the reason to run uncertified preferences in a certified-only share",
     )
     program = serializers.JSONField(
         required=False,
@@ -344,6 +364,7 @@ class JobViewSet(
                 deadline=data["deadline"],
                 max_cost=data["max_cost"],
                 workload=data["workload"],
+                certification_override=data["certification_override"],
             ),
         )
         # Built from what the service returned (the job, its share and team, the

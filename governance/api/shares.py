@@ -57,6 +57,7 @@ class ShareSerializer(serializers.ModelSerializer):
             "preemption_retries",
             "enabled",
             "borrow_requires_verified_recovery",
+            "certified_only",
             "version",
         ]
 
@@ -81,6 +82,11 @@ class ShareWriteSerializer(serializers.Serializer):
         required=False,
         help_text="jobs of workloads whose recovery is not verified, and jobs naming none, "
         "never borrow (docs/workloads.md)",
+    )
+    certified_only = serializers.BooleanField(
+        required=False,
+        help_text="its jobs name a workload and every preference is a certified, unexpired "
+        "configuration of it (docs/workloads.md)",
     )
     reason = serializers.CharField(required=False, allow_blank=True)
 
@@ -148,6 +154,7 @@ class ShareViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceView
                 borrow_requires_verified_recovery=data.get(
                     "borrow_requires_verified_recovery", False
                 ),
+                certified_only=data.get("certified_only", False),
                 reason=data.get("reason", ""),
             ),
             partial=False,

@@ -10,6 +10,7 @@ from governance.api.agreements import AgreementViewSet
 from governance.api.audit import AuditEntryViewSet
 from governance.api.auth import ObtainTokenView
 from governance.api.capacity import InstanceTypeViewSet, QueueViewSet
+from governance.api.certifications import CertificationViewSet
 from governance.api.change_requests import ChangeRequestViewSet
 from governance.api.decisions import DecisionViewSet
 from governance.api.exceptions import PriorityExceptionViewSet
@@ -47,6 +48,7 @@ router.register("notifications", NotificationViewSet, basename="notification")
 router.register("plans", PlanViewSet, basename="plan")
 router.register("workloads", WorkloadViewSet, basename="workload")
 router.register("decisions", DecisionViewSet, basename="decision")
+router.register("certifications", CertificationViewSet, basename="certification")
 
 
 agent_urls = [

@@ -12,14 +12,18 @@ from typing import Any
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance.api.common import ERROR_RESPONSES, ServiceViewSet
+from governance.api.common import ERROR_RESPONSES, ServiceViewSet, call_service, path_id
 from governance.models import Interruption, RecoveryChange, Workload
+from governance.selectors import certifications as cert_selectors
 from governance.selectors import workloads as workload_selectors
 from governance.selectors.filters import WorkloadFilter
+from governance.services import templates as template_services
 from governance.services import workloads as workload_services
+from governance.services.errors import NotFound
 
 
 class RecoveryChangeSerializer(serializers.ModelSerializer):
@@ -88,6 +92,57 @@ class WorkloadUpdateSerializer(serializers.Serializer):
     )
 
 
+class TemplateEntrySerializer(serializers.Serializer):
+    position = serializers.IntegerField(read_only=True, help_text="1 is the first choice")
+    certification = serializers.IntegerField(help_text="id of a certified configuration")
+    configuration = serializers.CharField(read_only=True)
+    reason = serializers.CharField(help_text="why it stands in this place")
+
+
+class TemplateSerializer(serializers.Serializer):
+    """A workload's preference template (docs/workloads.md#preference-templates)."""
+
+    entries = TemplateEntrySerializer(many=True)
+    max_pending = serializers.IntegerField(allow_null=True, required=False, default=None)
+    deadline_offset = serializers.IntegerField(
+        allow_null=True, required=False, default=None, help_text="seconds from submission"
+    )
+    max_cost = serializers.DecimalField(
+        max_digits=20, decimal_places=4, allow_null=True, required=False, default=None
+    )
+
+
+class TemplateWriteSerializer(serializers.Serializer):
+    entries = serializers.JSONField(
+        help_text='[{"certification": id, "reason": "why it stands here"}], first choice first'
+    )
+    max_pending = serializers.IntegerField(allow_null=True, required=False, default=None)
+    deadline_offset = serializers.IntegerField(allow_null=True, required=False, default=None)
+    max_cost = serializers.DecimalField(
+        max_digits=20, decimal_places=4, allow_null=True, required=False, default=None
+    )
+
+
+def template_data(workload_id: int) -> dict[str, Any]:
+    template = cert_selectors.template_of(workload_id)
+    if template is None:
+        return {"entries": [], "max_pending": None, "deadline_offset": None, "max_cost": None}
+    return {
+        "entries": [
+            {
+                "position": e.position,
+                "certification": e.certification_id,
+                "configuration": e.certification.configuration,
+                "reason": e.reason,
+            }
+            for e in template.entries.all()
+        ],
+        "max_pending": template.max_pending,
+        "deadline_offset": template.deadline_offset,
+        "max_cost": template.max_cost,
+    }
+
+
 class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceViewSet):
     """Workloads. Everyone signed in reads; a team's leads and admins write."""
 
@@ -134,3 +189,28 @@ class WorkloadViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceV
             partial=True,
         )
         return Response(WorkloadDetailSerializer(workload).data)
+
+    @extend_schema(
+        methods=["GET"], request=None, responses={200: TemplateSerializer, **ERROR_RESPONSES}
+    )
+    @extend_schema(
+        methods=["POST"],
+        request=TemplateWriteSerializer,
+        responses={200: TemplateSerializer, **ERROR_RESPONSES},
+    )
+    @action(detail=True, methods=["get", "post"])
+    def template(self, request: Request, pk: str | None = None) -> Response:
+        """The workload's preference template; POST replaces it (the team's leads,
+        admins): entries name certified, unexpired configurations of the workload."""
+        workload_id = path_id(pk, "workload")
+        if request.method == "POST":
+            call_service(
+                TemplateWriteSerializer,
+                request.data,
+                lambda data: template_services.template_set(
+                    actor=request.user, workload=workload_id, **data
+                ),
+            )
+        elif not workload_selectors.workloads().filter(pk=workload_id).exists():
+            raise NotFound({"detail": [f"No workload with id {workload_id}."]})
+        return Response(TemplateSerializer(template_data(workload_id)).data)

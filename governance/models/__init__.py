@@ -15,6 +15,12 @@ from governance.models.audit import (
     DecisionRule,
 )
 from governance.models.capacity import InstanceType, JobQueue, QueueCapacity
+from governance.models.certifications import (
+    Certification,
+    CertificationState,
+    PreferenceTemplate,
+    TemplateEntry,
+)
 from governance.models.change_requests import ChangeRequestState, ShareChangeRequest
 from governance.models.decisions import Decision, DecisionState
 from governance.models.exceptions import ExceptionState, PriorityException
@@ -50,6 +56,8 @@ __all__ = [
     "AuditEntry",
     "AuditEvent",
     "CapacityPlan",
+    "Certification",
+    "CertificationState",
     "ChangeRequestState",
     "Decision",
     "DecisionRule",
@@ -71,6 +79,7 @@ __all__ = [
     "NotificationPreference",
     "PlanState",
     "Policy",
+    "PreferenceTemplate",
     "PriorityDefinition",
     "PriorityException",
     "Promise",
@@ -90,6 +99,7 @@ __all__ = [
     "SlurmTeamConfig",
     "SlurmTypeConfig",
     "Team",
+    "TemplateEntry",
     "UsageLevel",
     "UsageRollup",
     "WhatIf",

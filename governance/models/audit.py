@@ -92,6 +92,12 @@ class AuditEvent(models.TextChoices):
     DECISION_RESUBMITTED = "decision.resubmitted"
     DECISION_RECLASSIFIED = "decision.reclassified"
     DECISION_CLOSED = "decision.closed"
+    CERTIFICATION_PROPOSED = "certification.proposed"
+    CERTIFICATION_CERTIFIED = "certification.certified"
+    CERTIFICATION_REJECTED = "certification.rejected"
+    CERTIFICATION_REVOKED = "certification.revoked"
+    WORKLOAD_TEMPLATE_CHANGED = "workload.template_changed"
+    JOB_CERTIFICATION_OVERRIDDEN = "job.certification_overridden"
 
 
 GENESIS_HASH = "0" * 64

@@ -17,6 +17,7 @@ REQUESTABLE_FIELDS = (
     "in_share_preemption",
     "preemption_retries",
     "borrow_requires_verified_recovery",
+    "certified_only",
 )
 MAX_JUSTIFICATION = 4000
 MAX_NOTE = 2000

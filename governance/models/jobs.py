@@ -67,6 +67,13 @@ class Job(models.Model):
         on_delete=models.PROTECT,
         related_name="jobs",
     )
+    # Filled from the workload's preference template (docs/workloads.md#preference-templates):
+    # {"entries": [{"position", "certification", "reason"}] in the order of ``preferences``,
+    # "skipped": [{"position", "configuration", "why"}]}; empty when the job gave its own.
+    template = models.JSONField(default=dict, blank=True)
+    # An admin's reason for running it in a certified-only share with uncertified
+    # preferences (audited); empty otherwise.
+    certification_override = models.CharField(max_length=500, blank=True, default="")
     # A resumed run's output: confirmed valid (True) or invalid (False) by the executor's
     # completion report or a lead; null while nobody said.
     output_valid = models.BooleanField(null=True, blank=True)

@@ -26,6 +26,13 @@ class NotificationKind(models.TextChoices):
     DECISION_OPENED = "decision_opened", "A job exhausted its retries: a decision is needed"
     DECISION_DUE_SOON = "decision_due_soon", "An open decision is due soon"
     DECISION_OVERDUE = "decision_overdue", "An open decision is overdue"
+    CERTIFICATION_NEEDS_REVIEW = (
+        "certification_review",
+        "A configuration of a workload needs certifying",
+    )
+    CERTIFICATION_DECIDED = "certification_decided", "A configuration was certified or rejected"
+    CERTIFICATION_EXPIRING = "certification_expiring", "A certified configuration expires soon"
+    CERTIFICATION_DRIFT = "certification_drift", "A certified configuration's runs drift"
 
 
 # By email unless the person says otherwise; job events are frequent, so in the app only.

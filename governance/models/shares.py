@@ -31,6 +31,9 @@ class Share(models.Model):
     enabled = models.BooleanField(default=True)
     # Jobs of workloads whose recovery is not verified (or naming none) may not borrow.
     borrow_requires_verified_recovery = models.BooleanField(default=False)
+    # Its jobs name a workload and every preference is a certified, unexpired
+    # configuration of it (docs/workloads.md#certified-only-shares).
+    certified_only = models.BooleanField(default=False)
     # Optimistic locking: every edit must name the version it read.
     version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -89,6 +89,20 @@ class Links:
         return "/audit/?" + urlencode(query)
 
 
+def _drift_text(figures: dict[str, Any]) -> str:
+    """``certification_drift`` in words: "vision/detector-finetune ml.g5.xlarge x2: 1.40x /
+    1.45x (6 runs, drifting)"; an em dash when no certified run completed."""
+    rows = figures.get("certification_drift") or []
+    return (
+        "; ".join(
+            f"{r['workload']} {r['configuration']}: {r['p50']:.2f}x / {r['p90']:.2f}x "
+            f"({r['runs']} runs{', drifting' if r['drifting'] else ''})"
+            for r in rows
+        )
+        or "—"
+    )
+
+
 def _fmt(value: Any, unit: str = "") -> str:
     if value is None:
         return "—"
@@ -403,6 +417,12 @@ def figure_rows(answer: dict[str, Any], links: Links, queue_id: int) -> list[Fig
             "p50 / p90",
             decisions,
             lambda s: links.audit(s, "decision.opened"),
+        ),
+        row(
+            "certification_drift",
+            "Certified configurations: actual / certified run time, p50 / p90 (runs)",
+            _drift_text,
+            lambda s: links.jobs(s, "finished", state="SUCCEEDED"),
         ),
         row(
             "runtime_by_choice",

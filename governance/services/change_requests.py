@@ -46,6 +46,7 @@ COMPARED = (
     "in_share_preemption",
     "preemption_retries",
     "enabled",
+    "certified_only",
     "name",
     "team",
 )

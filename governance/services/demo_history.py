@@ -47,6 +47,7 @@ def demo_history_record(
     jobs: list[dict[str, Any]],
     events: list[dict[str, Any]],
     submitters: dict[str, Any],
+    prefix: str = "history-",
 ) -> int:
     """Write ``jobs`` (section-3 form, milliseconds from ``start``, work in clock
     milliseconds) and their played ``events``; work is stored as the fleet declares it
@@ -73,7 +74,7 @@ def demo_history_record(
         rows[str(raw["id"])] = Job(
             queue=queue,
             share=shares[raw["share"]],
-            name=f"history-{raw['id']}",
+            name=f"{prefix}{raw['id']}",
             submitter=submitters[raw["share"]],
             priority=raw["priority"],
             preferences=raw["preferences"],
@@ -89,6 +90,9 @@ def demo_history_record(
             submitted_at=moment(raw["submit_at"]),
             started_at=moment(admitted[0]["at"]) if admitted else None,
             finished_at=moment(final["at"]) if final else None,
+            # the workload a job is a run of, and the template entries it took
+            workload_id=raw.get("workload"),
+            template=raw.get("template", {}),
         )
     Job.objects.bulk_create(rows.values(), batch_size=2000)
     timeline = []

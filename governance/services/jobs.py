@@ -10,7 +10,7 @@ preemption, ...) are applied by the live scheduler, not here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any, cast
@@ -43,6 +43,7 @@ from governance.selectors import jobs as job_selectors
 from governance.selectors import priorities as priority_selectors
 from governance.services import audit, hooks, limits
 from governance.services import slurm as slurm_services
+from governance.services import templates as template_services
 from governance.services import workloads as workload_services
 from governance.services.errors import Errors, PermissionDenied, ValidationFailed
 from governance.services.kit import is_int, job_event, lock_job
@@ -71,6 +72,7 @@ def job_snapshot(job: Job) -> dict[str, Any]:
         "deadline": job.deadline.isoformat() if job.deadline else None,
         "max_cost": str(job.max_cost) if job.max_cost is not None else None,
         "workload": job.workload_id,
+        "template": job.template,
         "state": job.state,
         "submitter": job.submitter_id,
         "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
@@ -433,6 +435,7 @@ def job_submit(
     deadline: datetime | None = None,
     max_cost: Decimal | float | int | None = None,
     workload: Any = None,
+    certification_override: Any = "",
 ) -> Job:
     """Submit a job to a share: members and leads of the share's team, and admins.
 
@@ -443,7 +446,12 @@ def job_submit(
     ``deadline``, ``max_cost`` and a preference's ``runtime`` bound how it may run
     (docs/scheduling.md); a job whose every preference is over its budget is refused.
     ``workload`` (an id) names a workload of the share's team; a ``protected`` one makes
-    the job never borrow and never an in-share victim (docs/workloads.md).
+    the job never borrow and never an in-share victim (docs/workloads.md). A job naming a
+    workload and no preferences takes the workload's preference template (its certified
+    run times as ``runtime``, its defaults where the job gives none; an entry no longer
+    certified is skipped with a warning kept in ``Job.template``). In a certified-only
+    share every preference must be a certified configuration of the job's workload,
+    unless an admin gives a ``certification_override`` reason (audited).
     """
     share_id = share.pk if isinstance(share, Share) else share
     with transaction.atomic():
@@ -486,9 +494,35 @@ def job_submit(
             .values_list("instance_type__name", flat=True)
         )
         share_plans = {p.name: p for p in CapacityPlan.objects.filter(share=share_obj)}
-        resolved = _resolve_preferences(
-            errors, preferences, count, share_types, kind=kind, share_plans=share_plans
+        now = timezone.now()
+        workload_obj = workload_services.clean_job_workload(errors, workload, share_obj.team_id)
+        expansion: template_services.Expansion | None = None
+        if workload_obj is not None and preferences in (None, [], "") and count is None:
+            expansion = template_services.expand(errors, workload_obj, now)
+            if expansion is not None:
+                preferences = expansion.preferences
+                max_pending = max_pending if max_pending is not None else expansion.max_pending
+                max_cost = max_cost if max_cost is not None else expansion.max_cost
+                if deadline is None and expansion.deadline_offset is not None:
+                    deadline = now + timedelta(seconds=expansion.deadline_offset)
+        resolved = (
+            _resolve_preferences(
+                errors, preferences, count, share_types, kind=kind, share_plans=share_plans
+            )
+            if "preferences" not in errors.fields()
+            else []
         )
+        override = _check_override(errors, actor, share_obj, certification_override)
+        # The certified-only rule judges a list that parsed, of a workload that exists.
+        unjudged = errors.fields() & {"preferences", "count", "workload"}
+        if share_obj.certified_only and not override and not unjudged:
+            template_services.check_certified(
+                errors,
+                share_name=share_obj.name,
+                workload=workload_obj,
+                resolved=resolved,
+                now=now,
+            )
         clean_program = slurm_services.clean_program(program, errors)
         if (
             share_obj.queue.executor == Executor.SLURM
@@ -506,7 +540,6 @@ def job_submit(
             ("duration", duration),
         ):
             _optional_positive(errors, field, value)
-        workload_obj = workload_services.clean_job_workload(errors, workload, share_obj.team_id)
         if workload_obj is not None and workload_obj.interruption == Interruption.PROTECTED:
             may_borrow, preemptible = False, False
         budget = _check_constraints(errors, may_borrow, preemptible, deadline, max_cost)
@@ -521,7 +554,6 @@ def job_submit(
                 errors.add("priority", refusal)
         errors.raise_if_any()
 
-        now = timezone.now()
         job = Job.objects.create(
             queue_id=share_obj.queue_id,
             share=share_obj,
@@ -536,6 +568,8 @@ def job_submit(
             duration=duration,
             program=clean_program,
             workload=workload_obj,
+            template=expansion.record if expansion is not None else {},
+            certification_override=override,
             may_borrow=may_borrow,
             preemptible=preemptible,
             deadline=deadline,
@@ -549,7 +583,7 @@ def job_submit(
             now,
             "submitted",
             f"Submitted by {_actor_name(actor)} to {share_obj} with priority {priority}; "
-            f"preferences: {prefs_text}.",
+            f"preferences: {prefs_text}." + _template_words(workload_obj, expansion),
             priority=priority,
         )
         audit.record_job(
@@ -560,11 +594,58 @@ def job_submit(
             after=job_snapshot(job),
             at=now,
         )
+        if override:
+            audit.record_job(
+                event_type=AuditEvent.JOB_CERTIFICATION_OVERRIDDEN,
+                actor=actor,
+                job=job,
+                before=None,
+                after={"preferences": resolved, "workload": job.workload_id},
+                reason=override,
+                at=now,
+            )
         hooks.queue_changed(share_obj.queue_id)
     # A fresh job's timeline is exactly its ``submitted`` event: cache it as prefetched,
     # so ``job.events.all()`` (the API's 201 response) costs no query.
     job._prefetched_objects_cache = {"events": [submitted], "slurm_runs": []}  # type: ignore[attr-defined]
     return job
+
+
+OVERRIDE_MAX_LENGTH = 500
+
+
+def _check_override(errors: Errors, actor: AnyUser, share: Share, reason: Any) -> str:
+    """An admin's reason to let a job into a certified-only share with preferences that
+    are not certified (docs/workloads.md#certified-only-shares); "" when none is given."""
+    if reason is None or reason == "":
+        return ""
+    clean = reason.strip() if isinstance(reason, str) else ""
+    if not clean or len(clean) > OVERRIDE_MAX_LENGTH:
+        errors.add(
+            "certification_override",
+            f"Give the reason for the override as text, at most {OVERRIDE_MAX_LENGTH} characters.",
+        )
+        return ""
+    if not roles.is_admin(actor):
+        errors.add(
+            "certification_override", "Only admins may override a certified-only share's rule."
+        )
+        return ""
+    if not share.certified_only:
+        errors.add(
+            "certification_override",
+            f"Share {share.name} is not certified-only: there is no rule to override.",
+        )
+        return ""
+    return clean
+
+
+def _template_words(workload: Any, expansion: template_services.Expansion | None) -> str:
+    """The ``submitted`` event's words about a template the job took."""
+    if expansion is None:
+        return ""
+    words = f" Preferences from workload {workload.name}'s template."
+    return words + "".join(f" {w}" for w in expansion.warnings)
 
 
 def may_manage(actor: AnyUser, job: Job) -> bool:

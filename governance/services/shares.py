@@ -51,6 +51,7 @@ SHARE_FIELDS = (
     "preemption_retries",
     "enabled",
     "borrow_requires_verified_recovery",
+    "certified_only",
 )
 
 
@@ -73,6 +74,7 @@ def share_snapshot(share: Share) -> dict[str, Any]:
         "preemption_retries",
         "enabled",
         "borrow_requires_verified_recovery",
+        "certified_only",
         "version",
         limits=limits_map(share),
     )
@@ -137,7 +139,12 @@ def _validate(
             f"Must be empty (unlimited) or an integer >= 0 (at most {limits_.MAX_RETRIES}).",
         )
 
-    for flag in ("in_share_preemption", "enabled", "borrow_requires_verified_recovery"):
+    for flag in (
+        "in_share_preemption",
+        "enabled",
+        "borrow_requires_verified_recovery",
+        "certified_only",
+    ):
         if not isinstance(values[flag], bool):
             errors.add(flag, "Must be true or false.")
 
@@ -184,6 +191,7 @@ def share_create(
     preemption_retries: int | None = None,
     enabled: bool = True,
     borrow_requires_verified_recovery: bool = False,
+    certified_only: bool = False,
     reason: str = "",
 ) -> Share:
     """Create a share (version 1). A LEND_AND_BORROW share without a borrow limit gets -1."""
@@ -210,6 +218,7 @@ def share_create(
             "preemption_retries": preemption_retries,
             "enabled": enabled,
             "borrow_requires_verified_recovery": borrow_requires_verified_recovery,
+            "certified_only": certified_only,
         }
         clean_limits = _validate(values, locked_queue, errors, share_pk=None)
         errors.raise_if_any()
@@ -259,6 +268,7 @@ def _merged_values(
         "preemption_retries": share.preemption_retries,
         "enabled": share.enabled,
         "borrow_requires_verified_recovery": share.borrow_requires_verified_recovery,
+        "certified_only": share.certified_only,
     }
     for field in SHARE_FIELDS:
         if field in changes and field != "queue":

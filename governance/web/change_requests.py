@@ -36,6 +36,7 @@ FIELD_LABELS = {
     "preemption_retries": "Preemption retries",
     "borrow_requires_verified_recovery": "Borrowing requires verified recovery",
     "enabled": "Enabled",
+    "certified_only": "Certified configurations only",
     "name": "Name",
     "team": "Team",
 }

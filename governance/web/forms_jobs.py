@@ -140,7 +140,15 @@ class JobSubmitForm(forms.Form):
         empty_value=None,
         label="Workload",
         help_text="The kind of work this job is a run of, of the share's team; a protected "
-        "workload never borrows and is never stopped for priority.",
+        "workload never borrows and is never stopped for priority. With no preference rows, "
+        "the job takes the workload's preference template.",
+    )
+    certification_override = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Certification override (admins)",
+        help_text="In a certified-only share: the reason to run preferences that are not "
+        "certified for the workload (audited).",
     )
     deadline_date = forms.DateField(required=False, label="Deadline date")
     deadline_time = forms.TimeField(required=False, label="Deadline time")
@@ -270,7 +278,8 @@ class JobSubmitForm(forms.Form):
                     target = {".count": "pref_count_", ".runtime": "pref_runtime_"}.get(
                         part or "", "pref_type_"
                     )
-                    text = message[named[0].end() :].strip()
+                    # "preferences[1]: ..." (certified-only shares) reads as "preferences[1] ..."
+                    text = message[named[0].end() :].lstrip(": ")
                     if part == ".count":
                         text = f"the count {text}"
                     elif part == ".runtime":
@@ -307,6 +316,7 @@ class JobSubmitForm(forms.Form):
             "deadline": self.deadline(),
             "max_cost": data.get("max_cost"),
             "workload": data.get("workload"),
+            "certification_override": data.get("certification_override") or "",
         }
 
 

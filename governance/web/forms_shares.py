@@ -54,6 +54,12 @@ class ShareEditForm(forms.Form):
         help_text="Jobs of workloads whose recovery from a preemption is not verified, and "
         "jobs naming no workload, never run on borrowed capacity.",
     )
+    certified_only = forms.BooleanField(
+        required=False,
+        label="Certified configurations only",
+        help_text="Its jobs must name a workload, and every preference must be a certified, "
+        "unexpired configuration of it.",
+    )
     reason = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
@@ -97,6 +103,7 @@ class ShareEditForm(forms.Form):
             "preemption_retries": share.preemption_retries,
             "enabled": share.enabled,
             "borrow_requires_verified_recovery": share.borrow_requires_verified_recovery,
+            "certified_only": share.certified_only,
             "version": share.version,
         }
         for i, (type_name, count) in enumerate(sorted(limits.items())):
@@ -157,7 +164,12 @@ class ShareEditForm(forms.Form):
             parsed["policy"] = data["policy"]
         if "limits_map" in data and not any(k.startswith("limit_") for k in self.errors):
             parsed["limits"] = data["limits_map"]
-        for flag in ("in_share_preemption", "enabled", "borrow_requires_verified_recovery"):
+        for flag in (
+            "in_share_preemption",
+            "enabled",
+            "borrow_requires_verified_recovery",
+            "certified_only",
+        ):
             if flag in data and flag in self.fields:
                 parsed[flag] = bool(data[flag])
         if "preemption_retries" in data:
@@ -183,6 +195,7 @@ class ShareEditForm(forms.Form):
             "borrow_requires_verified_recovery": bool(
                 data.get("borrow_requires_verified_recovery")
             ),
+            "certified_only": bool(data.get("certified_only")),
         }
         if data["policy"] == Policy.LEND_AND_BORROW:
             changes["borrow_limit"] = _optional_int(data.get("borrow_limit"))

@@ -285,6 +285,12 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 status = exc.status
             else:
                 messages.success(request, f"Job {job.name} submitted.")
+                for skipped in (job.template or {}).get("skipped", []):
+                    messages.warning(
+                        request,
+                        f"Template entry {skipped['position']} ({skipped['configuration']}) "
+                        f"was skipped: its certification {skipped['why']}.",
+                    )
                 return redirect("web:job", job_id=job.pk)
         else:
             check_with_service(

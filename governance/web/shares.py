@@ -23,6 +23,7 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import JobState, Share
 from governance.models.shares import Policy
+from governance.selectors import certifications as cert_selectors
 from governance.selectors import change_requests as cr_selectors
 from governance.selectors import insight, scheduling, web_overview, web_state
 from governance.selectors import jobs as job_selectors
@@ -45,6 +46,7 @@ COMPARED_FIELDS = (
     ("preemption_retries", "Preemption retries"),
     ("enabled", "Enabled"),
     ("borrow_requires_verified_recovery", "Borrowing requires verified recovery"),
+    ("certified_only", "Certified configurations only"),
 )
 
 
@@ -68,7 +70,12 @@ def _show(field: str, value: Any) -> str:
         return "—" if value is None else ("unlimited" if value == -1 else f"{value}%")
     if field == "preemption_retries":
         return "unlimited" if value is None else str(value)
-    if field in ("in_share_preemption", "enabled", "borrow_requires_verified_recovery"):
+    if field in (
+        "in_share_preemption",
+        "enabled",
+        "borrow_requires_verified_recovery",
+        "certified_only",
+    ):
         return "on" if value else "off"
     if field == "policy":
         return str(Policy(value).label) if value in Policy.values else str(value)
@@ -306,6 +313,8 @@ def _preview_context(request: HttpRequest, share: Share, form: ShareEditForm) ->
                     row["rule_words"] = RULE_WORDS.get(row.get("rule", ""), row.get("rule", ""))
             context["preview"] = preview
             context["warnings"] = scheduling.share_change_warnings(share, proposed)
+            if proposed.get("certified_only") and not share.certified_only:
+                context["uncertified"] = cert_selectors.uncertified_active(share.pk)
         except ServiceError as exc:
             apply_service_errors(form, exc)
     return context

@@ -21,6 +21,7 @@ from governance.web import (
 )
 from governance.web import agreements as agreement_pages
 from governance.web import audit as audit_pages
+from governance.web import certifications as certification_pages
 from governance.web import change_requests as change_request_pages
 from governance.web import decisions as decision_pages
 from governance.web import docs as doc_pages
@@ -67,6 +68,26 @@ urlpatterns: list = [
     path("decisions/<int:pk>/", decision_pages.decision_detail, name="decision"),
     path(
         "decisions/<int:pk>/<str:action>/", decision_pages.decision_answer, name="decision-answer"
+    ),
+    path(
+        "workloads/<int:workload_id>/certifications/",
+        certification_pages.certification_propose,
+        name="certification-propose",
+    ),
+    path(
+        "workloads/<int:workload_id>/template/",
+        certification_pages.workload_template,
+        name="workload-template",
+    ),
+    path(
+        "certifications/<int:cert_id>/decide/",
+        certification_pages.certification_decide,
+        name="certification-decide",
+    ),
+    path(
+        "certifications/<int:cert_id>/revoke/",
+        certification_pages.certification_revoke,
+        name="certification-revoke",
     ),
     # Jobs.
     path("jobs/", jobs.job_list, name="jobs"),

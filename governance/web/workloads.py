@@ -17,6 +17,7 @@ from governance.models import Interruption, Team, Workload
 from governance.selectors import workloads as workload_selectors
 from governance.services import workloads as workload_services
 from governance.services.errors import ServiceError
+from governance.web import certifications as certification_pages
 from governance.web.errors import apply_service_errors
 
 
@@ -39,16 +40,8 @@ class WorkloadForm(forms.Form):
 
 @login_required
 def workload_detail(request: HttpRequest, workload_id: int) -> HttpResponse:
-    workload = workload_selectors.workloads().filter(pk=workload_id).first()
-    if workload is None:
-        raise Http404("No such workload.")
-    context = {
-        "workload": workload,
-        "history": workload_selectors.history(workload.pk),
-        "recent_jobs": workload_selectors.recent_jobs(workload.pk),
-        "may_edit": workload_services.may_edit(request.user, workload.team_id),
-    }
-    return render(request, "workloads/detail.html", context)
+    # With its certified configurations and template (web/certifications.py).
+    return certification_pages.workload_page(request, workload_id)
 
 
 def _form_page(

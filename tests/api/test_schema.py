@@ -22,6 +22,7 @@ LISTS = [
     "/api/agreements/",
     "/api/audit/",
     "/api/decisions/",
+    "/api/certifications/",
 ]
 
 
@@ -36,6 +37,8 @@ def test_schema_generates_without_warnings(tmp_path):
         "/api/change-requests/{id}/approve/",
         "/api/decisions/{id}/resubmit/",
         "/api/decisions/{id}/close/",
+        "/api/certifications/{id}/certify/",
+        "/api/workloads/{id}/template/",
     ):
         assert path in text
 

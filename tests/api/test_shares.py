@@ -75,6 +75,7 @@ def test_create_and_read(admin_client, queue, team):
         "preemption_retries": None,
         "enabled": True,
         "borrow_requires_verified_recovery": False,
+        "certified_only": False,
         "version": 1,
     }
     assert AuditEntry.objects.get(event_type=AuditEvent.SHARE_CREATED).reason == "setup"

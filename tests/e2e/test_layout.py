@@ -306,6 +306,7 @@ def _every_page() -> list[tuple[str, str]]:
         "user": get_user_model().objects.get(username="lead-vision").pk,
         "whatif": WhatIf.objects.get().pk,
         "decision": Decision.objects.order_by("pk").first().pk,
+        "workload": Workload.objects.get(name="language/finetune").pk,
     }
     return [
         ("admin", "/"),
@@ -360,6 +361,9 @@ def _every_page() -> list[tuple[str, str]]:
         ("admin", "/admin/users/new/"),
         ("admin", f"/admin/users/{ids['user']}/"),
         ("admin", "/docs/admin-guide/"),
+        # certified configurations side by side, and the template builder
+        ("reviewer", f"/workloads/{ids['workload']}/"),
+        ("lead-language", f"/workloads/{ids['workload']}/template/"),
     ]
 
 

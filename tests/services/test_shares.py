@@ -71,6 +71,7 @@ def test_create_is_audited_with_snapshot(admin, queue, team, django_capture_on_c
         "preemption_retries": None,
         "enabled": True,
         "borrow_requires_verified_recovery": False,
+        "certified_only": False,
         "version": 1,
     }
 

@@ -74,8 +74,8 @@ def test_the_store_answers_without_reading_the_history(
     run_history(world, clock)
     clock.now = at(400) + LATER
     stored = _answer(world, 5, 45, "share")
-    # the row, the digest (shares, types, plans) and three probes for late rows
-    with django_assert_max_num_queries(7):
+    # the row, the digest (shares, types, plans, certifications) and three probes for late rows
+    with django_assert_max_num_queries(8):
         assert _answer(world, 5, 45, "share") == stored
 
 
