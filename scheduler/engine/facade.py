@@ -344,6 +344,7 @@ class Engine:
         if job.state is JobState.RUNNING and job.instance_type is not None:
             pool = st.pool_of(job)
             pool.reprioritise(job, priority)
+            st.index.own_changed(pool.name, job.share)
             job.priority = priority
             st.touch(pool.name)
         elif job.state is JobState.PENDING:
@@ -373,6 +374,7 @@ class Engine:
             elif key == "policy":
                 value = Policy(str(value))
             setattr(cfg, key, value)
+        st.index.share_changed(name)
         touched |= set(cfg.limits)
         for pool in st.pools.values():
             pool.recount()
