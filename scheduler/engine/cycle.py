@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 from scheduler.engine.candidates import JobClass, Key, Pair
-from scheduler.engine.model import Decision, Job, JobState, Policy, Work
+from scheduler.engine.model import Decision, DecisionKind, Job, JobState, Policy, Rule, Work
 from scheduler.engine.placement import (
     Placement,
     choose,
@@ -37,7 +37,7 @@ from scheduler.engine.placement import (
 from scheduler.engine.state import CycleStart, Pool, PoolFacts, QueueState
 from scheduler.engine.work import checkpoint_at, lost_work_at, norm
 
-UNCOUNTED_RULES = frozenset({"capacity_lost", "plan_ended"})
+UNCOUNTED_RULES = frozenset({Rule.CAPACITY_LOST, Rule.PLAN_ENDED})
 """Preemptions the job did not yield to anyone for: not counted against its retries."""
 
 MAX_CYCLES_PER_INSTANT = 100_000
@@ -76,7 +76,7 @@ def preempt(
         victim.counted_preemptions += 1
     out.append(
         Decision(
-            "preempted",
+            DecisionKind.PREEMPTED,
             victim.id,
             now,
             instance_type=victim.instance_type,
@@ -91,7 +91,7 @@ def preempt(
     if retries is not None and victim.counted_preemptions > retries:
         victim.state = JobState.FAILED
         victim.finished_at = now
-        out.append(Decision("failed", victim.id, now, rule="preemption_retries_exhausted"))
+        out.append(Decision(DecisionKind.FAILED, victim.id, now, rule=Rule.RETRIES_EXHAUSTED))
     else:
         state.add_pending(victim)
 
@@ -129,14 +129,14 @@ def admit(state: QueueState, job: Job, placement: Placement, now: int, out: list
         state.touch(name, only_for=job.share, eases=in_share)
     out.append(
         Decision(
-            "admitted",
+            DecisionKind.ADMITTED,
             job.id,
             now,
             instance_type=name,
             count=placement.count,
             preference=placement.preference,
             borrowed=placement.borrowed,
-            rule="borrow" if placement.borrowed else "own",
+            rule=Rule.BORROW if placement.borrowed else Rule.OWN,
             plan=placement.plan,
         )
     )

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from scheduler.engine.facade import Engine
-from scheduler.engine.model import Job, JobState
+from scheduler.engine.model import DecisionKind, Job, JobState
 from scheduler.engine.work import ceil
 
 # The live forecast's bounds (scheduler.readings): a week of clock time ahead, 5,000
@@ -196,7 +196,7 @@ def play_forward(
                 engine.complete(job_id, at)
         decisions = engine.schedule(at) + engine.timeouts(at)
         for d in decisions:
-            if d.kind == "admitted":
+            if d.kind == DecisionKind.ADMITTED:
                 job = engine.job(d.job)
                 if d.job in waiting:
                     waiting.discard(d.job)
@@ -205,7 +205,7 @@ def play_forward(
                 done = _finish(job, speeds[job.instance_type], at, time_factor)
                 if done is not None:
                     heapq.heappush(heap, (when(done), d.job, job.run_started_at))
-            elif d.kind == "timed_out" and d.job in waiting:
+            elif d.kind == DecisionKind.TIMED_OUT and d.job in waiting:
                 waiting.discard(d.job)
                 out.timed_out.add(d.job)
     return out
