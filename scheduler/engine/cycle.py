@@ -260,10 +260,12 @@ class _Cycle:
         pair, which makes such a proof void anyway."""
         state = self.state
         pool = state.pools.get(pair[0])
-        if not classes or pool is None or self._borrows(pair[1]):
-            return classes  # a plan's pool (it never borrows), or a share that may borrow
+        if not classes or pool is None:
+            return classes  # a plan's pool: it never borrows
         share = pair[1]
         cfg = state.shares[share]
+        if cfg.policy is Policy.LEND_AND_BORROW:
+            return classes  # a share that may borrow
         lim = cfg.limits.get(pool.name)
         if lim is None:
             return []  # no limit on the type: nothing within it
@@ -276,6 +278,8 @@ class _Cycle:
             return []
         # own_possible's test, with what depends on the pair alone taken out of the loop
         room = lim - pool.usage.get(share, 0)
+        if after is None and classes[-1].count <= room:
+            return classes  # counts ascend: every class fits within the room
         prios = pool.prios.get(share) if in_share else None
         found = []
         for cls in classes:
