@@ -18,6 +18,11 @@ may help every share, except an admission that leaves its share within its limit
 everyone else it only adds usage). A (pool, share) pair is **maybe live** while some job
 of it is not covered by a valid frontier; a cycle starts from those pairs only, so its
 cost follows what changed, not how many jobs wait.
+
+A second proof holds for a share that cannot borrow: when none of its classes on a pool
+could be placed within its limit, that stays so until its own limit or running jobs
+there change or a job joins (``own_blocked``), so changes of other shares, which void
+the frontier, do not wake the pair.
 """
 
 from __future__ import annotations
