@@ -63,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scheduler import simulate
 from scheduler.engine import (
     Decision,
+    DecisionKind,
     Engine,
     InstanceType,
     Job,
@@ -115,7 +116,7 @@ def _running_by_rules(
         )
         candidates[job.id] = job
         filler.submit(job)
-    admitted = [d.job for d in filler.schedule(0) if d.kind == "admitted"][:running]
+    admitted = [d.job for d in filler.schedule(0) if d.kind == DecisionKind.ADMITTED][:running]
     held: dict[str, int] = dict.fromkeys(TYPES, 0)
     jobs = []
     for job_id in admitted:

@@ -153,7 +153,9 @@ def forecast_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], str, float
     valid_for = _valid_for(loaded)
     engine = loaded.engine.copy()
     finish_at = _finishes(loaded, engine)
-    now_started = [d.job for d in play_instant(loaded, engine) if d.kind == "admitted"]
+    now_started = [
+        d.job for d in play_instant(loaded, engine) if d.kind == eng.DecisionKind.ADMITTED
+    ]
     forecast = play_forward(
         engine,
         to_ms(loaded.now),
@@ -220,7 +222,9 @@ def exposure_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], float | No
     reclaimed = {
         d.job: d.by
         for d in play_instant(loaded, loaded.engine.copy())
-        if d.kind == "preempted" and d.rule == DecisionRule.RECLAIM and d.by is not None
+        if d.kind == eng.DecisionKind.PREEMPTED
+        and d.rule == DecisionRule.RECLAIM
+        and d.by is not None
     }
     shares = loaded.shares
     out: dict[int, dict[str, Any]] = {}
@@ -334,8 +338,8 @@ def preview_share_change(share: Share, fields: dict[str, Any]) -> dict[str, list
                 if job.share == key:
                     engine.cancel(job.id, ms)
         decisions = play_instant(loaded, engine)
-        started = {d.job: d for d in decisions if d.kind == "admitted"}
-        stopped = {d.job: d for d in decisions if d.kind == "preempted"}
+        started = {d.job: d for d in decisions if d.kind == eng.DecisionKind.ADMITTED}
+        stopped = {d.job: d for d in decisions if d.kind == eng.DecisionKind.PREEMPTED}
         return started, stopped
 
     base_started, base_stopped = outcome(baseline_engine)
@@ -420,7 +424,9 @@ def lending_now(share: Share) -> dict[str, Any]:
     reclaim_list = [
         d
         for d in play_instant(loaded, engine.copy())
-        if d.kind == "preempted" and d.rule == DecisionRule.RECLAIM and d.by is not None
+        if d.kind == eng.DecisionKind.PREEMPTED
+        and d.rule == DecisionRule.RECLAIM
+        and d.by is not None
     ]
     reclaims: dict[str, eng.Decision] = {}
     for d in reclaim_list:

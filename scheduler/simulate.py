@@ -26,6 +26,7 @@ from scheduler.engine import (
     JOB_KINDS,
     TRAINING,
     Decision,
+    DecisionKind,
     Engine,
     InstanceType,
     Job,
@@ -563,7 +564,7 @@ def run(
             if event.get("by") is not None:
                 event["by"] = raw_ids[str(event["by"])]
             events.append(event)
-            if decision.kind == "admitted":
+            if decision.kind == DecisionKind.ADMITTED:
                 job = engine.job(decision.job)
                 tokens[job.id] = tokens.get(job.id, 0) + 1
                 finish = engine.finish_time(job)  # None: stopped again at this instant
@@ -653,7 +654,7 @@ def _apply_action(
             emit(engine.cancel(job_id, now))
         elif job_id not in cancelled_early:
             cancelled_early[job_id] = now
-            emit([Decision("cancelled", job_id, now)])
+            emit([Decision(DecisionKind.CANCELLED, job_id, now)])
 
 
 def _result(

@@ -27,7 +27,7 @@ def apply(snapshot: QueueSnapshot, decisions: Iterable[eng.Decision]) -> int:
     decisions = list(decisions)
     now = snapshot.now
     applied = 0
-    failed = {d.job for d in decisions if d.kind == "failed"}
+    failed = {d.job for d in decisions if d.kind == eng.DecisionKind.FAILED}
     snapshot.jobs.prefetch({d.job for d in decisions} | {d.by for d in decisions if d.by})
     # Admissions are written in batches (``runs.runs_admit``), each flushed before the
     # next decision of another kind: the trail keeps the engine's order.
@@ -41,14 +41,14 @@ def apply(snapshot: QueueSnapshot, decisions: Iterable[eng.Decision]) -> int:
 
     for d in decisions:
         job = snapshot.jobs[d.job]
-        if d.kind == "admitted":
+        if d.kind == eng.DecisionKind.ADMITTED:
             admissions.append(_admission(snapshot, job, d, lenders))
             applied += 1
             continue
-        if d.kind not in ("preempted", "timed_out"):
+        if d.kind not in (eng.DecisionKind.PREEMPTED, eng.DecisionKind.TIMED_OUT):
             continue  # "failed" is applied with its "preempted"
         flush()
-        if d.kind == "preempted":
+        if d.kind == eng.DecisionKind.PREEMPTED:
             _preempt(snapshot, job, d, fail=d.job in failed)
         else:  # "timed_out"
             runs.run_time_out(

@@ -60,9 +60,9 @@ def run_cycle(
         if not executor.defers_usage:
             usage.record(queue_id, result.levels, now)
         kinds = Counter(d.kind for d in decisions)
-        result.admitted = kinds["admitted"]
-        result.preempted = kinds["preempted"]
-        result.timed_out = kinds["timed_out"]
+        result.admitted = kinds[eng.DecisionKind.ADMITTED]
+        result.preempted = kinds[eng.DecisionKind.PREEMPTED]
+        result.timed_out = kinds[eng.DecisionKind.TIMED_OUT]
         result.next_event_in = _next_event_in(snapshot, executor)
     _count(decisions, time.perf_counter() - started)
     # 7. committed: the executor tells the outside world
@@ -75,11 +75,11 @@ def _count(decisions: list[eng.Decision], seconds: float) -> None:
     admitted = Counter(
         DecisionRule.BORROW if d.borrowed else DecisionRule.OWN
         for d in decisions
-        if d.kind == "admitted"
+        if d.kind == eng.DecisionKind.ADMITTED
     )
     metrics.count_decisions(
         {str(k): n for k, n in admitted.items()},
-        Counter(d.rule or "" for d in decisions if d.kind == "preempted"),
+        Counter(d.rule or "" for d in decisions if d.kind == eng.DecisionKind.PREEMPTED),
     )
     metrics.observe_cycle(seconds)
 

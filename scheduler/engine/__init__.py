@@ -35,8 +35,9 @@ hourly_price=0)``, :class:`ShareConfig` ``(name, limits, policy=RESERVE,
 borrow_limit=-1, in_share_preemption=False, preemption_retries=None)``, :class:`Job`,
 :class:`Preference` ``(instance_type, count, plan=None)`` (a plan preference gives the
 plan's type), :class:`Plan` ``(name, instance_type, count, share, start, end,
-hourly_price=0)``, :class:`Decision` (``plan`` set for a run on a plan),
-:class:`Reason`. A job's ``kind`` is ``training`` (the default) or ``processing``; only
+hourly_price=0)``, :class:`Decision` (``plan`` set for a run on a plan; ``kind`` a
+:class:`DecisionKind`, ``rule`` a :class:`Rule`: StrEnums, equal to the strings of the
+output), :class:`Reason`. A job's ``kind`` is ``training`` (the default) or ``processing``; only
 training jobs of the plan's share may name a plan (``submit`` raises ValueError).
 A job may also say ``may_borrow=False`` (never borrows), ``preemptible=False`` (never an
 in-share ``priority`` victim), and give a ``deadline`` and a ``max_cost``; a preference
@@ -83,6 +84,7 @@ from scheduler.engine.model import (
     TRAINING,
     UNLIMITED,
     Decision,
+    DecisionKind,
     InstanceType,
     Job,
     JobState,
@@ -90,6 +92,7 @@ from scheduler.engine.model import (
     Policy,
     Preference,
     Reason,
+    Rule,
     ShareConfig,
     Work,
     default_accelerated,
@@ -109,6 +112,7 @@ __all__ = [
     "TRAINING",
     "UNLIMITED",
     "Decision",
+    "DecisionKind",
     "Engine",
     "InstanceType",
     "Job",
@@ -119,6 +123,7 @@ __all__ = [
     "Policy",
     "Preference",
     "Reason",
+    "Rule",
     "ShareConfig",
     "ShareUsage",
     "Work",

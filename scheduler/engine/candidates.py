@@ -18,6 +18,11 @@ may help every share, except an admission that leaves its share within its limit
 everyone else it only adds usage). A (pool, share) pair is **maybe live** while some job
 of it is not covered by a valid frontier; a cycle starts from those pairs only, so its
 cost follows what changed, not how many jobs wait.
+
+A second proof holds for a share that cannot borrow: when none of its classes on a pool
+could be placed within its limit, that stays so until its own limit or running jobs
+there change or a job joins (``own_blocked``), so changes of other shares, which void
+the frontier, do not wake the pair.
 """
 
 from __future__ import annotations
@@ -114,6 +119,13 @@ class Frontier:
 Pair = tuple[str, str]
 """(pool, share)."""
 
+OwnStamp = tuple[int | None, bool, int]
+"""What decides, besides the pair's pending jobs, whether a share's jobs on a pool could
+be placed within its limit (``placement.own_possible``): its limit there, its in-share
+preemption and the stamp of its running jobs there (``Pool.marks``). Other shares'
+changes leave it as it was; a job leaving a class cannot make the first job of the
+class more placeable (the one behind it asks as much at no higher priority)."""
+
 
 class CandidateIndex:
     """Classes of pending jobs, frontiers, and the clocks of changes that may help."""
@@ -126,6 +138,13 @@ class CandidateIndex:
         self.eased_all: dict[str, int] = {}
         self.eased_for: dict[Pair, int] = {}
         self.maybe_live: set[Pair] = set()
+        self.own_blocked: dict[Pair, OwnStamp] = {}
+        """Pairs of shares that cannot borrow, none of whose jobs could be placed within
+        the share's limit, and the state that was proven in (:data:`OwnStamp`). Such a
+        pair can admit nothing until that state changes, whatever other shares do, so
+        :meth:`eased` does not wake it; it leaves as soon as its share's running jobs
+        on the pool change (:meth:`own_changed`), a job joins it (:meth:`add`) or its
+        share's configuration changes (:meth:`share_changed`)."""
         self.log: list[Pair] | None = None
         """While a cycle runs: every pair eased, for it to look at them again."""
         self.walk_covers = False
@@ -137,8 +156,11 @@ class CandidateIndex:
     def add(self, job: Job) -> None:
         key = cycle_key(job)
         own = not job.may_borrow
+        blocked = self.own_blocked
         for pool, count in smallest_counts(job).items():
             pair = (pool, job.share)
+            if blocked:
+                blocked.pop(pair, None)  # the new job may rank first in its class
             by_count = self.classes.get(pair)
             if by_count is None:
                 by_count = self.classes[pair] = {}
@@ -175,16 +197,32 @@ class CandidateIndex:
     def eased(self, pool: str, only_for: str | None, clock: int) -> None:
         """Pool ``pool`` changed at ``clock`` in a way that may help every share's jobs
         there (``only_for`` None) or only that share's."""
+        blocked = self.own_blocked
         if only_for is None:
             self.eased_all[pool] = clock
-            pairs = [(pool, share) for share in self.shares_on.get(pool, ())]
+            pairs = [
+                pair
+                for pair in [(pool, share) for share in self.shares_on.get(pool, ())]
+                if pair not in blocked
+            ]
         else:
             self.eased_for[(pool, only_for)] = clock
-            pairs = [(pool, only_for)]
+            pairs = [] if (pool, only_for) in blocked else [(pool, only_for)]
         if not self.walk_covers:
             self.maybe_live.update(pairs)
         if self.log is not None:
             self.log.extend(pairs)
+
+    def own_changed(self, pool: str, share: str) -> None:
+        """The share's running jobs on the pool changed: what it could place within its
+        limit there must be judged again."""
+        if self.own_blocked:
+            self.own_blocked.pop((pool, share), None)
+
+    def share_changed(self, share: str) -> None:
+        """The share's configuration changed (limits, policy, in-share preemption)."""
+        for pair in [pair for pair in self.own_blocked if pair[1] == share]:
+            del self.own_blocked[pair]
 
     def eased_at(self, pair: Pair) -> int:
         every = self.eased_all.get(pair[0], 0)

@@ -20,11 +20,11 @@ pool's first change in the cycle).
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 from scheduler.engine.candidates import JobClass, Key, Pair
-from scheduler.engine.model import Decision, Job, JobState, Policy, Work
+from scheduler.engine.model import Decision, DecisionKind, Job, JobState, Policy, Rule, Work
 from scheduler.engine.placement import (
     Placement,
     choose,
@@ -37,7 +37,7 @@ from scheduler.engine.placement import (
 from scheduler.engine.state import CycleStart, Pool, PoolFacts, QueueState
 from scheduler.engine.work import checkpoint_at, lost_work_at, norm
 
-UNCOUNTED_RULES = frozenset({"capacity_lost", "plan_ended"})
+UNCOUNTED_RULES = frozenset({Rule.CAPACITY_LOST, Rule.PLAN_ENDED})
 """Preemptions the job did not yield to anyone for: not counted against its retries."""
 
 MAX_CYCLES_PER_INSTANT = 100_000
@@ -76,7 +76,7 @@ def preempt(
         victim.counted_preemptions += 1
     out.append(
         Decision(
-            "preempted",
+            DecisionKind.PREEMPTED,
             victim.id,
             now,
             instance_type=victim.instance_type,
@@ -91,7 +91,7 @@ def preempt(
     if retries is not None and victim.counted_preemptions > retries:
         victim.state = JobState.FAILED
         victim.finished_at = now
-        out.append(Decision("failed", victim.id, now, rule="preemption_retries_exhausted"))
+        out.append(Decision(DecisionKind.FAILED, victim.id, now, rule=Rule.RETRIES_EXHAUSTED))
     else:
         state.add_pending(victim)
 
@@ -129,14 +129,14 @@ def admit(state: QueueState, job: Job, placement: Placement, now: int, out: list
         state.touch(name, only_for=job.share, eases=in_share)
     out.append(
         Decision(
-            "admitted",
+            DecisionKind.ADMITTED,
             job.id,
             now,
             instance_type=name,
             count=placement.count,
             preference=placement.preference,
             borrowed=placement.borrowed,
-            rule="borrow" if placement.borrowed else "own",
+            rule=Rule.BORROW if placement.borrowed else Rule.OWN,
             plan=placement.plan,
         )
     )
@@ -246,8 +246,7 @@ class _Cycle:
         self, pair: Pair, classes: list[JobClass], after: Key | None
     ) -> list[JobClass]:
         """Of classes about to be queued for the first group from their first job after
-        ``after`` (None: from their first), those that may be admitted in it; the others
-        are proven at once, as the walk would prove them at their turn.
+        ``after`` (None: from their first), those that may be admitted in it.
 
         Only for a share that cannot borrow: its jobs can only be admitted in the first
         group, and only within its limit (``own_possible``, monotone: a later job of the
@@ -255,30 +254,54 @@ class _Cycle:
         the job's turn (a victim of the share on the type, a new limit) comes without
         easing the pair, which queues the class again. Deep backlogs have many such
         classes: every change of a type wakes every share's classes there, and most of
-        those shares are at their limit."""
+        those shares are at their limit. The classes left out are not proven on the
+        pair's frontier: this test rules them out again, sooner, every time they are
+        opened for the first group, and the first change that could help them eases the
+        pair, which makes such a proof void anyway."""
         state = self.state
         pool = state.pools.get(pair[0])
-        if not classes or pool is None or self._borrows(pair[1]):
-            return classes  # a plan's pool (it never borrows), or a share that may borrow
-        # own_possible's test, with what depends on the pair alone taken out of the loop
+        if not classes or pool is None:
+            return classes  # a plan's pool: it never borrows
         share = pair[1]
         cfg = state.shares[share]
+        if cfg.policy is Policy.LEND_AND_BORROW:
+            return classes  # a share that may borrow
         lim = cfg.limits.get(pool.name)
-        room = None if lim is None else lim - pool.usage.get(share, 0)
+        if lim is None:
+            return []  # no limit on the type: nothing within it
         in_share = cfg.in_share_preemption
+        index = state.index
+        stamp = (lim, in_share, pool.marks.get(share, 0))
+        if index.own_blocked.get(pair) == stamp:
+            # nothing the test depends on changed since no class could pass it from its
+            # first job: none can now, from its first job or a later one
+            return []
+        # own_possible's test, with what depends on the pair alone taken out of the loop
+        room = lim - pool.usage.get(share, 0)
+        if after is None and classes[-1].count <= room:
+            return classes  # counts ascend: every class fits within the room
+        prios = pool.prios.get(share) if in_share else None
         found = []
         for cls in classes:
-            at = 0 if after is None else cls.index_from(after, inclusive=False)
-            if at >= len(cls.jobs):
-                continue  # nothing after the position: queueing it would do nothing
             count = cls.count
-            priority = cls.jobs[at].priority
-            if room is not None and (
-                count <= room or (in_share and count <= room + pool.lower(share, priority)[1])
-            ):
-                found.append(cls)
+            if after is None:
+                at = 0
             else:
-                state.index.prove(pair, count, priority, state.clock)
+                at = bisect_right(cls.keys, after)
+                if at >= len(cls.keys):
+                    continue  # nothing after the position: queueing it would do nothing
+            if count <= room:
+                found.append(cls)
+            elif prios:
+                below = bisect_left(prios, cls.jobs[at].priority)
+                if below and count <= room + sum(pool.counts[share][:below]):
+                    found.append(cls)
+            else:
+                break  # no victims of its own: counts ascend, no later class fits either
+        if not found and after is None:
+            # other shares' changes need not wake the pair until this state changes: at a
+            # deep backlog most shares sit at their limit while the others come and go
+            index.own_blocked[pair] = stamp
         return found
 
     def _start_group(self, classes: list[JobClass], checked: bool = False) -> None:

@@ -22,12 +22,14 @@ from scheduler.engine.model import (
     FINAL_STATES,
     TRAINING,
     Decision,
+    DecisionKind,
     InstanceType,
     Job,
     JobState,
     Plan,
     Policy,
     Reason,
+    Rule,
     ShareConfig,
     Work,
     exact,
@@ -320,7 +322,7 @@ class Engine:
         self._state.stop_running(job)
         job.state = JobState.SUCCEEDED
         job.finished_at = now
-        return [Decision("completed", job.id, now)]
+        return [Decision(DecisionKind.COMPLETED, job.id, now)]
 
     def cancel(self, job_id: str, now: int) -> list[Decision]:
         """Cancel a pending or running job; finished jobs are left alone."""
@@ -335,7 +337,7 @@ class Engine:
             self._state.remove_pending(job)
         job.state = JobState.CANCELLED
         job.finished_at = now
-        return [Decision("cancelled", job.id, now)]
+        return [Decision(DecisionKind.CANCELLED, job.id, now)]
 
     def set_priority(self, job_id: str, priority: int) -> None:
         """Change a job's priority; it takes effect at the next cycle."""
@@ -344,6 +346,7 @@ class Engine:
         if job.state is JobState.RUNNING and job.instance_type is not None:
             pool = st.pool_of(job)
             pool.reprioritise(job, priority)
+            st.index.own_changed(pool.name, job.share)
             job.priority = priority
             st.touch(pool.name)
         elif job.state is JobState.PENDING:
@@ -373,6 +376,7 @@ class Engine:
             elif key == "policy":
                 value = Policy(str(value))
             setattr(cfg, key, value)
+        st.index.share_changed(name)
         touched |= set(cfg.limits)
         for pool in st.pools.values():
             pool.recount()
@@ -398,7 +402,7 @@ class Engine:
         for victim in preemption.capacity_lost(
             st.shares, pool, st.lost_work, pool.total - capacity
         ):
-            cycle.preempt(st, victim, "capacity_lost", None, now, out)
+            cycle.preempt(st, victim, Rule.CAPACITY_LOST, None, now, out)
         return out
 
     def add_plan(self, plan: Plan) -> None:
@@ -460,8 +464,8 @@ class Engine:
             st.remove_pending(job)
             job.state = JobState.TIMED_OUT
             job.finished_at = now
-            reason = "max_pending" if job.id in max_pending else "deadline"
-            out.append(Decision("timed_out", job.id, now, rule=reason))
+            reason = Rule.MAX_PENDING if job.id in max_pending else Rule.DEADLINE
+            out.append(Decision(DecisionKind.TIMED_OUT, job.id, now, rule=reason))
         return out
 
     def copy(self) -> Engine:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from scheduler.engine.facade import Engine
-from scheduler.engine.model import Decision, Job, JobState, Policy
+from scheduler.engine.model import Decision, DecisionKind, Job, JobState, Policy
 from scheduler.engine.work import ceil
 
 # The live forecast's bounds (scheduler.readings): a week of clock time ahead, 5,000
@@ -213,7 +213,7 @@ def play_forward(
                 engine.complete(job_id, at)
         decisions = engine.schedule(at) + engine.timeouts(at)
         for d in decisions:
-            if d.kind == "admitted":
+            if d.kind == DecisionKind.ADMITTED:
                 job = engine.job(d.job)
                 if d.job in waiting:
                     waiting.discard(d.job)
@@ -222,7 +222,7 @@ def play_forward(
                 done = _finish(job, speeds[job.instance_type], at, time_factor)
                 if done is not None:
                     heapq.heappush(heap, (when(done), d.job, job.run_started_at))
-            elif d.kind == "timed_out" and d.job in waiting:
+            elif d.kind == DecisionKind.TIMED_OUT and d.job in waiting:
                 waiting.discard(d.job)
                 out.timed_out.add(d.job)
     return out
@@ -287,7 +287,7 @@ def play_entitled(
     never = never_on_entitlement(engine, waiting_before)
     decisions = play_now(engine) if play_now is not None else engine.schedule(now)
     waiting_ids = {job.id for job in waiting_before}
-    started = [d.job for d in decisions if d.kind == "admitted" and d.job in waiting_ids]
+    started = [d.job for d in decisions if d.kind == DecisionKind.ADMITTED and d.job in waiting_ids]
     if budget is not None:  # what comes before the playback is paid from the same budget
         budget = max(0.0, budget - (time.perf_counter() - began))
     out = play_forward(

@@ -68,6 +68,36 @@ class JobState(enum.StrEnum):
     CANCELLED = "CANCELLED"
 
 
+class DecisionKind(enum.StrEnum):
+    """What a :class:`Decision` records; the value is its event's ``type`` in the
+    simulator's output (docs/scenarios.md), so a member compares and serializes as that
+    string."""
+
+    ADMITTED = "admitted"
+    PREEMPTED = "preempted"
+    FAILED = "failed"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+class Rule(enum.StrEnum):
+    """The rule behind a :class:`Decision` (``Decision.rule``, an event's ``reason``):
+    own or borrow (admitted), reclaim, priority, capacity_lost or plan_ended
+    (preempted), preemption_retries_exhausted (failed), max_pending or deadline
+    (timed_out). Values are the strings the output and the audit entries carry."""
+
+    OWN = "own"
+    BORROW = "borrow"
+    RECLAIM = "reclaim"
+    PRIORITY = "priority"
+    CAPACITY_LOST = "capacity_lost"
+    PLAN_ENDED = "plan_ended"
+    RETRIES_EXHAUSTED = "preemption_retries_exhausted"
+    MAX_PENDING = "max_pending"
+    DEADLINE = "deadline"
+
+
 FINAL_STATES = frozenset(
     {JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.CANCELLED}
 )
@@ -261,14 +291,13 @@ class Job:
 class Decision:
     """Something the engine decided or recorded; the simulator prints it as an event.
 
-    ``kind`` is one of admitted, preempted, failed, completed, cancelled, timed_out.
-    ``rule``: own/borrow (admitted); reclaim/priority/capacity_lost/plan_ended (preempted);
-    preemption_retries_exhausted (failed); max_pending/deadline (timed_out). ``by`` is the
+    ``kind`` is a :class:`DecisionKind`; ``rule`` a :class:`Rule` (a caller outside the
+    engine may record a rule of its own, such as an executor's lost run). ``by`` is the
     preempting job (None for lost capacity). ``borrowed`` is how many of the job's
     instances lie beyond its limit.
     """
 
-    kind: str
+    kind: DecisionKind
     job: str
     at: int
     instance_type: str | None = None
@@ -284,27 +313,33 @@ class Decision:
     def to_event(self) -> dict[str, object]:
         """The JSON event of docs/scenarios.md (an admission's rule is implied by
         ``borrowed``: own when 0, borrow otherwise); a run on a plan carries ``plan``."""
-        event: dict[str, object] = {"at": self.at, "type": self.kind, "job": self.job}
-        if self.plan is not None and self.kind in ("admitted", "preempted"):
+        # plain strings, as before the enums: the output is the same object for object
+        event: dict[str, object] = {"at": self.at, "type": str(self.kind), "job": self.job}
+        if self.plan is not None and self.kind in (DecisionKind.ADMITTED, DecisionKind.PREEMPTED):
             event["plan"] = self.plan
-        if self.kind == "admitted":
+        if self.kind == DecisionKind.ADMITTED:
             event.update(
                 instance_type=self.instance_type,
                 count=self.count,
                 preference=self.preference,
                 borrowed=self.borrowed,
             )
-        elif self.kind == "preempted":
+        elif self.kind == DecisionKind.PREEMPTED:
             event.update(
                 instance_type=self.instance_type,
                 count=self.count,
-                reason=self.rule,
+                reason=_plain(self.rule),
                 by=self.by,
                 lost_work=plain(self.lost_work if self.lost_work is not None else 0),
             )
-        elif self.kind in ("failed", "timed_out"):
-            event["reason"] = self.rule
+        elif self.kind in (DecisionKind.FAILED, DecisionKind.TIMED_OUT):
+            event["reason"] = _plain(self.rule)
         return event
+
+
+def _plain(rule: str | None) -> str | None:
+    """A rule as the plain string it stands for (None stays None)."""
+    return None if rule is None else str(rule)
 
 
 @dataclass(frozen=True, slots=True)

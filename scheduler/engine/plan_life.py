@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduler.engine import cycle
-from scheduler.engine.model import Decision, Job, Plan, plan_pool
+from scheduler.engine.model import Decision, Job, Plan, Rule, plan_pool
 from scheduler.engine.plans import PlanPool, plan_count_drop
 from scheduler.engine.state import QueueState
 
@@ -73,7 +73,7 @@ def advance(state: QueueState, now: int) -> list[Decision]:
         pool.started = True
         pool.active = False
         for victim in sorted(pool.jobs(), key=_file_order):
-            cycle.preempt(state, victim, "plan_ended", None, now, out)
+            cycle.preempt(state, victim, Rule.PLAN_ENDED, None, now, out)
         state.touch(pool.name)
     for pool in pools:
         if not pool.started and pool.plan.start <= now:
@@ -96,7 +96,7 @@ def set_count(state: QueueState, name: str, count: int, now: int) -> list[Decisi
     state.set_now(now)
     out: list[Decision] = []
     for victim in plan_count_drop(pool, state.lost_work, pool.total - count):
-        cycle.preempt(state, victim, "capacity_lost", None, now, out)
+        cycle.preempt(state, victim, Rule.CAPACITY_LOST, None, now, out)
     return out
 
 

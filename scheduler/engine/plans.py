@@ -22,7 +22,7 @@ The rules, for a job of the plan's share asking ``n`` of the plan:
 
 from __future__ import annotations
 
-from scheduler.engine.model import InstanceType, Job, Plan, ShareConfig
+from scheduler.engine.model import InstanceType, Job, Plan, Rule, ShareConfig
 from scheduler.engine.preemption import (
     LostWork,
     give_back,
@@ -119,7 +119,7 @@ def plan_search(
     picks: list[tuple[Job, str]] = []
     freed = 0
     for victim in in_share_candidates(share_order(pool, facts, lost, share), lower):
-        picks.append((victim, "priority"))
+        picks.append((victim, Rule.PRIORITY))
         freed += victim.count
         if freed >= need:
             break

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from scheduler.engine import accounting
-from scheduler.engine.model import Job, Policy, ShareConfig, Work
+from scheduler.engine.model import Job, Policy, Rule, ShareConfig, Work
 from scheduler.engine.state import Bound, Pool, PoolFacts, SearchResult, victim_key
 
 LostWork = Callable[[Job], Work]
@@ -207,7 +207,7 @@ def _greedy(
             if pool.usage[other] - taken <= shares[other].limits.get(pool.name, 0):
                 skipped_borrower = True  # no longer borrowing once picks are set aside
                 continue
-            picks.append((victim, "reclaim"))
+            picks.append((victim, Rule.RECLAIM))
             removed[other] = taken + victim.count
             freed += victim.count
             if freed >= need and fits_after(
@@ -217,7 +217,7 @@ def _greedy(
                 break
     if not fits:
         for victim in own_lower:
-            picks.append((victim, "priority"))
+            picks.append((victim, Rule.PRIORITY))
             removed[share] = removed.get(share, 0) + victim.count
             freed += victim.count
             if freed >= need and fits_after(

@@ -21,6 +21,7 @@ import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import count
 from typing import NamedTuple
 
 from scheduler.engine import accounting, constraints
@@ -60,6 +61,10 @@ class _Descending:
 
 VictimKey = tuple[int, Work, int, _Descending]
 
+_MARKS = count(1)
+"""Stamps of a share's running jobs on a pool (``Pool.marks``): unique across pools, so
+a stamp never names two different states, even of a pool built afresh."""
+
 
 def victim_key(job: Job, lost_work: Work) -> VictimKey:
     """The victim order (docs/scheduling.md): lower priority first, then least work lost, then most
@@ -86,6 +91,7 @@ class Pool:
         "borrowers",
         "capacity",
         "counts",
+        "marks",
         "name",
         "prios",
         "reserve_idle",
@@ -115,6 +121,10 @@ class Pool:
         self.counts: dict[str, list[int]] = {}
         self.sizes: dict[str, dict[int, int]] = {}
         """Per share: how many running jobs hold each count (for the biggest one)."""
+        self.marks: dict[str, int] = {}
+        """Per share: a stamp taken whenever its running jobs here change (started,
+        stopped, reprioritised); absent: it never ran any here. What the share alone
+        could place within its limit depends on nothing else (``own_possible``)."""
         self.reserve_idle = 0
         """Idle entitlement of RESERVE shares (``accounting.reserved_idle`` summed)."""
         self.borrowers: set[str] = set()
@@ -161,6 +171,7 @@ class Pool:
         self.counts.setdefault(share, []).insert(index, job.count)
         sizes = self.sizes.setdefault(share, {})
         sizes[job.count] = sizes.get(job.count, 0) + 1
+        self.marks[share] = next(_MARKS)
 
     def remove(self, job: Job) -> None:
         share = job.share
@@ -176,6 +187,7 @@ class Pool:
         sizes[job.count] -= 1
         if not sizes[job.count]:
             del sizes[job.count]
+        self.marks[share] = next(_MARKS)
 
     def reprioritise(self, job: Job, priority: int) -> None:
         """Move a running job to a new priority in the index (before ``job.priority``
@@ -185,6 +197,7 @@ class Pool:
         index = bisect_right(prios, priority)
         prios.insert(index, priority)
         self.counts[job.share].insert(index, job.count)
+        self.marks[job.share] = next(_MARKS)
 
     def _unindex(self, share: str, priority: int, count: int) -> None:
         prios = self.prios[share]
@@ -419,7 +432,9 @@ class QueueState:
 
     def start_running(self, job: Job) -> None:
         """Index a running job on its pool (the caller touches the pool)."""
-        self.pool_of(job).add(job)
+        pool = self.pool_of(job)
+        pool.add(job)
+        self.index.own_changed(pool.name, job.share)
 
     def stop_running(self, job: Job) -> None:
         """Take a running job off its pool. The room it leaves helps every share, unless
@@ -428,6 +443,7 @@ class QueueState:
         pool = self.pool_of(job)
         before = pool.reserve_idle
         pool.remove(job)
+        self.index.own_changed(pool.name, job.share)
         kept = pool.reserve_idle - before == job.count
         self.touch(pool.name, only_for=job.share if kept else None)
 

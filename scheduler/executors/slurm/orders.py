@@ -27,7 +27,7 @@ from governance.models import (
 from governance.services import runs
 from governance.services import slurm as slurm_services
 from scheduler.cycle.snapshot import QueueSnapshot
-from scheduler.engine import Decision
+from scheduler.engine import Decision, DecisionKind
 from scheduler.executors.slurm import identity, submit
 from scheduler.executors.slurm.cli import (
     TERMINAL_STATES,
@@ -79,7 +79,7 @@ class SlurmOrders:
         # A run admitted by this cycle has no row yet; one with an open row has been
         # submitted. Any other running run (admitted by a cycle elsewhere) is looked up, in
         # every state: a run whose row ended is not submitted again.
-        admitted = {int(d.job) for d in decisions if d.kind == "admitted"}
+        admitted = {int(d.job) for d in decisions if d.kind == DecisionKind.ADMITTED}
         known = {(r.job_id, r.run) for r in open_runs}
         unsure = [k for k, run in running.items() if (k, run) not in known and k not in admitted]
         if unsure:
