@@ -211,7 +211,8 @@ def reseal_from(chain_seq: int) -> None:
             e governance_auditentry%%ROWTYPE;
             last text;
         BEGIN
-            SELECT hash INTO last FROM governance_auditentry WHERE chain = 'site' AND chain_seq = {chain_seq - 1};
+            SELECT hash INTO last FROM governance_auditentry
+             WHERE chain = 'site' AND chain_seq = {chain_seq - 1};
             FOR e IN SELECT * FROM governance_auditentry
                       WHERE chain = 'site' AND chain_seq >= {chain_seq} ORDER BY chain_seq LOOP
                 e.prev_hash := last;
@@ -309,7 +310,8 @@ def test_a_missing_or_moved_back_head_is_found() -> None:
     # Only the seal moves the head: a statement of its own is refused, even the owner's.
     with pytest.raises(Exception, match="moved only by the audit trigger"), transaction.atomic():
         sql(
-            "INSERT INTO governance_auditchainhead (chain, last_seq, last_hash) VALUES ('site', %s, %s)",
+            "INSERT INTO governance_auditchainhead (chain, last_seq, last_hash) "
+            "VALUES ('site', %s, %s)",
             head.last_seq,
             head.last_hash,
         )
