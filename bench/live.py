@@ -507,7 +507,9 @@ def profile_post(count: int) -> None:
     profiler.disable()
     took = time.perf_counter() - started
     figure("in-process POST, mean (profiled)", f"{took / count * 1000:.1f} ms")
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("tottime").print_stats(15)
 
 
 # --------------------------------------------------------------------------- 3. makespan
@@ -614,7 +616,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        choices=["cycle", "latency", "makespan"],
+        choices=["cycle", "latency", "profile", "makespan"],
         action="append",
         help="run only these parts (repeatable)",
     )
@@ -637,8 +639,8 @@ def main() -> None:
         bench_cycle()
     if "latency" in parts:
         bench_latency(10.0 if args.quick else 60.0, env, logs, args.rate)
-    if args.profile_post:
-        profile_post(args.profile_post)
+    if args.profile_post or "profile" in parts:
+        profile_post(args.profile_post or 300)
     if "makespan" in parts:
         bench_makespan(env, logs)
 

@@ -35,6 +35,7 @@ import random
 import re
 import statistics
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from datetime import datetime, timedelta
@@ -120,34 +121,67 @@ def _fixtures(queues_n: int, pending: int) -> list[tuple[int, int, object]]:
     return out
 
 
+SUBMITTERS = 4  # threads sending the steady submissions
+
+
 def _submit(targets: list[tuple[int, int, object]], rate: float, seconds: float, tag: str) -> int:
     """Open loop: submission ``i`` at ``start + i / (rate * queues)``, round robin over the
-    queues, through the job service; returns how many were sent over 100 ms late."""
+    queues, through the job service, by a few threads taking the next slot in turn (a slow
+    submission delays no later one while a thread is free); returns how many were sent
+    over 100 ms late."""
     from django.db import connections
 
     from governance.services.jobs import job_submit
 
     total = int(seconds * rate * len(targets))
     step = 1.0 / (rate * len(targets))
-    late = 0
+    slots = iter(range(total))
+    lock = threading.Lock()
+    late = [0]
     started = time.monotonic()
-    for i in range(total):
-        pause = started + i * step - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
-        elif pause < -0.1:
-            late += 1
-        queue_id, share_id, user = targets[i % len(targets)]
-        job_submit(
-            actor=user,
-            share=share_id,
-            queue=queue_id,
-            name=f"{tag}-{i}",
-            duration=30,
-            preferences=[{"instance_type": G5, "count": 1}],
-        )
-    connections.close_all()
-    return late
+
+    def sender() -> None:
+        try:
+            while True:
+                with lock:
+                    i = next(slots, None)
+                if i is None:
+                    return
+                pause = started + i * step - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                elif pause < -0.1:
+                    with lock:
+                        late[0] += 1
+                queue_id, share_id, user = targets[i % len(targets)]
+                job_submit(
+                    actor=user,
+                    share=share_id,
+                    queue=queue_id,
+                    name=f"{tag}-{i}",
+                    duration=30,
+                    preferences=[{"instance_type": G5, "count": 1}],
+                )
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=sender) for _ in range(SUBMITTERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return late[0]
+
+
+def _drain(tag: str, seconds: float) -> None:
+    """Wait (at most ``seconds``) until every submission of ``tag`` was admitted."""
+    from governance.models import Job
+
+    deadline = time.monotonic() + seconds
+    while Job.objects.filter(name__startswith=f"{tag}-", started_at__isnull=True).exists():
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.5)
 
 
 def _cycles(logs: list[Path]) -> dict[int, list[tuple[float, float]]]:
@@ -201,7 +235,7 @@ def run_phase(
         window = (time.time(), 0.0)
         late = _submit(targets, args.rate, args.seconds, tag)
         window = (window[0], time.time())
-        time.sleep(3.0)  # the last submissions' cycles
+        _drain(tag, args.drain)  # the last submissions' cycles
     cycles = _cycles(logs)
     start, stop = window
     span = stop - start
@@ -271,6 +305,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="of submissions per run")
     parser.add_argument("--rate", type=float, default=1.0, help="submissions/s per queue")
     parser.add_argument("--workers", type=int, action="append", help="default: 1 and 2")
+    parser.add_argument(
+        "--drain", type=float, default=60.0, help="longest wait for the last admissions (s)"
+    )
     args = parser.parse_args()
     redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/8")
     import redis
