@@ -212,6 +212,33 @@ def test_audit_verify_prints_and_holds_each_chains_head() -> None:
         call_command("audit_verify", *[f"--expect={h}" for h in heads], stdout=StringIO())
 
 
+@pytest.mark.django_db
+def test_the_products_role_starts_and_extends_queue_chains_but_cannot_move_a_head(
+    settings: Any,
+) -> None:
+    """The seal creates a queue's head on its first entry with its owner's rights: the
+    product's role only reads the heads."""
+    role = settings.DATABASE_APP_ROLE
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f'SET LOCAL ROLE "{role}"')
+        queue_entries(103, 2)
+        seal_now()
+    assert AuditChainHead.objects.get(chain="queue-103").last_seq == 2
+    with (
+        pytest.raises(Exception, match="permission denied"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(f'SET LOCAL ROLE "{role}"')
+        cursor.execute(
+            "INSERT INTO governance_auditchainhead (chain, last_seq, last_hash) "
+            "VALUES ('queue-104', 0, %s)",
+            ["0" * 64],
+        )
+    assert verify_chain().broken is None
+
+
 # --- writers on different queues: real connections, real commits -----------------------
 
 
