@@ -10,8 +10,10 @@ Each shape runs with one writer, with ``--threads`` writers each on a queue of i
 (every queue has its own chain and head, docs/operations.md "Audit trail"), and with as
 many writers all on one queue (one head between them), and each with the seal trigger
 (the chain) on and off, so the difference is the chains' cost. Prints audited writes
-(entries) per second, transactions per second and commit latency percentiles, then
-verifies every chain.
+(entries) per second, transactions per second, commit latency percentiles and how much
+of their time the writers spent waiting on a lock (sampled from ``pg_stat_activity``
+every 5 ms: on a machine short of CPU the rates mostly measure the CPU, the lock waits
+still show one head shared by every writer), then verifies every chain.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ def _setup() -> None:
     )
 
 
-def _phase(*, queues: list[int], entries: int, seconds: float) -> list[float]:
-    """One writer per item of ``queues`` (a queue id each), closed loop; commit latencies."""
+def _phase(*, queues: list[int], entries: int, seconds: float) -> tuple[list[float], float]:
+    """One writer per item of ``queues`` (a queue id each), closed loop: the commit
+    latencies, and the share of the time writers spent waiting on a lock (%)."""
     from django.db import connections, transaction
 
     from governance.models import AuditEvent, Team
@@ -67,12 +70,34 @@ def _phase(*, queues: list[int], entries: int, seconds: float) -> list[float]:
             with lock:
                 latencies.extend(mine)
 
+    waits = [0, 0]  # writer-samples waiting on a lock, writer-samples
+
+    def sampler() -> None:
+        """How often writers wait on a lock (a chain head): sampled, not timed, so a busy
+        machine's slowness does not hide it."""
+        from django.db import connection
+
+        try:
+            with connection.cursor() as cursor:
+                while time.monotonic() < stop:
+                    cursor.execute(
+                        "SELECT count(*) FILTER (WHERE wait_event_type = 'Lock') "
+                        "FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                    )
+                    waits[0] += cursor.fetchone()[0]
+                    waits[1] += len(queues)
+                    time.sleep(0.005)
+        finally:
+            connections.close_all()
+
     workers = [threading.Thread(target=writer, args=(q,)) for q in queues]
+    workers.append(threading.Thread(target=sampler))
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
-    return latencies
+    return latencies, 100 * waits[0] / max(1, waits[1])
 
 
 def _set_chain(on: bool) -> None:
@@ -110,19 +135,20 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs; {args.seconds:g} s per phase; writes = audit entries")
     print(
         f"{'writers':<22} {'entries/tx':>10} {'chain':>6} {'writes/s':>9} {'tx/s':>7} "
-        f"{'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7}"
+        f"{'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'lock wait':>9}"
     )
     for entries in args.entries or [1, 20]:
         for label, queues in shapes:
             for chained in (False, True):
                 _set_chain(chained)
-                latencies = _phase(queues=queues, entries=entries, seconds=args.seconds)
+                latencies, waiting = _phase(queues=queues, entries=entries, seconds=args.seconds)
                 rate = len(latencies) / args.seconds
                 print(
                     f"{label:<22} {entries:>10} {'on' if chained else 'off':>6} "
                     f"{rate * entries:>9.0f} {rate:>7.0f} "
                     f"{1000 * statistics.median(latencies):>7.1f} "
-                    f"{1000 * _pct(latencies, 95):>7.1f} {1000 * _pct(latencies, 99):>7.1f}",
+                    f"{1000 * _pct(latencies, 95):>7.1f} {1000 * _pct(latencies, 99):>7.1f} "
+                    f"{waiting:>8.0f}%",
                     flush=True,
                 )
     _set_chain(True)
