@@ -246,16 +246,10 @@ def verify_chain(
     walks: list[_ChainWalk] = []
     unchecked = 0
 
-    def report(problem: str | None = None, entry_id: int | None = None) -> ChainReport:
+    def report(problem: str, entry_id: int | None = None, chain: str | None = None) -> ChainReport:
         states = tuple(ChainState(w.chain, w.seq, w.previous, w.signed_seq) for w in walks)
-        return ChainReport(
-            sum(w.checked for w in walks),
-            states,
-            problem,
-            entry_id,
-            unchecked,
-            walks[-1].chain if problem is not None and walks else None,
-        )
+        checked = sum(w.checked for w in walks)
+        return ChainReport(checked, states, problem, entry_id, unchecked, chain)
 
     outermost = not connection.in_atomic_block
     with transaction.atomic(), connection.cursor() as cursor:
@@ -293,15 +287,18 @@ def verify_chain(
             for chain in sorted({*heads, *signatures, *expected_links}):
                 finish(start(chain))
         except _Broken as found:
-            return report(str(found), found.entry_id)
+            # The chain being walked (the last one started) is the broken one.
+            return report(str(found), found.entry_id, walks[-1].chain if walks else None)
         cursor.execute(
-            "SELECT id FROM governance_auditentry WHERE chain_seq IS NULL ORDER BY id LIMIT 1"
+            "SELECT id, chain FROM governance_auditentry WHERE chain_seq IS NULL "
+            "ORDER BY id LIMIT 1"
         )
         unsealed = cursor.fetchone()
         if unsealed is not None:
             return report(
                 f"entry {unsealed[0]} is not in the chain: it was written around the audit trigger",
                 unsealed[0],
+                unsealed[1],
             )
     return ChainReport(sum(w.checked for w in walks), tuple(states), None, None, unchecked)
 
