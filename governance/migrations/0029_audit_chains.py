@@ -68,9 +68,11 @@ DECLARE
     entry governance_auditentry%ROWTYPE;
     name text;
 BEGIN
+    -- (Only names the enlist trigger makes: the writer could set the note itself.)
     FOR name IN
         SELECT c FROM pg_catalog.unnest(pg_catalog.string_to_array(
             pg_catalog.current_setting('governance.audit_chains', true), ',')) AS c
+         WHERE c OPERATOR(pg_catalog.~) '^(site|queue-[0-9]{1,19})$'
         UNION SELECT NEW.chain
         ORDER BY 1
     LOOP

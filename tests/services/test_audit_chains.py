@@ -92,6 +92,17 @@ def test_the_chain_follows_the_queue_whatever_the_writer_says() -> None:
 
 
 @pytest.mark.django_db
+def test_a_note_of_chains_set_by_the_writer_creates_no_head_of_its_own() -> None:
+    """The seal reads which heads to lock from a note the insert trigger keeps in the
+    transaction; a writer may set it too, but only chain names the trigger makes count."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL governance.audit_chains = 'evil,site'")
+    write_entries(1)
+    assert not AuditChainHead.objects.filter(chain="evil").exists()
+    assert verify_chain().broken is None
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("attack", "found"),
     [
