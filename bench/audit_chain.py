@@ -1,15 +1,19 @@
-"""What the audit trail's hash chain costs writers (migration 0008).
+"""What the audit trail's hash chains cost writers (migrations 0010 and 0029).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything .venv/bin/python bench/audit_chain.py
 
 Runs in a throwaway database ``bench_audit_<name>`` (dropped and re-created). Writer
 threads commit transactions as the live path does, each in its own connection, closed
-loop, for ``--seconds`` per phase: ``1`` audit entry per transaction (a submission, an
-agent report) and ``20`` (a scheduling cycle that admits or preempts many jobs). Each
-phase runs twice: with the seal trigger (the chain) and with it disabled, so the
-difference is the chain's cost. Prints transactions and entries per second and commit
-latency percentiles. ``bench/live.py`` runs at 50 submissions per second; the figures
-show how far above that the chain's one-writer-at-a-time commit lets the trail go.
+loop, for ``--seconds`` per phase, with ``1`` audit entry per transaction (a submission,
+an agent report) and with ``20`` (a scheduling cycle that admits or preempts many jobs).
+Each shape runs with one writer, with ``--threads`` writers each on a queue of its own
+(every queue has its own chain and head, docs/operations.md "Audit trail"), and with as
+many writers all on one queue (one head between them), and each with the seal trigger
+(the chain) on and off, so the difference is the chains' cost. Prints audited writes
+(entries) per second, transactions per second, commit latency percentiles and how much
+of their time the writers spent waiting on a lock (sampled from ``pg_stat_activity``
+every 5 ms: on a machine short of CPU the rates mostly measure the CPU, the lock waits
+still show one head shared by every writer), then verifies every chain.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ def _setup() -> None:
     )
 
 
-def _phase(*, threads: int, entries: int, seconds: float) -> tuple[int, list[float]]:
+def _phase(*, queues: list[int], entries: int, seconds: float) -> tuple[list[float], float]:
+    """One writer per item of ``queues`` (a queue id each), closed loop: the commit
+    latencies, and the share of the time writers spent waiting on a lock (%)."""
     from django.db import connections, transaction
 
     from governance.models import AuditEvent, Team
@@ -41,7 +47,7 @@ def _phase(*, threads: int, entries: int, seconds: float) -> tuple[int, list[flo
     stop = time.monotonic() + seconds
     payload = {"state": "RUNNING", "instance_type": "ml.g5.xlarge", "preference": 0, "run": 1}
 
-    def writer() -> None:
+    def writer(queue_id: int) -> None:
         mine: list[float] = []
         try:
             while time.monotonic() < stop:
@@ -56,6 +62,7 @@ def _phase(*, threads: int, entries: int, seconds: float) -> tuple[int, list[flo
                             after={**payload, "i": i},
                             reason="Admitted on preference 0 within the share's limit.",
                             team_id=team.pk,
+                            queue_id=queue_id,
                         )
                 mine.append(time.perf_counter() - started)
         finally:
@@ -63,12 +70,34 @@ def _phase(*, threads: int, entries: int, seconds: float) -> tuple[int, list[flo
             with lock:
                 latencies.extend(mine)
 
-    workers = [threading.Thread(target=writer) for _ in range(threads)]
+    waits = [0, 0]  # writer-samples waiting on a lock, writer-samples
+
+    def sampler() -> None:
+        """How often writers wait on a lock (a chain head): sampled, not timed, so a busy
+        machine's slowness does not hide it."""
+        from django.db import connection
+
+        try:
+            with connection.cursor() as cursor:
+                while time.monotonic() < stop:
+                    cursor.execute(
+                        "SELECT count(*) FILTER (WHERE wait_event_type = 'Lock') "
+                        "FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                    )
+                    waits[0] += cursor.fetchone()[0]
+                    waits[1] += len(queues)
+                    time.sleep(0.005)
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=writer, args=(q,)) for q in queues]
+    workers.append(threading.Thread(target=sampler))
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
-    return len(latencies), latencies
+    return latencies, 100 * waits[0] / max(1, waits[1])
 
 
 def _set_chain(on: bool) -> None:
@@ -88,27 +117,40 @@ def _pct(values: list[float], p: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--threads", type=int, default=8, help="concurrent writers (N)")
+    parser.add_argument(
+        "--entries", type=int, action="append", help="entries per transaction (default 1 and 20)"
+    )
     args = parser.parse_args()
     _setup()
     from governance.selectors.audit import verify_chain
 
+    n = args.threads
+    shapes = [
+        ("1 writer", [1]),
+        (f"{n} writers, {n} queues", list(range(1, n + 1))),
+        (f"{n} writers, 1 queue", [1] * n),
+    ]
+    print(f"{os.cpu_count()} CPUs; {args.seconds:g} s per phase; writes = audit entries")
     print(
-        f"{'entries/tx':>10} {'chain':>6} {'tx/s':>8} {'entries/s':>10} "
-        f"{'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}"
+        f"{'writers':<22} {'entries/tx':>10} {'chain':>6} {'writes/s':>9} {'tx/s':>7} "
+        f"{'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'lock wait':>9}"
     )
-    for entries in (1, 20):
-        for chained in (False, True):
-            _set_chain(chained)
-            count, latencies = _phase(threads=args.threads, entries=entries, seconds=args.seconds)
-            rate = count / args.seconds
-            print(
-                f"{entries:>10} {'on' if chained else 'off':>6} {rate:>8.0f} "
-                f"{rate * entries:>10.0f} {1000 * statistics.median(latencies):>8.1f} "
-                f"{1000 * _pct(latencies, 95):>8.1f} {1000 * _pct(latencies, 99):>8.1f}",
-                flush=True,
-            )
+    for entries in args.entries or [1, 20]:
+        for label, queues in shapes:
+            for chained in (False, True):
+                _set_chain(chained)
+                latencies, waiting = _phase(queues=queues, entries=entries, seconds=args.seconds)
+                rate = len(latencies) / args.seconds
+                print(
+                    f"{label:<22} {entries:>10} {'on' if chained else 'off':>6} "
+                    f"{rate * entries:>9.0f} {rate:>7.0f} "
+                    f"{1000 * statistics.median(latencies):>7.1f} "
+                    f"{1000 * _pct(latencies, 95):>7.1f} {1000 * _pct(latencies, 99):>7.1f} "
+                    f"{waiting:>8.0f}%",
+                    flush=True,
+                )
     _set_chain(True)
     from django.db import connection
 

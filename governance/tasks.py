@@ -43,8 +43,8 @@ def purge_idempotency_keys() -> int:
 
 @shared_task(ignore_result=True)
 def audit_checkpoint() -> bool:
-    """Beat: sign the audit chain's head with the audit key (when it moved)."""
-    return audit.checkpoint() is not None
+    """Beat: sign each audit chain's head that moved with the audit key."""
+    return bool(audit.checkpoint())
 
 
 @shared_task(ignore_result=True)

@@ -94,7 +94,7 @@ def _flush_past_the_audit_guards() -> None:
     """Transactional tests end with Django's flush, a TRUNCATE of every table, which the
     audit tables refuse (migration 0021). In the test database the flush turns their
     triggers off for its own transaction (the tests connect as the tables' owner, who may)
-    and puts back the chain head the migrations made, as a fresh database has it."""
+    and puts back the site chain's head the migrations made, as a fresh database has it."""
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     from governance.models.audit import GENESIS_HASH
@@ -111,8 +111,8 @@ def _flush_past_the_audit_guards() -> None:
         return [
             *(f"ALTER TABLE {table} DISABLE TRIGGER USER" for table in audit_tables),
             *statements,
-            "INSERT INTO governance_auditchainhead (id, last_seq, last_hash) "
-            f"VALUES (1, 0, '{GENESIS_HASH}')",
+            "INSERT INTO governance_auditchainhead (chain, last_seq, last_hash) "
+            f"VALUES ('site', 0, '{GENESIS_HASH}')",
             *(f"ALTER TABLE {table} ENABLE TRIGGER USER" for table in audit_tables),
         ]
 

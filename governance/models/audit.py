@@ -103,18 +103,30 @@ class AuditEvent(models.TextChoices):
 GENESIS_HASH = "0" * 64
 
 
-class AuditChainHead(models.Model):
-    """The chain's newest link: one row (id 1), locked by each committing writer.
+SITE_CHAIN = "site"
 
-    Written only by the database trigger of migration 0008, never by Python code.
+
+def chain_of_queue(queue_id: int | None) -> str:
+    """The chain an entry joins (migration 0029 computes the same in the database): its
+    queue's, or the site's when it has no queue."""
+    return SITE_CHAIN if queue_id is None else f"queue-{queue_id}"
+
+
+class AuditChainHead(models.Model):
+    """One chain's newest link: one row per chain (``site``, ``queue-<id>``), locked by
+    each committing writer of that chain only, so writes to different queues do not wait
+    for one another (docs/operations.md, "Audit trail").
+
+    Written only by the database's seal trigger (migrations 0010, 0029), never by Python
+    code; the seal creates a chain's head with its first entry.
     """
 
-    id = models.SmallIntegerField(primary_key=True, default=1)
+    chain = models.CharField(max_length=40, primary_key=True, default=SITE_CHAIN)
     last_seq = models.BigIntegerField(default=0)
     last_hash = models.CharField(max_length=64, default=GENESIS_HASH)
 
     def __str__(self) -> str:
-        return f"audit chain at {self.last_seq}: {self.last_hash[:12]}"
+        return f"audit chain {self.chain} at {self.last_seq}: {self.last_hash[:12]}"
 
 
 def audit_key_id(key: str) -> str:
@@ -122,9 +134,12 @@ def audit_key_id(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def checkpoint_mac(key: str, chain_seq: int, chain_hash: str) -> str:
-    """HMAC-SHA256 of a chain head (its link number and hash) under ``key``."""
-    message = f"governance-audit:{chain_seq}:{chain_hash}".encode()
+def checkpoint_mac(key: str, chain_seq: int, chain_hash: str, chain: str = SITE_CHAIN) -> str:
+    """HMAC-SHA256 of a chain's head (its link number and hash) under ``key``. The site
+    chain's message is the one checkpoints signed before there were several chains, so
+    they still verify; another chain's message names the chain."""
+    name = "" if chain == SITE_CHAIN else f"{chain}:"
+    message = f"governance-audit:{name}{chain_seq}:{chain_hash}".encode()
     return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
 
 
@@ -133,9 +148,11 @@ class AuditCheckpoint(models.Model):
     outside the database: ``settings.AUDIT_KEY``). Written by beat's checkpoint task
     (``services.audit.checkpoint``); append-only like the entries. An entry changed and
     the chain re-sealed inside the database no longer leads to a signed head, so
-    ``audit_verify`` finds it, and so does an entry removed below a signed head."""
+    ``audit_verify`` finds it, and so does an entry removed below a signed head. One
+    checkpoint signs one chain's head."""
 
-    chain_seq = models.BigIntegerField(unique=True)
+    chain = models.CharField(max_length=40, default=SITE_CHAIN)
+    chain_seq = models.BigIntegerField()
     chain_hash = models.CharField(max_length=64)
     # Which key signed it (the first 16 hex digits of its sha256), so old keys still verify
     # after a rotation (``AUDIT_OLD_KEYS``).
@@ -143,8 +160,15 @@ class AuditCheckpoint(models.Model):
     mac = models.CharField(max_length=64)
     created_at = models.DateTimeField()
 
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["chain", "chain_seq"], name="audit_checkpoint_chain_link"
+            )
+        ]
+
     def __str__(self) -> str:
-        return f"audit checkpoint at {self.chain_seq}"
+        return f"audit checkpoint of {self.chain} at {self.chain_seq}"
 
 
 class AppendOnlyError(Exception):
@@ -208,11 +232,14 @@ class AuditEntry(models.Model):
     after = models.JSONField(null=True, blank=True)
     reason = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(db_index=True)
-    # The hash chain (migration 0008): set by the database when the writing transaction
-    # commits, so they stay null on the object ``create`` returns. ``chain_seq`` is the
-    # entry's place in the chain (commit order, which may differ from id order);
+    # The hash chains (migrations 0010, 0029). ``chain`` is set by the database on insert
+    # from ``queue`` (``chain_of_queue``; entries older than 0029 are all in the site
+    # chain). The rest is set by the database when the writing transaction commits, so
+    # they stay null on the object ``create`` returns. ``chain_seq`` is the entry's place
+    # in its chain (commit order, which may differ from id order);
     # ``hash`` = sha256(``prev_hash`` + the entry's content). ``audit_verify`` checks them.
     # Null (not "") means not sealed yet: only inside the writing transaction.
+    chain = models.CharField(max_length=40, default=SITE_CHAIN, editable=False)
     chain_seq = models.BigIntegerField(null=True, blank=True, editable=False)
     prev_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001
     hash = models.CharField(max_length=64, null=True, blank=True, editable=False)  # noqa: DJ001

@@ -9,6 +9,7 @@ from typing import Any, ParamSpec
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import models, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from governance.models import AuditChainHead, AuditCheckpoint, AuditEntry, AuditEvent
@@ -131,26 +132,36 @@ record = _written(entry_for)
 record_job = _written(job_entry)
 
 
-def checkpoint(*, at: Any = None) -> AuditCheckpoint | None:
-    """Sign the chain's head with the audit key (``settings.AUDIT_KEY``, kept outside the
-    database); beat does it every ``AUDIT_CHECKPOINT_SECONDS``. Nothing when the head has
-    not moved since the last signature. ``audit_verify`` then checks that the chain still
-    leads to every signed head: entries changed and re-sealed inside the database, or
-    removed below a signed head, do not."""
-    head = AuditChainHead.objects.filter(pk=1).first()
-    if head is None or head.last_seq == 0:
-        return None
-    if AuditCheckpoint.objects.filter(chain_seq=head.last_seq).exists():
-        return None
+def checkpoint(*, at: Any = None) -> list[AuditCheckpoint]:
+    """Sign every chain's head that moved since its last signature with the audit key
+    (``settings.AUDIT_KEY``, kept outside the database); beat does it every
+    ``AUDIT_CHECKPOINT_SECONDS``. Returns the new signatures (none when no head moved).
+    ``audit_verify`` then checks that each chain still leads to every head signed for it:
+    entries changed and re-sealed inside the database, or removed below a signed head, do
+    not."""
     key = settings.AUDIT_KEY
-    with transaction.atomic():
-        signed, _ = AuditCheckpoint.objects.get_or_create(
-            chain_seq=head.last_seq,
-            defaults={
-                "chain_hash": head.last_hash,
-                "key_id": audit_key_id(key),
-                "mac": checkpoint_mac(key, head.last_seq, head.last_hash),
-                "created_at": at or timezone.now(),
-            },
-        )
+    signed: list[AuditCheckpoint] = []
+    heads = list(AuditChainHead.objects.filter(last_seq__gt=0).order_by("chain"))
+    if not heads:
+        return signed
+    at_heads = Q()
+    for head in heads:
+        at_heads |= Q(chain=head.chain, chain_seq=head.last_seq)
+    done = set(AuditCheckpoint.objects.filter(at_heads).values_list("chain", "chain_seq"))
+    for head in heads:
+        if (head.chain, head.last_seq) in done:
+            continue
+        with transaction.atomic():
+            made, created = AuditCheckpoint.objects.get_or_create(
+                chain=head.chain,
+                chain_seq=head.last_seq,
+                defaults={
+                    "chain_hash": head.last_hash,
+                    "key_id": audit_key_id(key),
+                    "mac": checkpoint_mac(key, head.last_seq, head.last_hash, head.chain),
+                    "created_at": at or timezone.now(),
+                },
+            )
+        if created:
+            signed.append(made)
     return signed

@@ -2,7 +2,7 @@
 executor between them (docs/architecture.md#a-cycle).
 
 One cycle happens in one transaction that holds the queue row's lock (``SELECT ... FOR
-UPDATE``) and the locks of its active jobs, so however many workers run, one cycle per
+NO KEY UPDATE``) and the locks of its active jobs, so however many workers run, one cycle per
 queue runs at a time, executors' reports cannot slip in between reading a job and
 deciding about it, and a worker that dies mid-cycle leaves nothing half-applied (the
 transaction rolls back).
@@ -40,7 +40,9 @@ def run_cycle(
     # The completions this cycle applies are decided on by the cycle itself: they need
     # no further cycle (``hooks.cycle_running``).
     with transaction.atomic(), hooks.cycle_running(queue_id):
-        queue = JobQueue.objects.select_for_update().get(pk=queue_id)
+        # FOR NO KEY UPDATE: one cycle per queue still, but the key-share lock a new
+        # job's reference to the queue takes (at commit) does not wait for the cycle.
+        queue = JobQueue.objects.select_for_update(no_key=True).get(pk=queue_id)
         executor = executor if executor is not None else executor_for(queue)
         # 1. the executor's reports, before anything is read
         executor.before_cycle(queue)

@@ -211,16 +211,17 @@ def reseal_from(chain_seq: int) -> None:
             e governance_auditentry%%ROWTYPE;
             last text;
         BEGIN
-            SELECT hash INTO last FROM governance_auditentry WHERE chain_seq = {chain_seq - 1};
+            SELECT hash INTO last FROM governance_auditentry
+             WHERE chain = 'site' AND chain_seq = {chain_seq - 1};
             FOR e IN SELECT * FROM governance_auditentry
-                      WHERE chain_seq >= {chain_seq} ORDER BY chain_seq LOOP
+                      WHERE chain = 'site' AND chain_seq >= {chain_seq} ORDER BY chain_seq LOOP
                 e.prev_hash := last;
                 e.hash := governance_audit_entry_hash(e, last);
                 UPDATE governance_auditentry SET prev_hash = e.prev_hash, hash = e.hash
                  WHERE id = e.id;
                 last := e.hash;
             END LOOP;
-            UPDATE governance_auditchainhead SET last_hash = last WHERE id = 1;
+            UPDATE governance_auditchainhead SET last_hash = last WHERE chain = 'site';
         END;
         $$
         """
@@ -258,7 +259,7 @@ def test_the_products_role_appends_but_cannot_change_remove_or_empty_the_trail(
         "UPDATE governance_auditentry SET reason = 'x' WHERE id = %s",
         "DELETE FROM governance_auditentry WHERE id = %s",
         "TRUNCATE governance_auditentry",
-        "UPDATE governance_auditchainhead SET last_seq = 0 WHERE id = 1 AND %s > 0",
+        "UPDATE governance_auditchainhead SET last_seq = 0 WHERE chain = 'site' AND %s > 0",
         "DELETE FROM governance_auditchainhead WHERE %s > 0",
         "TRUNCATE governance_auditchainhead",
         "UPDATE governance_auditcheckpoint SET mac = '' WHERE %s > 0",
@@ -287,7 +288,7 @@ def test_removing_the_newest_entries_and_moving_the_head_back_is_found() -> None
     kept = AuditEntry.objects.get(pk=entries[1].pk)
     tamper("DELETE FROM governance_auditentry WHERE chain_seq > %s", kept.chain_seq)
     tamper(
-        "UPDATE governance_auditchainhead SET last_seq = %s, last_hash = %s WHERE id = 1",
+        "UPDATE governance_auditchainhead SET last_seq = %s, last_hash = %s WHERE chain = 'site'",
         kept.chain_seq,
         kept.hash,
     )
@@ -300,16 +301,17 @@ def test_removing_the_newest_entries_and_moving_the_head_back_is_found() -> None
 def test_a_missing_or_moved_back_head_is_found() -> None:
     signed_entries(3)
     head = AuditChainHead.objects.get()
-    tamper("UPDATE governance_auditchainhead SET last_seq = last_seq - 1 WHERE id = 1")
+    tamper("UPDATE governance_auditchainhead SET last_seq = last_seq - 1 WHERE chain = 'site'")
     report = verify_chain()
     assert report.broken is not None and "the chain head is behind" in report.broken
-    tamper("DELETE FROM governance_auditchainhead WHERE id = 1")
+    tamper("DELETE FROM governance_auditchainhead WHERE chain = 'site'")
     report = verify_chain()
     assert report.broken is not None and "the chain head is missing" in report.broken
     # Only the seal moves the head: a statement of its own is refused, even the owner's.
     with pytest.raises(Exception, match="moved only by the audit trigger"), transaction.atomic():
         sql(
-            "INSERT INTO governance_auditchainhead (id, last_seq, last_hash) VALUES (1, %s, %s)",
+            "INSERT INTO governance_auditchainhead (chain, last_seq, last_hash) "
+            "VALUES ('site', %s, %s)",
             head.last_seq,
             head.last_hash,
         )
@@ -386,7 +388,7 @@ def test_a_head_kept_outside_the_database_catches_what_the_database_cannot() -> 
     tamper("DELETE FROM governance_auditentry WHERE chain_seq > %s", kept.chain_seq)
     tamper("DELETE FROM governance_auditcheckpoint")
     tamper(
-        "UPDATE governance_auditchainhead SET last_seq = %s, last_hash = %s WHERE id = 1",
+        "UPDATE governance_auditchainhead SET last_seq = %s, last_hash = %s WHERE chain = 'site'",
         kept.chain_seq,
         kept.hash,
     )
