@@ -40,8 +40,7 @@ def _figures(group: dict[str, Any]) -> dict[str, Any]:
 def _whole_recording(world: Any) -> signals.Recording:  # noqa: F811
     """The export of a window that starts before the first submission: a history file
     that gives exact figures for any window inside it."""
-    out = history.export(world.queue, at(-1), at(400))
-    return signals.Recording(out["scenario"], out["recorded"]["events"], out["teams"])
+    return signals.file_recording(history.export(world.queue, at(-1), at(400)))
 
 
 @pytest.mark.parametrize("group_by", ["share", "team"])
