@@ -364,7 +364,7 @@ TEMPLATES = [
 ]
 
 # "shared": one cache for every web worker (Redis), for answers that are costly to
-# compute and keyed by the state they describe (governance.selectors.web_jobs).
+# compute and keyed by the state they describe (governance.web.presenters.jobs).
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "shared": {

@@ -12,7 +12,8 @@ from rest_framework.test import APIClient
 
 from governance import demo, demo_activity
 from governance.models import JobQueue
-from governance.selectors import scheduling, web_overview
+from governance.selectors import scheduling
+from governance.web.presenters import overview as web_overview
 from scheduler.cycle.run import run_cycle
 
 pytestmark = pytest.mark.django_db
