@@ -1,7 +1,7 @@
 """The shape of the code base, held by a test: no import cycle between files, the engine
 stands alone, governance reaches the scheduler through one door, executors see the cycle
-only through its public types, selectors only read, and page presenters live under the
-web, not among the selectors (docs/architecture.md).
+only through its public types, selectors only read, page presenters live under the web,
+not among the selectors, and the demo is a package of its own (docs/architecture.md).
 
 Every import counts, at module level or inside a function (a deferred import is still a
 dependency; it only hides a cycle). Reading the source with ``ast`` needs no database.
@@ -218,3 +218,20 @@ def test_page_presenters_live_under_the_web() -> None:
         assert not name.rpartition(".")[2].startswith("web_"), f"{name} is a page presenter"
         web = sorted(t for t in targets if t.startswith("governance.web"))
         assert not web, f"{name} imports {web}"
+
+
+DEMO = "governance.demo"
+DEMO_USERS = {"governance.management.commands.load_demo", "scheduler.tasks"}
+"""What may import the demo: the command that loads it and beat's demo tick."""
+
+
+def test_the_demo_is_a_package_of_its_own() -> None:
+    """The demo's data and weather live in ``governance/demo/``; the product never
+    depends on them, so only the command that loads the demo and beat's demo task import
+    it."""
+    assert DEMO in GRAPH["governance.management.commands.load_demo"]  # the rule bites
+    for name, targets in GRAPH.items():
+        if name == DEMO or name.startswith(DEMO + "."):
+            continue
+        demo = {t for t in targets if t == DEMO or t.startswith(DEMO + ".")}
+        assert not demo or name in DEMO_USERS, f"{name} imports {sorted(demo)}"

@@ -17,8 +17,9 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from governance import demo, demo_history
+from governance import demo
 from governance.api.tables import csv_text
+from governance.demo import history as demo_history
 from governance.models import Job, JobQueue
 from governance.selectors.filters import Links
 from governance.web.presenters import signals as web_signals
