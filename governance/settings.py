@@ -364,7 +364,7 @@ TEMPLATES = [
 ]
 
 # "shared": one cache for every web worker (Redis), for answers that are costly to
-# compute and keyed by the state they describe (governance.selectors.web_jobs).
+# compute and keyed by the state they describe (governance.web.presenters.jobs).
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "shared": {
@@ -573,7 +573,7 @@ CELERY_BEAT_SCHEDULE["slurm-sync"] = {
 }
 # Simulated fleet: how many simulated seconds pass per real second (60 = an hour a minute).
 DEMO_TIME_FACTOR = env_float("DEMO_TIME_FACTOR", 60.0)
-# Demo activity (governance.demo_activity): seconds between ticks; 0 turns it off.
+# Demo activity (governance.demo.activity): seconds between ticks; 0 turns it off.
 DEMO_ACTIVITY_SECONDS = env_float("DEMO_ACTIVITY_SECONDS", 0.0)
 DEMO_SEED = env_int("DEMO_SEED", 1)
 # DEMO_SLURM=1: the demo adds a queue run by the local Slurm (scripts/slurm/start; the

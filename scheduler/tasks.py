@@ -87,9 +87,9 @@ def slurm_sync() -> None:
 @shared_task(ignore_result=True)
 def demo_activity() -> None:
     """Beat's demo tick (only scheduled when DEMO_ACTIVITY_SECONDS > 0)."""
-    from governance import demo_activity
+    from governance.demo import activity
 
-    demo_activity.tick()
+    activity.tick()
 
 
 @shared_task(ignore_result=True)

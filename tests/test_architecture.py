@@ -1,6 +1,7 @@
 """The shape of the code base, held by a test: no import cycle between files, the engine
 stands alone, governance reaches the scheduler through one door, executors see the cycle
-only through its public types, and selectors only read (docs/architecture.md).
+only through its public types, selectors only read, page presenters live under the web,
+not among the selectors, and the demo is a package of its own (docs/architecture.md).
 
 Every import counts, at module level or inside a function (a deferred import is still a
 dependency; it only hides a cycle). Reading the source with ``ast`` needs no database.
@@ -181,18 +182,56 @@ WRITES = re.compile(
 """What writing (or queueing work) reads like in this code base."""
 
 
+READERS = ("governance.selectors", "governance.web.presenters")
+"""Modules that only read: the selectors, and the page presenters that shape their reads."""
+
+
 def test_selectors_only_read() -> None:
-    """A selector imports no service that writes, only error types, number bounds and
-    checks that write nothing, and neither writes nor queues work itself (a measurement
-    taken on a read, the first forecast of a job, is the scheduler's:
+    """A selector (or a page presenter) imports no service that writes, only error types,
+    number bounds and checks that write nothing, and neither writes nor queues work itself
+    (a measurement taken on a read, the first forecast of a job, is the scheduler's:
     ``scheduler/estimates.py``)."""
     for module in READ_ONLY_SERVICES:
         assert not WRITES.search(MODULES[module].read_text()), module
     for name, targets in GRAPH.items():
-        if not name.startswith("governance.selectors"):
+        if not name.startswith(READERS):
             continue
         for target in targets:
             if target.startswith("governance.services") and target not in READ_ONLY_SERVICES:
                 names = _names_from(name, target)
                 assert {(target, n) for n in names} <= CHECKS, f"{name} imports {target} {names}"
         assert not WRITES.search(MODULES[name].read_text()), f"{name} writes"
+
+
+PRESENTERS = "governance.web.presenters"
+
+
+def test_page_presenters_live_under_the_web() -> None:
+    """What a page shows (usage bars, feed sentences, charts, rows with their words) is
+    shaped under ``governance/web/presenters/``, not among the selectors: no selector is a
+    ``web_`` module, and no selector imports ``governance.web``, so the reads the API
+    shares with the pages never depend on a page."""
+    assert "governance.web.presenters.overview" in GRAPH["governance.web.overview"]  # bites
+    for name, targets in GRAPH.items():
+        if not name.startswith("governance.selectors"):
+            continue
+        assert not name.rpartition(".")[2].startswith("web_"), f"{name} is a page presenter"
+        web = sorted(t for t in targets if t.startswith("governance.web"))
+        assert not web, f"{name} imports {web}"
+
+
+DEMO = "governance.demo"
+DEMO_USERS = {"governance.management.commands.load_demo", "scheduler.tasks"}
+"""What may import the demo: the command that loads it and beat's demo tick."""
+
+
+def test_the_demo_is_a_package_of_its_own() -> None:
+    """The demo's data and weather live in ``governance/demo/``; the product never
+    depends on them, so only the command that loads the demo and beat's demo task import
+    it."""
+    assert DEMO in GRAPH["governance.management.commands.load_demo"]  # the rule bites
+    for name, targets in GRAPH.items():
+        if name == DEMO or name.startswith(DEMO + "."):
+            continue
+        demo = {t for t in targets if t == DEMO or t.startswith(DEMO + ".")}
+        assert not demo or name in DEMO_USERS, f"{name} imports {sorted(demo)}"

@@ -255,7 +255,7 @@ class AuditEntry(models.Model):
             models.Index(fields=["queue", "-created_at"]),
             # One subject's history (the exception page), oldest first.
             models.Index(fields=["subject_type", "subject_id", "created_at"], name="audit_subject"),
-            # The overview's decision feed (governance.selectors.web_overview.FEED_EVENTS):
+            # The overview's decision feed (governance.web.presenters.overview.FEED_EVENTS):
             # its newest 30, and the cache key naming them, read from this index alone.
             models.Index(
                 fields=["-created_at", "-id"],

@@ -10,7 +10,7 @@ from django.db.models import F, Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from governance.models import Agreement, AgreementVersion, Promise, PromiseState, WhatIf
-from governance.selectors.web_signals import Links
+from governance.selectors.filters import Links
 
 SEARCH_CONFIG = "english"
 

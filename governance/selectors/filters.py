@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import django_filters
 from django import forms
@@ -229,3 +230,28 @@ class WorkloadFilter(django_filters.FilterSet):
     class Meta:
         model = Workload
         fields = ["team", "interruption", "recovery_status"]
+
+
+class Links:
+    """URLs of the jobs list and the audit trail, filtered (by the filters above) to one
+    group and a window: the links behind a Signals figure and behind a promise's figure."""
+
+    def __init__(self, queue_id: int, start: datetime, stop: datetime) -> None:
+        self.queue_id = queue_id
+        self.start = start.isoformat()
+        self.stop = stop.isoformat()
+
+    def jobs(self, scope: dict[str, Any], moment: str, **extra: Any) -> str:
+        query = {
+            "queue": self.queue_id,
+            **scope,
+            f"{moment}_after": self.start,
+            f"{moment}_before": self.stop,
+        }
+        query.update(extra)
+        return "/jobs/?" + urlencode(query)
+
+    def audit(self, scope: dict[str, Any], event_type: str) -> str:
+        query: dict[str, Any] = {"queue": self.queue_id} if not scope else dict(scope)
+        query.update({"event_type": event_type, "since": self.start, "until": self.stop})
+        return "/audit/?" + urlencode(query)

@@ -29,7 +29,7 @@ from governance.models import (
     ShareLimit,
 )
 from governance.roles import AnyUser
-from governance.selectors import web_state
+from governance.selectors import state_cache
 from governance.services.errors import PermissionDenied, ValidationFailed
 from governance.services.shares import validate_share_fields
 from scheduler import (
@@ -81,7 +81,7 @@ __all__ = [
 # jobs, far too slow for a page polled by many people. The answer depends only on what
 # ``scheduler.cycle.read.load`` reads (the queue's active jobs, shares, limits, capacity
 # and types) and, on a simulated queue, on the next run that finishes by itself. So it
-# is cached under a fingerprint of those rows (``web_state.queue_state_fingerprint``), for
+# is cached under a fingerprint of those rows (``state_cache.queue_state_fingerprint``), for
 # as long as ``scheduler.readings.explain_queue`` says it holds, at most EXPLAIN_MAX_AGE. A page
 # therefore never shows reasons for a state other than the stored one. Entries are per
 # job, so a page reads only its own 50.
@@ -97,13 +97,13 @@ def explain_jobs(
     """Pending job id -> reasons per preference for ``job_ids`` of the queue (jobs the
     next cycle would start, or not pending, are absent). One query and one cache read
     when cached (see above); no query when the
-    caller passes the queue's ``web_state.queue_state_fingerprint`` it already read.
+    caller passes the queue's ``state_cache.queue_state_fingerprint`` it already read.
     ``generation``, when given, receives the cached answer's token (explain_generation)
     if the answer served is a cached one."""
     wanted = list(job_ids)
-    base = f"explain:{fingerprint or web_state.queue_state_fingerprint(queue_id)}"
+    base = f"explain:{fingerprint or state_cache.queue_state_fingerprint(queue_id)}"
     keys = {f"{base}:{pk}": pk for pk in wanted}
-    found = web_state.cache_get_many([f"{base}:ok", *keys])
+    found = state_cache.cache_get_many([f"{base}:ok", *keys])
     if f"{base}:ok" in found:
         if generation is not None and isinstance(found[f"{base}:ok"], str):
             generation.append(found[f"{base}:ok"])
@@ -111,10 +111,10 @@ def explain_jobs(
     reasons, valid_for = readings.explain_queue(queue_id)
     ttl = min(EXPLAIN_MAX_AGE, valid_for if valid_for is not None else EXPLAIN_MAX_AGE)
     if ttl >= 1:
-        web_state.cache_set_many({f"{base}:{pk}": value for pk, value in reasons.items()}, ttl)
+        state_cache.cache_set_many({f"{base}:{pk}": value for pk, value in reasons.items()}, ttl)
         # Last: never half an answer. Its value names this answer (explain_generation).
         token = uuid.uuid4().hex
-        web_state.cache_set_many({f"{base}:ok": token}, ttl)
+        state_cache.cache_set_many({f"{base}:ok": token}, ttl)
         if generation is not None:
             generation.append(token)
     wanted_set = set(wanted)
@@ -126,7 +126,7 @@ def explain_generation(queue_id: int, fingerprint: str) -> str | None:
     ``fingerprint`` now (a new one each time the engine is asked again); None when none
     are cached. What is rendered from the reasons may be cached under it."""
     key = f"explain:{fingerprint}:ok"
-    token = web_state.cache_get_many([key]).get(key)
+    token = state_cache.cache_get_many([key]).get(key)
     return token if isinstance(token, str) else None
 
 
@@ -302,16 +302,16 @@ def _per_job_cached(
     """A per-job reading of the queue (``compute``: values by job id, a note such as the
     basis, and for how long it holds), cached as the reasons are: under the queue's
     stored state, per job, with the note written last (never half an answer)."""
-    base = f"{prefix}:{fingerprint or web_state.queue_state_fingerprint(queue_id)}"
+    base = f"{prefix}:{fingerprint or state_cache.queue_state_fingerprint(queue_id)}"
     keys = {f"{base}:{pk}": pk for pk in wanted}
-    found = web_state.cache_get_many([f"{base}:ok", *keys])
+    found = state_cache.cache_get_many([f"{base}:ok", *keys])
     if f"{base}:ok" in found:
         return {keys[k]: v for k, v in found.items() if k in keys}, str(found[f"{base}:ok"])
     values, note, valid_for = compute()
     ttl = min(EXPLAIN_MAX_AGE, valid_for if valid_for is not None else EXPLAIN_MAX_AGE)
     if ttl >= 1:
-        web_state.cache_set_many({f"{base}:{pk}": value for pk, value in values.items()}, ttl)
-        web_state.cache_set_many({f"{base}:ok": note}, ttl)
+        state_cache.cache_set_many({f"{base}:{pk}": value for pk, value in values.items()}, ttl)
+        state_cache.cache_set_many({f"{base}:ok": note}, ttl)
     wanted_set = set(wanted)
     return {pk: value for pk, value in values.items() if pk in wanted_set}, note
 

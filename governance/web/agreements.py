@@ -23,7 +23,6 @@ from django.utils.safestring import SafeString, mark_safe
 from governance import roles
 from governance.models import Agreement, AgreementVersion, PromiseState, Team
 from governance.selectors import agreements as agreement_selectors
-from governance.selectors import web_governance as sel
 from governance.services import agreements as agreement_services
 from governance.services import promises as promise_services
 from governance.services.errors import ServiceError
@@ -35,6 +34,7 @@ from governance.web.forms_governance import (
     ReviewForm,
     htmx_target,
 )
+from governance.web.presenters import governance as sel
 
 PAGE_SIZE = 50
 TEXT_FIELDS = (

@@ -23,10 +23,10 @@ from django.utils.safestring import SafeString, mark_safe
 
 from governance.models import AuditEntry, AuditEvent
 from governance.selectors import audit as audit_selectors
-from governance.selectors import web_governance as sel
 from governance.selectors.filters import AuditFilter
 from governance.web import regions
 from governance.web.forms_governance import htmx_target
+from governance.web.presenters import governance as sel
 
 PAGE_SIZE = 50
 FILTER_KEYS = ("actor", "event_type", "team", "share", "job", "queue", "since", "until")

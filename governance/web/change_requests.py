@@ -18,13 +18,13 @@ from governance.models import ChangeRequestState, ShareChangeRequest
 from governance.selectors import change_requests as cr_selectors
 from governance.selectors import scheduling
 from governance.selectors import shares as share_selectors
-from governance.selectors.web_overview import RULE_WORDS
 from governance.services import change_requests as cr_services
 from governance.services import shares as share_services
 from governance.services.errors import ServiceError, ValidationFailed
 from governance.web.errors import apply_service_errors
 from governance.web.forms_governance import DecisionForm
 from governance.web.forms_shares import ChangeRequestForm
+from governance.web.presenters.overview import RULE_WORDS
 from governance.web.shares import _comparison, _share_or_404, _show
 
 PAGE_SIZE = 50

@@ -16,7 +16,6 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import ExceptionState, PriorityException
 from governance.models.jobs import ACTIVE_STATES
-from governance.selectors import web_governance as sel
 from governance.services import exceptions as exception_services
 from governance.services.errors import ServiceError
 from governance.web import agreements as agreement_pages
@@ -27,6 +26,7 @@ from governance.web.forms_governance import (
     ExceptionFilterForm,
     htmx_target,
 )
+from governance.web.presenters import governance as sel
 
 PAGE_SIZE = 50
 

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import Job, JobState
 from governance.models.jobs import ACTIVE_STATES
-from governance.selectors import borrowed, scheduling, web_jobs
+from governance.selectors import borrowed, scheduling
 from governance.selectors import exceptions as exception_selectors
 from governance.selectors import jobs as job_selectors
 from governance.selectors import plans as plan_selectors
@@ -37,6 +37,7 @@ from governance.web.forms_jobs import (
     ReprioritiseForm,
 )
 from governance.web.links import url_pattern
+from governance.web.presenters import jobs as web_jobs
 
 PAGE_SIZE = 50
 COUNT_CAP = 5_000

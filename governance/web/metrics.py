@@ -21,7 +21,7 @@ from governance import metrics as store
 from governance import roles
 from governance.models import JobQueue
 from governance.selectors import capacity as capacity_selectors
-from governance.selectors import insight, web_state
+from governance.selectors import insight, state_cache
 
 FORECAST_ERROR_WINDOW = timedelta(days=30)
 
@@ -57,12 +57,12 @@ def metrics(request: HttpRequest) -> HttpResponse:
         )
     # The gauges are the pages' usage figures, cached under the stored state like them;
     # the forecast errors change only when a job starts, a change of that state too.
-    fingerprint = web_state.queue_state_fingerprint()
-    usage = web_state.cached(
+    fingerprint = state_cache.queue_state_fingerprint()
+    usage = state_cache.cached(
         f"metrics-usage:{fingerprint}",
         lambda: capacity_selectors.queues_usage(list(JobQueue.objects.order_by("name"))),
     )
-    errors = web_state.cached(f"metrics-forecast-error:{fingerprint}", _forecast_errors)
+    errors = state_cache.cached(f"metrics-forecast-error:{fingerprint}", _forecast_errors)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(store.Collector(usage, store.read_counters(), errors))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

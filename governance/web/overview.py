@@ -14,18 +14,19 @@ from django.shortcuts import render
 from django.utils.safestring import SafeString
 
 from governance.selectors import decisions as decision_selectors
-from governance.selectors import insight, web_overview, web_state
+from governance.selectors import insight, state_cache
 from governance.web import agreements as agreement_pages
 from governance.web import charts, regions
+from governance.web.presenters import overview as web_overview
 
 FEED_CACHE_SECONDS = 300.0
 
 
 def usage_html() -> SafeString:
-    """The ``usage`` region, cached under the state it shows (``web_state``): when nothing
+    """The ``usage`` region, cached under the state it shows (``state_cache``): when nothing
     changed it costs one query."""
     return regions.template_region(
-        f"usage-html:{web_state.queue_state_fingerprint()}",
+        f"usage-html:{state_cache.queue_state_fingerprint()}",
         "overview/overview.html#usage",
         lambda: {"queues": web_overview.usage_blocks(web_overview.overview_queues())},
     )

@@ -17,11 +17,11 @@ from governance.models import PriorityDefinition
 from governance.models.priorities import MAX_PRIORITY, BandRole
 from governance.selectors import priorities as priority_selectors
 from governance.selectors import teams as team_selectors
-from governance.selectors import web_governance as sel
 from governance.services import priorities as priority_services
 from governance.services.errors import ServiceError
 from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_governance import PriorityDefinitionForm
+from governance.web.presenters import governance as sel
 
 ROLE_LABELS = dict(BandRole.choices)
 

@@ -14,12 +14,14 @@ from django.utils.safestring import SafeString
 
 from governance.models import JobQueue, JobState
 from governance.selectors import capacity as capacity_selectors
-from governance.selectors import insight, scheduling, web_jobs, web_overview, web_state
+from governance.selectors import insight, scheduling, state_cache
 from governance.selectors import jobs as job_selectors
 from governance.selectors import plans as plan_selectors
 from governance.selectors import shares as share_selectors
 from governance.web import charts, regions
 from governance.web.links import url_pattern
+from governance.web.presenters import jobs as web_jobs
+from governance.web.presenters import overview as web_overview
 
 PAGE_SIZE = 50
 # The forecast error on the queue page covers jobs that started this recently.
@@ -51,9 +53,9 @@ def _page(request: HttpRequest, qs: Any, param: str) -> Page:
 
 @login_required
 def queue_list(request: HttpRequest) -> HttpResponse:
-    # Every queue's figures, cached under their state (web_state), as the overview does.
-    blocks = web_state.cached(
-        f"usage-blocks:{web_state.queue_state_fingerprint()}",
+    # Every queue's figures, cached under their state (state_cache), as the overview does.
+    blocks = state_cache.cached(
+        f"usage-blocks:{state_cache.queue_state_fingerprint()}",
         lambda: web_overview.usage_blocks(web_overview.overview_queues()),
     )
     return render(request, "queues/list.html", {"queues": blocks})
@@ -72,7 +74,7 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
     shares = list(share_selectors.shares().filter(queue=queue).order_by("name"))
     # One read of the queue's state, first (what is cached under it is then never older
     # than it), for the live region, the reasons and the job tables (all cached under it).
-    fingerprint = web_state.queue_state_fingerprint(queue.pk)
+    fingerprint = state_cache.queue_state_fingerprint(queue.pk)
     jobs_html, jobs_context = _jobs_html(request, queue, fingerprint)
     context = {
         **jobs_context,  # the tables' figures when rendered now (none when cached)
@@ -181,10 +183,10 @@ def _jobs_context(
 
 
 def queue_live_html(queue: JobQueue, fingerprint: str | None = None) -> SafeString:
-    """The queue page's live usage region, cached under the queue's state (``web_state``):
+    """The queue page's live usage region, cached under the queue's state (``state_cache``):
     the page embeds it and its poll endpoint serves it, one query when nothing changed."""
     return regions.template_region(
-        f"queue-usage-html:{fingerprint or web_state.queue_state_fingerprint(queue.pk)}",
+        f"queue-usage-html:{fingerprint or state_cache.queue_state_fingerprint(queue.pk)}",
         "queues/detail.html#queue_live",
         lambda: {"queue": queue, "q": web_overview.usage_blocks([queue])[0]},
     )

@@ -1,7 +1,7 @@
 """Cached page regions: HTML rendered once per stored state, served with fresh times.
 
 The live regions and the job tables of the pages are pure functions of stored rows, so
-each is cached under a key that names the state it shows (``selectors.web_state``:
+each is cached under a key that names the state it shows (``selectors.state_cache``:
 a fingerprint of the rows, or ids that never change). Only relative times ("3 minutes
 ago") move with the clock: a region is rendered with ``when_slots`` in its context, so
 ``{% when %}`` leaves a slot per time (``templatetags.web_time``), and every serving
@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 
-from governance.selectors import web_state
+from governance.selectors import state_cache
 from governance.templatetags import web_time
 
 K = TypeVar("K")
@@ -40,17 +40,17 @@ def fill(rendered: Rendered) -> SafeString:
 
 def lookup(key: str) -> SafeString | None:
     """The region cached under ``key``, times filled; None on a miss."""
-    found = web_state.cache_get_many([key]).get(key)
+    found = state_cache.cache_get_many([key]).get(key)
     return fill(found) if found is not None else None
 
 
 def store(key: str, rendered: Rendered, timeout: float = 60.0) -> None:
-    web_state.cache_set_many({key: rendered}, timeout)
+    state_cache.cache_set_many({key: rendered}, timeout)
 
 
 def region(key: str, render: Callable[[], Rendered], timeout: float = 60.0) -> SafeString:
     """The region cached under ``key`` (rendered by ``render`` on a miss), times filled."""
-    found = web_state.cache_get_many([key]).get(key)
+    found = state_cache.cache_get_many([key]).get(key)
     if found is None:
         found = render()
         store(key, found, timeout)
@@ -71,9 +71,9 @@ def regions(
     keys: Mapping[str, K], render: Callable[[K], Rendered], timeout: float = 60.0
 ) -> dict[str, SafeString]:
     """Many regions in one cache read and at most one write: key -> filled HTML."""
-    found = web_state.cache_get_many(list(keys))
+    found = state_cache.cache_get_many(list(keys))
     missing = {key: render(item) for key, item in keys.items() if key not in found}
     if missing:
-        web_state.cache_set_many(missing, timeout)
+        state_cache.cache_set_many(missing, timeout)
     found.update(missing)
     return {key: fill(found[key]) for key in keys}

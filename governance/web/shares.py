@@ -25,10 +25,9 @@ from governance.models import JobState, Share
 from governance.models.shares import Policy
 from governance.selectors import certifications as cert_selectors
 from governance.selectors import change_requests as cr_selectors
-from governance.selectors import insight, scheduling, web_overview, web_state
+from governance.selectors import insight, scheduling, state_cache
 from governance.selectors import jobs as job_selectors
 from governance.selectors import shares as share_selectors
-from governance.selectors.web_overview import RULE_WORDS
 from governance.selectors.windows import parse_window
 from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
@@ -37,6 +36,8 @@ from governance.web import charts, regions
 from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_shares import ShareEditForm
 from governance.web.links import url_pattern
+from governance.web.presenters import overview as web_overview
+from governance.web.presenters.overview import RULE_WORDS
 
 COMPARED_FIELDS = (
     ("limits", "Limits"),
@@ -114,7 +115,7 @@ SHARE_JOB_COLUMNS = (
 
 
 # The share's running and pending jobs are among its queue's active jobs, so their table
-# (and count) is a function of the queue's state fingerprint (web_state; a job's queue
+# (and count) is a function of the queue's state fingerprint (state_cache; a job's queue
 # is its share's): cached under it, with the relative times left as slots written at
 # each serving (web_time.fill_slots). Saves the count, the job query and 50 rows.
 JOBS_HTML_VERSION = 2  # 2: the plan a job runs on
@@ -148,10 +149,10 @@ def _jobs_html(share: Share, fingerprint: str) -> SafeString:
 @login_required
 def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
     share = _share_or_404(share_id)
-    # The queue's usage figures, cached under its state (web_state): shared by every
+    # The queue's usage figures, cached under its state (state_cache): shared by every
     # share page of the queue, recomputed on the first read after any change.
-    fingerprint = web_state.queue_state_fingerprint(share.queue_id)
-    block = web_state.cached(
+    fingerprint = state_cache.queue_state_fingerprint(share.queue_id)
+    block = state_cache.cached(
         f"usage-block:{fingerprint}",
         lambda: web_overview.usage_blocks([share.queue])[0],
     )

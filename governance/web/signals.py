@@ -16,9 +16,10 @@ from django.utils import timezone
 
 from governance.selectors import capacity as capacity_selectors
 from governance.selectors import scheduling
-from governance.selectors import web_signals as sel
+from governance.selectors.filters import Links
 from governance.selectors.windows import parse_group_by, parse_month, parse_window
 from governance.services.errors import ValidationFailed
+from governance.web.presenters import signals as sel
 
 PRESETS = [("1h", "Last hour", 1 / 24), ("1d", "Last day", 1), ("7d", "Last 7 days", 7)]
 PRESETS.append(("30d", "Last 30 days", 30))
@@ -64,7 +65,7 @@ def signals_page(request: HttpRequest) -> HttpResponse:
             context["errors"] = exc.errors
         else:
             answer = scheduling.queue_signals(queue, window.start, window.stop, group_by=group_by)
-            links = sel.Links(queue.pk, window.start, window.stop)
+            links = Links(queue.pk, window.start, window.stop)
             month = parse_month(None, now=window.start)
             context.update(
                 {

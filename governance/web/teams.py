@@ -13,10 +13,11 @@ from django.shortcuts import render
 from governance import roles
 from governance.models import Team
 from governance.selectors import decisions as decision_selectors
-from governance.selectors import insight, team_view
+from governance.selectors import insight
 from governance.selectors import teams as team_selectors
 from governance.selectors import workloads as workload_selectors
 from governance.web import charts
+from governance.web.presenters import teams as team_view
 
 
 def _team_block(team: Team, usage: list[Any], window: str | None) -> dict[str, Any]:

@@ -157,7 +157,8 @@ LAYOUT_PROBLEMS = r"""
 def layout_world(transactional_db: Any, settings: Any) -> Any:
     from django.contrib.auth import get_user_model
 
-    from governance import demo, demo_history
+    from governance import demo
+    from governance.demo import history as demo_history
     from governance.services import jobs
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

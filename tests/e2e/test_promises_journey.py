@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 def vision_agreement(demo_world: Any) -> Agreement:
     from django.contrib.auth import get_user_model
 
-    from governance import demo_history
+    from governance.demo import history as demo_history
     from governance.services import agreements
 
     assert demo_history.load_history(days=1) > 0

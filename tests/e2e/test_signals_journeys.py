@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def history_world(demo_world: Any) -> Any:
-    from governance import demo_history
+    from governance.demo import history as demo_history
 
     assert demo_history.load_history(days=1) > 0
     return JobQueue.objects.get(name="gpu-fleet")

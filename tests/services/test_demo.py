@@ -60,7 +60,7 @@ def test_demo_plan_is_active_and_named_first_by_training_jobs(tmp_path: Path) ->
 def test_demo_history_is_played_written_once_and_replays(tmp_path: Path, settings) -> None:
     from datetime import timedelta
 
-    from governance import demo_history
+    from governance.demo import history as demo_history
     from governance.models import Job, JobEvent
     from governance.selectors import scheduling
 
@@ -139,7 +139,7 @@ def test_demo_has_a_lender_two_teams_borrow_from_and_a_pending_change_request(
 def test_the_demo_agreements_keep_one_promise_and_break_another(tmp_path: Path) -> None:
     """Judged on the demo's own played history: vision's goodput holds; speech lends its
     idle capacity and its own jobs wait longer than the hour it was promised."""
-    from governance import demo_history
+    from governance.demo import history as demo_history
     from governance.models import Notification, NotificationKind, Promise
 
     demo.load(tmp_path)

@@ -6,7 +6,7 @@ import pytest
 from django.db import transaction
 
 from governance import demo
-from governance import demo_activity as simulated
+from governance.demo import activity as simulated
 from governance.models import AuditEntry, Job, JobQueue, QueueCapacity
 
 

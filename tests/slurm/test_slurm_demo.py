@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from governance import demo
-from governance.models import Job, JobState, SlurmRun
+from governance.models import Job, JobQueue, JobState, SlurmRun
 from tests.slurm.conftest import drive
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
@@ -18,7 +18,7 @@ def test_the_demo_queue_runs_its_jobs_on_the_local_slurm(slurm_env: Any) -> None
     demo.load()
     assert demo.load_slurm() is True
     assert demo.load_slurm() is False
-    queue = demo.JobQueue.objects.get(name=demo.SLURM_QUEUE)
+    queue = JobQueue.objects.get(name=demo.SLURM_QUEUE)
     world = SimpleNamespace(queue=queue, cli=slurm_env.cli)
     drive(world, lambda: SlurmRun.objects.filter(job__queue=queue, started_seen=True).exists())
     running = Job.objects.filter(queue=queue, state=JobState.RUNNING)

@@ -1,6 +1,6 @@
 """Web test fixtures.
 
-The pages cache answers derived from the stored state (``governance.selectors.web_state``)
+The pages cache answers derived from the stored state (``governance.selectors.state_cache``)
 in the ``shared`` cache, Redis in production. Here it is a per-process memory cache,
 emptied before each test, so tests run in parallel never see each other's entries and a
 test's query counts do not depend on what an earlier test cached.

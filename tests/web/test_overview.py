@@ -14,10 +14,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from governance.models import AuditEntry, AuditEvent, JobQueue
-from governance.selectors import web_overview
-from governance.selectors.web_overview import describe
 from governance.services import jobs as job_services
 from governance.templatetags.web_time import relative_time
+from governance.web.presenters import overview as web_overview
+from governance.web.presenters.overview import describe
 from scheduler.cycle.run import run_cycle
 from tests.factories import (
     TeamFactory,

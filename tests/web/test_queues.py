@@ -63,7 +63,7 @@ def test_pending_jobs_are_paginated_and_queries_constant(world):
     for name in ("first", "second", "third"):  # two run, one waits
         submit(world.lead_vision, world.background, name, 1)
     run_cycle(world.queue.pk)
-    # Counted without cached answers (the worst case; web_state caches reasons per state).
+    # Counted without cached answers (the worst case; state_cache caches reasons per state).
     caches["shared"].clear()
     small = count_queries(client, url)
     small_list = count_queries(client, "/queues/")

@@ -17,10 +17,12 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from governance import demo, demo_history
+from governance import demo
 from governance.api.tables import csv_text
+from governance.demo import history as demo_history
 from governance.models import Job, JobQueue
-from governance.selectors import web_signals
+from governance.selectors.filters import Links
+from governance.web.presenters import signals as web_signals
 from scheduler import signals
 from tests.factories import make_admin
 
@@ -62,7 +64,7 @@ def test_one_days_figures_are_the_same_every_way(
 
         # the Signals page shows every figure of the same answer
         html = unescape(client.get("/signals/", query).content.decode())
-        links = web_signals.Links(queue.pk, start, stop)
+        links = Links(queue.pk, start, stop)
         for row in web_signals.figure_rows(api, links, queue.pk):
             for cell in row.cells:
                 assert f">{cell.text}</a>" in html, (name, row.name, cell.text)

@@ -10,9 +10,11 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from governance import demo, demo_activity
+from governance import demo
+from governance.demo import activity as demo_activity
 from governance.models import JobQueue
-from governance.selectors import scheduling, web_overview
+from governance.selectors import scheduling
+from governance.web.presenters import overview as web_overview
 from scheduler.cycle.run import run_cycle
 
 pytestmark = pytest.mark.django_db

@@ -71,10 +71,10 @@ def test_when_tag_keeps_the_absolute_time_in_its_title() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.timedeltas(min_value=timedelta(days=-900), max_value=timedelta(days=900)))
 def test_one_unit_relative_reads_as_before(delta: timedelta) -> None:
-    """``web_governance.relative`` (one unit, plain spaces) still says what it said."""
+    """``presenters.governance.relative`` (one unit, plain spaces) still says what it said."""
     from django.utils.timesince import timeuntil
 
-    from governance.selectors.web_governance import relative
+    from governance.web.presenters.governance import relative
 
     when = NOW + delta
     if abs(delta.total_seconds()) < 60:

@@ -5,7 +5,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from governance import demo, demo_history
+from governance import demo
+from governance.demo import history
 
 
 class Command(BaseCommand):
@@ -22,7 +23,7 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS("Demo data loaded."))
         if settings.DEMO_SLURM and demo.load_slurm():
             self.stdout.write(self.style.SUCCESS("Demo queue on the local Slurm loaded."))
-        written = demo_history.load_history_and_rollups()
+        written = history.load_history_and_rollups()
         if written:
             self.stdout.write(
                 self.style.SUCCESS(f"Demo history: {written} jobs of the last days played.")

@@ -19,7 +19,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from governance import demo_certifications
+from governance.demo import certifications, records
 from governance.models import JobQueue, Share, Team, Workload
 from governance.roles import ADMIN_GROUP, AGENT_GROUP, REVIEWER_GROUP
 from governance.services import (
@@ -33,7 +33,6 @@ from governance.services import (
     shares,
     teams,
 )
-from governance.services import demo_history as demo_history_services
 from governance.services import slurm as slurm_services
 from governance.services import users as user_services
 from governance.services import workloads as workload_services
@@ -284,7 +283,7 @@ def load(data_dir: Path | None = None) -> list[str]:
     _lending_pool(admin, leads, team_objs)
     _workloads(admin, team_objs)
     _recovery_and_decision(admin, team_objs, fleet_shares)
-    demo_certifications.load_certifications(admin, leads, fleet)
+    certifications.load_certifications(admin, leads, fleet)
 
     roles = [
         ("admin", "admin: edits queues, shares and priority bands"),
@@ -343,7 +342,7 @@ def _recovery_and_decision(admin: Any, team_objs: dict[str, Team], fleet: dict[s
             recovery_assumptions="Checkpoints every 10 minutes to the team's bucket; output "
             "valid when the final loss is within 1% of the reference run.",
         )
-        demo_history_services.demo_resumed_run(
+        records.demo_resumed_run(
             actor=admin,
             share=share,
             submitter=admin,
@@ -353,7 +352,7 @@ def _recovery_and_decision(admin: Any, team_objs: dict[str, Team], fleet: dict[s
         )
     vision = fleet["vision"]
     finetune = Workload.objects.get(team=team_objs["vision"], name="vision/finetune")
-    demo_history_services.demo_exhausted_run(
+    records.demo_exhausted_run(
         share=vision,
         submitter=admin,
         workload=finetune,
@@ -411,7 +410,7 @@ def _agreements(admin: Any, leads: dict[str, Any], by_name: dict[str, Share]) ->
     }
     owners = {"background": "vision", "medium": "language", "protected": "speech"}
     # What the fleet's agreements promise, judged on the demo's played history once it is
-    # loaded (demo_history.load_history_and_rollups): vision's work is rarely lost to
+    # loaded (history.load_history_and_rollups): vision's work is rarely lost to
     # preemption (kept), while speech, which lends its idle g6 and g5 capacity, was told
     # its own jobs would start within the hour: its evaluation jobs wait up to three hours
     # for capacity it lent (broken).

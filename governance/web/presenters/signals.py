@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
-from urllib.parse import urlencode
 
 from governance.models import Share, Team
+from governance.selectors.filters import Links
 from governance.templatetags.figures import count, duration, inst_hours, money, percent
 
 # The ticks of a chart's scale: none, half and all of its largest bar.
@@ -63,30 +62,6 @@ class FigureRow:
     name: str
     words: str
     cells: list[Cell]
-
-
-class Links:
-    """URLs of the jobs list and the audit trail, filtered to one group and the window."""
-
-    def __init__(self, queue_id: int, start: datetime, stop: datetime) -> None:
-        self.queue_id = queue_id
-        self.start = start.isoformat()
-        self.stop = stop.isoformat()
-
-    def jobs(self, scope: dict[str, Any], moment: str, **extra: Any) -> str:
-        query = {
-            "queue": self.queue_id,
-            **scope,
-            f"{moment}_after": self.start,
-            f"{moment}_before": self.stop,
-        }
-        query.update(extra)
-        return "/jobs/?" + urlencode(query)
-
-    def audit(self, scope: dict[str, Any], event_type: str) -> str:
-        query: dict[str, Any] = {"queue": self.queue_id} if not scope else dict(scope)
-        query.update({"event_type": event_type, "since": self.start, "until": self.stop})
-        return "/audit/?" + urlencode(query)
 
 
 def _drift_text(figures: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ The simulated fleet (``scheduler.executors.simulated``) runs a simulated queue's
 their duration at the type's speed times ``DEMO_TIME_FACTOR`` and completes them. What the
 demo adds here, when ``DEMO_ACTIVITY_SECONDS`` is set (``./scripts/run`` sets it),
 is a seeded stream of what happens on a busy cluster, every change made through the
-services like any other change, by the demo's own actor (``demo.demo_actor``: the audit
+services like any other change, by the demo's own actor (``world.demo_actor``: the audit
 trail and the job pages name "demo", never a person who did not act):
 
 - the AWS worked example replays: when its queue is idle the background team submits its
@@ -29,7 +29,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from governance import demo
+from governance.demo import world
 from governance.models import CapacityPlan, Job, JobQueue, JobState, QueueCapacity, Share
 from governance.services import capacity, jobs
 from governance.services.errors import ServiceError
@@ -41,7 +41,7 @@ MAX_ACTIVE_FLEET_JOBS = 24
 
 
 def _actor() -> Any:
-    return demo.demo_actor()
+    return world.demo_actor()
 
 
 def tick(number: int | None = None) -> list[str]:
@@ -63,7 +63,7 @@ def tick(number: int | None = None) -> list[str]:
 
 
 def _aws_example() -> list[str]:
-    queue = JobQueue.objects.get(name=demo.MARKER_QUEUE)
+    queue = JobQueue.objects.get(name=world.MARKER_QUEUE)
     shares = {s.name: s for s in Share.objects.filter(queue=queue)}
     active = {j.name: j for j in Job.objects.filter(queue=queue, state__in=ACTIVE)}
     one = [{"instance_type": "ml.g5.xlarge", "count": 1}]
@@ -161,11 +161,11 @@ def _fleet_weather(rng: random.Random, number: int) -> list[str]:
         QueueCapacity.objects.filter(queue=queue).values_list("instance_type__name", "count")
     )
     admin = _actor()
-    if number % 8 == 4 and current != demo.FLEET_CAPACITY:
+    if number % 8 == 4 and current != world.FLEET_CAPACITY:
         capacity.queue_set_capacity(
             actor=admin,
             queue=queue,
-            capacity=demo.FLEET_CAPACITY,
+            capacity=world.FLEET_CAPACITY,
             reason="Demo: the provider has capacity again.",
         )
         return ["the provider restores the fleet's capacity"]

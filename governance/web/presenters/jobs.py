@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 from governance.models import Job, JobEvent, JobKind, JobState
 from governance.selectors import jobs as job_selectors
 from governance.selectors.filters import WINDOW_FIELDS, JobFilter
-from governance.selectors.web_overview import RULE_WORDS
+from governance.web.presenters.overview import RULE_WORDS
 
 REASON_WORDS = {
     "over_budget": "it would cost more than the job's budget",

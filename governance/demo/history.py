@@ -17,9 +17,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from governance.demo.records import demo_history_record
 from governance.models import Job, JobQueue, Membership, Share
 from governance.selectors import scheduling
-from governance.services.demo_history import demo_history_record
 from governance.services.insight import usage_rebuild
 from governance.services.promises import promises_evaluate
 from governance.services.shares import limits_map
@@ -119,7 +119,7 @@ def load_history_and_rollups(*, now: datetime | None = None) -> int:
     """``load_history``, then the usage rollups of every queue rebuilt over the played days
     from their recorded events: the usage history charts read rollups the live cycle
     writes, so without this they would start empty; and the agreements' promises
-    evaluated on it (one kept, one broken: ``demo._agreements``). Returns how many jobs
+    evaluated on it (one kept, one broken: ``world._agreements``). Returns how many jobs
     were written."""
     written = load_history(now=now)
     if written:

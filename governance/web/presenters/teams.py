@@ -23,10 +23,11 @@ from governance.models import (
     Share,
     Team,
 )
-from governance.selectors import borrowed, scheduling, web_jobs, web_state
+from governance.selectors import borrowed, scheduling, state_cache
 from governance.selectors import capacity as capacity_selectors
 from governance.selectors import change_requests as cr_selectors
 from governance.selectors import exceptions as exception_selectors
+from governance.web.presenters import jobs as web_jobs
 
 PENDING_SHOWN = 50
 EXCEPTIONS_SHOWN = 20
@@ -50,8 +51,8 @@ class TeamSummary:
 def all_usage() -> list[Any]:
     """Every queue's usage figures, cached under the stored state (one query when
     nothing changed)."""
-    return web_state.cached(
-        f"team-usage:{web_state.queue_state_fingerprint()}",
+    return state_cache.cached(
+        f"team-usage:{state_cache.queue_state_fingerprint()}",
         lambda: capacity_selectors.queues_usage(list(JobQueue.objects.order_by("name"))),
     )
 

@@ -7,7 +7,7 @@ whether the fallback performs as benchmarked.
 - ``language/finetune``: 1 x p4d first, 1 x trn1.32xlarge second; its runs on the trn1
   take 40% longer than certified, so the workload page flags it as drifting.
 
-The runs are written as played history (``services.demo_history``), ending in the days
+The runs are written as played history (``demo.records``), ending in the days
 before the demo loads, after the certifications were granted.
 """
 
@@ -18,9 +18,10 @@ from typing import Any
 
 from django.utils import timezone
 
+from governance.demo import records
 from governance.models import Certification, JobQueue, Workload
 from governance.services import certifications as cert_services
-from governance.services import demo_history, templates
+from governance.services import templates
 
 # (team, share, [(type, count, benchmark seconds, utilization, reason), ...], actual/benchmark
 # of the fallback's runs)
@@ -149,7 +150,7 @@ def load_certifications(admin: Any, leads: dict[str, Any], fleet: JobQueue) -> N
                 )
                 events.append({"type": "completed", "job": key, "at": at + 60_000 + length})
     events.sort(key=lambda e: (e["at"], e["type"] != "completed"))
-    demo_history.demo_history_record(
+    records.demo_history_record(
         actor=admin,
         queue=fleet,
         start=start,

@@ -1,4 +1,4 @@
-"""Writing a played history into the database, for the demo (``governance.demo_history``).
+"""Writing a played history into the database, for the demo (``governance.demo.history``).
 
 The live scheduler leaves jobs, their timeline events and audit entries behind as it
 decides; a history played through the engine at demo load is written here in the same
