@@ -835,6 +835,8 @@ def _figures(
     integrals: Mapping[str, Mapping[Any, float]],
     unit: int,
 ) -> dict[str, Any]:
+    """Long because the answer is one literal in the order of docs/signals.md: split, its shape
+    would be in pieces."""
     finished: Counter[str] = Counter()
     for col in cols:
         finished.update(col.finished)
