@@ -627,21 +627,15 @@ def run(
     next_act = 0
     now = 0
     while True:
-        candidates = [
-            t
-            for t in (
-                next_finish(),
-                submissions[next_sub].job.submitted_at if next_sub < len(submissions) else None,
-                actions[next_act][1]["at"] if next_act < len(actions) else None,
-                engine.next_deadline(),
-            )
-            if t is not None
-        ]
-        if not candidates:
+        moment = _earliest(
+            next_finish(),
+            submissions[next_sub].job.submitted_at if next_sub < len(submissions) else None,
+            actions[next_act][1]["at"] if next_act < len(actions) else None,
+            engine.next_deadline(),
+        )
+        if moment is None or (until is not None and moment > until):
             break
-        now = min(candidates)
-        if until is not None and now > until:
-            break
+        now = moment
         done = []
         while next_finish() == now:
             _, index, job_id, _ = heapq.heappop(finishing)
@@ -655,17 +649,37 @@ def run(
             action = actions[next_act][1]
             _apply_action(engine, action, now, by_id, submitted, cancelled_early, emit)
             next_act += 1
-        while next_sub < len(submissions) and submissions[next_sub].job.submitted_at == now:
-            spec = submissions[next_sub]
-            next_sub += 1
-            if spec.job.id in cancelled_early:
-                continue
-            engine.submit(spec.job)
-            submitted.add(spec.job.id)
+        next_sub = _submit_due(engine, submissions, next_sub, now, submitted, cancelled_early)
         emit(engine.schedule(now))
         emit(engine.timeouts(now))
     end = now if until is None else until  # reasons are judged at the run's end
     return _result(engine, specs, events, submitted, cancelled_early, raw_ids, explain, end)
+
+
+def _earliest(*moments: int | None) -> int | None:
+    """The earliest of the moments that are known (None: nothing left to happen)."""
+    known = [t for t in moments if t is not None]
+    return min(known) if known else None
+
+
+def _submit_due(
+    engine: Engine,
+    submissions: Sequence[_Spec],
+    next_sub: int,
+    now: int,
+    submitted: set[str],
+    cancelled_early: Mapping[str, int],
+) -> int:
+    """Submit the jobs due at ``now`` from ``next_sub`` on (not those cancelled before
+    their submission); the index of the next one."""
+    while next_sub < len(submissions) and submissions[next_sub].job.submitted_at == now:
+        spec = submissions[next_sub]
+        next_sub += 1
+        if spec.job.id in cancelled_early:
+            continue
+        engine.submit(spec.job)
+        submitted.add(spec.job.id)
+    return next_sub
 
 
 def _apply_action(

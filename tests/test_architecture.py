@@ -206,7 +206,6 @@ LONG_BECAUSE = "Long because"
 NOT_YET_SPLIT = {
     "scheduler/engine/forecast.py play_forward",
     "scheduler/readings.py lending_now",
-    "scheduler/simulate.py run",
     "governance/services/agreements.py agreement_update",
     "governance/services/capacity.py queue_update",
     "governance/services/certifications.py certification_propose",
