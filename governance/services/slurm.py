@@ -418,6 +418,47 @@ DRIFT_WORDS = {
 }
 
 
+def _drift_details(
+    sid: int,
+    job: Mapping[str, Any],
+    slurm_run: SlurmRun | None,
+    kinds: list[str],
+    action: str,
+) -> dict[str, Any]:
+    """What a drift row and its audit entry keep of a Slurm job, each text bounded."""
+    return {
+        "slurm_job_id": sid,
+        "user": str(job.get("user", ""))[:64],
+        "name": str(job.get("name", ""))[:200],
+        "partition": str(job.get("partition", ""))[:64],
+        "state": str(job.get("job_state", ""))[:32],
+        "gpus": int(job.get("gpus") or 0),
+        "nodes": int(job.get("nodes") or 0),
+        "array": bool(job.get("array")),
+        "exclusive": bool(job.get("exclusive")),
+        "found": kinds,
+        "job": slurm_run.job_id if slurm_run is not None else None,
+        "action": action,
+    }
+
+
+def _drift_words(
+    details: Mapping[str, Any], slurm_run: SlurmRun | None, kinds: list[str], report_only: bool
+) -> str:
+    """The sentence the audit entry and the admins' notification give a drift."""
+    whose = (
+        f"the product's job {slurm_run.job_id} (run {slurm_run.run})"
+        if slurm_run is not None
+        else "a job the product did not submit"
+    )
+    return (
+        f"Slurm job {details['slurm_job_id']} of user {details['user'] or '?'} on "
+        f"{details['partition']}, {whose}, holds or asks for {details['gpus']} GPUs on "
+        f"{details['nodes']} nodes: {', '.join(DRIFT_WORDS.get(k, k) for k in kinds)}. "
+        + ("Reported only (the queue's setting)." if report_only else "Cancelled.")
+    )
+
+
 def slurm_drift_found(
     *,
     queue_id: int,
@@ -452,20 +493,7 @@ def slurm_drift_found(
         sid = int(job["job_id"])
         if sid in known:
             continue
-        details: dict[str, Any] = {
-            "slurm_job_id": sid,
-            "user": str(job.get("user", ""))[:64],
-            "name": str(job.get("name", ""))[:200],
-            "partition": str(job.get("partition", ""))[:64],
-            "state": str(job.get("job_state", ""))[:32],
-            "gpus": int(job.get("gpus") or 0),
-            "nodes": int(job.get("nodes") or 0),
-            "array": bool(job.get("array")),
-            "exclusive": bool(job.get("exclusive")),
-            "found": kinds,
-            "job": slurm_run.job_id if slurm_run is not None else None,
-            "action": action,
-        }
+        details = _drift_details(sid, job, slurm_run, kinds, action)
         drift = SlurmDrift.objects.create(
             queue=queue,
             slurm_job_id=sid,
@@ -479,17 +507,7 @@ def slurm_drift_found(
             seen_at=now,
         )
         new.append(drift)
-        whose = (
-            f"the product's job {slurm_run.job_id} (run {slurm_run.run})"
-            if slurm_run is not None
-            else "a job the product did not submit"
-        )
-        what = (
-            f"Slurm job {sid} of user {details['user'] or '?'} on {details['partition']}, "
-            f"{whose}, holds or asks for {details['gpus']} GPUs on {details['nodes']} nodes: "
-            f"{', '.join(DRIFT_WORDS.get(k, k) for k in kinds)}. "
-            + ("Reported only (the queue's setting)." if report_only else "Cancelled.")
-        )
+        what = _drift_words(details, slurm_run, kinds, report_only)
         audit.record(
             event_type=AuditEvent.EXECUTOR_DRIFT,
             actor=None,
