@@ -207,11 +207,8 @@ NOT_YET_SPLIT = {
     "scheduler/engine/forecast.py play_forward",
     "scheduler/readings.py lending_now",
     "governance/services/agreements.py agreement_update",
-    "governance/services/certifications.py certification_propose",
     "governance/services/demo_history.py demo_history_record",
-    "governance/services/exceptions.py exception_file",
     "governance/services/insight.py _replay_usage",
-    "governance/services/plans.py plan_create",
     "governance/services/runs.py run_preempt",
     "governance/services/slurm.py slurm_config_set",
 }
