@@ -207,7 +207,6 @@ NOT_YET_SPLIT = {
     "scheduler/engine/forecast.py play_forward",
     "scheduler/readings.py lending_now",
     "governance/services/agreements.py agreement_update",
-    "governance/services/slurm.py slurm_config_set",
 }
 
 
