@@ -206,7 +206,6 @@ LONG_BECAUSE = "Long because"
 NOT_YET_SPLIT = {
     "scheduler/engine/forecast.py play_forward",
     "scheduler/readings.py lending_now",
-    "governance/services/agreements.py agreement_update",
 }
 
 
