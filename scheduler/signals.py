@@ -410,14 +410,16 @@ class _Pass:
         total = len(changes)
         next_change = changes[0][0] if changes else _NEVER
         c = 0
+        apply_event = self.apply_event  # bound once: the loop runs once per event
         for event in events:
             at = event["at"]
             while next_change <= at:
                 self.apply_timed(changes[c])
                 c += 1
                 next_change = changes[c][0] if c < total else _NEVER
-            self.move_to(at)
-            self.apply_event(event, at)
+            if at != self.current:
+                self.move_to(at)
+            apply_event(event, at)
         for change in changes[c:]:
             self.apply_timed(change)
         if self.current is not None:
