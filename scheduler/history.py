@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
@@ -152,21 +153,127 @@ def _export(
     were still active at ``active_from`` or submitted after it (what the signals of a
     window starting at ``active_from`` can see, when ``start`` is no later than the
     submission of every job active then)."""
-    t0 = _ms(start)
-    length = _ms(stop) - t0
-
-    def rel(moment: datetime) -> int:
-        return _ms(moment) - t0
-
-    def in_window(moment: datetime) -> bool:
-        return start <= moment < stop
-
+    clock = _Clock.of(start, stop, now)
     # The simulated fleet does its work ``factor`` times faster than the clock: its types
     # are given that much speed, so work stays declared work and replays on the clock.
     factor = simulated.time_factor(queue)
-
-    # ---- shares: as at ``start``, then edits
     shares = _current_shares(queue)
+    initial, share_actions = _share_history(queue, shares, start, stop, clock)
+    capacity, capacity_actions, all_types = _capacity_history(queue, start, stop, clock)
+
+    # ---- jobs: submitted in the window, or active at its start. Read as plain rows with
+    # times in epoch microseconds (no datetime or ORM object per row: a 30-day window of a
+    # 100,000-job queue is 100,000 jobs and twice as many events).
+    rows = _job_rows(queue.pk, start, stop, active_from)
+    strict_shares = _strict_shares(queue)
+    unverified: list[str] = []
+    # (at in µs, event id, type, data) per job; the event id keeps the order decisions were
+    # made. One query joined on the same job condition (a list of 100,000 ids would cost
+    # more to send and parse than the events themselves).
+    timeline = _timelines(queue.pk, start, stop, active_from)
+    speeds = dict(InstanceType.objects.values_list("name", "speed"))
+
+    jobs: list[dict[str, Any]] = []
+    job_actions: list[dict[str, Any]] = []
+    named_plans: set[str] = set()
+    recorded: list[tuple[int, int, dict[str, Any]]] = []
+    job_rows: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        share_name = shares[row["share_id"]][0]
+        events = timeline.get(row["id"], [])
+        job = _scenario_job(row, share_name, events, clock)
+        all_types.update(p["instance_type"] for p in job["preferences"] if "instance_type" in p)
+        named_plans.update(p["plan"] for p in job["preferences"] if "plan" in p)
+        if _job_work_fields(job, row, events, clock, speeds, factor, share_name in strict_shares):
+            unverified.append(job["id"])
+        jobs.append(job)
+        job_rows[job["id"]] = _job_record(job, events, clock, recorded, job_actions)
+
+    recorded.sort(key=lambda item: (item[0], item[1]))
+    plans, plan_actions = _plans(queue, start, stop, named_plans, clock.rel)
+    all_types.update(p["instance_type"] for p in plans)
+    actions = sorted(
+        capacity_actions + share_actions + plan_actions + job_actions, key=lambda a: a["at"]
+    )
+    scenario = {
+        "version": 1,
+        "description": f"History of queue {queue.name} from {start.isoformat()} "
+        f"to {stop.isoformat()}",
+        "time_unit": "ms",
+        "instance_types": _instance_types(all_types | _limit_types(initial), capacity, factor),
+        "shares": [{"name": name, **initial[pk]} for pk, (name, _, _) in sorted(shares.items())],
+        **({"plans": plans} if plans else {}),
+        "jobs": jobs,
+        "actions": actions,
+        "until": _ms(stop) - clock.t0 - 1,
+    }
+    exported: dict[str, Any] = {
+        "scenario": scenario,
+        "recorded": {"events": [event for _, _, event in recorded], "jobs": job_rows},
+        "teams": {name: team for name, team, _ in shares.values()},
+        "decisions": decision_entries(queue, start, stop),
+        "recovery": {"required": sorted(strict_shares), "unverified": unverified},
+    }
+    _add_certified(exported, rows)
+    return exported
+
+
+def _add_certified(exported: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """What certification_drift reads (docs/signals.md): only when a job names one."""
+    certified = certified_runtimes(
+        {row["id"]: row["workload_id"] for row in rows if row["workload_id"] is not None}
+    )
+    if certified:
+        exported["certified"] = certified
+
+
+@dataclass(frozen=True)
+class _Clock:
+    """The export's window on the clock: ``t0`` its start in epoch ms (the scenario's
+    time 0), ``t0_us``/``stop_us`` its bounds and ``end_us`` the end of what happened
+    (now, for a window still open), in epoch µs."""
+
+    t0: int
+    t0_us: int
+    stop_us: int
+    end_us: int
+
+    @classmethod
+    def of(cls, start: datetime, stop: datetime, now: datetime | None) -> _Clock:
+        return cls(
+            t0=_ms(start),
+            t0_us=_us(start),
+            stop_us=_us(stop),
+            end_us=_us(min(stop, now) if now is not None else stop),
+        )
+
+    def rel(self, moment: datetime) -> int:
+        return _ms(moment) - self.t0
+
+    def rel_us(self, moment: int) -> int:
+        return moment // MS - self.t0
+
+
+def _strict_shares(queue: JobQueue) -> set[str]:
+    """Shares lending their borrowing only to verified recovery (docs/workloads.md): their
+    jobs whose workload is not verified (now) replay with may_borrow false, as the
+    scheduler ran them; ``recovery`` lists those jobs so a what-if may turn it on or off."""
+    return set(
+        Share.objects.filter(queue=queue, borrow_requires_verified_recovery=True).values_list(
+            "name", flat=True
+        )
+    )
+
+
+def _share_history(
+    queue: JobQueue,
+    shares: dict[int, tuple[str, str, dict[str, Any]]],
+    start: datetime,
+    stop: datetime,
+    clock: _Clock,
+) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+    """The shares' fields as at ``start`` (the ``before`` of their first edit since, or
+    now) and their edits in the window as ``set_share`` actions."""
     initial = {pk: dict(fields) for pk, (_, _, fields) in shares.items()}
     share_actions: list[dict[str, Any]] = []
     seen_first: set[int] = set()
@@ -187,14 +294,20 @@ def _export(
             fields = _share_fields(after)
             share_actions.append(
                 {
-                    "at": rel(changed_at),
+                    "at": clock.rel(changed_at),
                     "type": "set_share",
                     "share": shares[share_id][0],
                     **fields,
                 }
             )
+    return initial, share_actions
 
-    # ---- capacity: as at ``start``, then changes
+
+def _capacity_history(
+    queue: JobQueue, start: datetime, stop: datetime, clock: _Clock
+) -> tuple[dict[str, int], list[dict[str, Any]], set[str]]:
+    """The capacity as at ``start``, its changes in the window as ``set_capacity``
+    actions, and every type it named."""
     capacity = dict(
         QueueCapacity.objects.filter(queue=queue).values_list("instance_type__name", "count")
     )
@@ -218,7 +331,7 @@ def _export(
             if new.get(name, 0) != running_capacity.get(name, 0):
                 capacity_actions.append(
                     {
-                        "at": rel(changed_at),
+                        "at": clock.rel(changed_at),
                         "type": "set_capacity",
                         "instance_type": name,
                         "capacity": new.get(name, 0),
@@ -226,220 +339,231 @@ def _export(
                 )
         all_types |= set(new)
         running_capacity = new
+    return capacity, capacity_actions, all_types
 
-    # ---- jobs: submitted in the window, or active at its start. Read as plain rows with
-    # times in epoch microseconds (no datetime or ORM object per row: a 30-day window of a
-    # 100,000-job queue is 100,000 jobs and twice as many events).
-    t0_us, stop_us = _us(start), _us(stop)
-    rows = _job_rows(queue.pk, start, stop, active_from)
-    # Shares lending their borrowing only to verified recovery (docs/workloads.md): their
-    # jobs whose workload is not verified (now) replay with may_borrow false, as the
-    # scheduler ran them; ``recovery`` lists those jobs so a what-if may turn it on or off.
-    strict_shares = set(
-        Share.objects.filter(queue=queue, borrow_requires_verified_recovery=True).values_list(
-            "name", flat=True
-        )
-    )
-    unverified: list[str] = []
-    # (at in µs, event id, type, data) per job; the event id keeps the order decisions were
-    # made. One query joined on the same job condition (a list of 100,000 ids would cost
-    # more to send and parse than the events themselves).
-    timeline = _timelines(queue.pk, start, stop, active_from)
-    speeds = dict(InstanceType.objects.values_list("name", "speed"))
 
-    jobs: list[dict[str, Any]] = []
-    job_actions: list[dict[str, Any]] = []
-    named_plans: set[str] = set()
-    recorded: list[tuple[int, int, dict[str, Any]]] = []
-    job_rows: dict[str, dict[str, Any]] = {}
-    end_us = _us(min(stop, now) if now is not None else stop)
-
-    def rel_us(moment: int) -> int:
-        return moment // MS - t0
-
-    for row in rows:
-        key = str(row["id"])
-        share_name = shares[row["share_id"]][0]
-        events = timeline.get(row["id"], [])
-        before_start = row["submitted_us"] < t0_us
-        priority = row["priority"]
-        reprioritised = [e for e in events if e[2] == "reprioritised" and e[0] >= t0_us]
-        if reprioritised and "before" in reprioritised[0][3]:
-            priority = reprioritised[0][3]["before"]
-        prefs = [
-            {"plan": p["plan"], "count": int(p["count"])}
-            if p.get("plan")
-            else {"instance_type": p["instance_type"], "count": int(p["count"])}
-            for p in row["preferences"]
-        ]
-        for pref, stored in zip(prefs, row["preferences"], strict=True):
-            if stored.get("runtime") is not None:
-                pref["runtime"] = int(stored["runtime"]) * MS
-        all_types.update(p["instance_type"] for p in prefs if "instance_type" in p)
-        named_plans.update(p["plan"] for p in prefs if "plan" in p)
-        # work: declared, or what the last run did
-        last_admit: tuple[int, str] | None = None
-        done_at: int | None = None
-        running_at_start: tuple[int, str] | None = None
-        for at, _, type_, data, _ in events:
-            if type_ == "admitted":
-                last_admit = (at, data.get("instance_type", ""))
-                if at < t0_us:
-                    running_at_start = last_admit
-            elif type_ in ("preempted", "completed", "failed", "cancelled", "lost"):
-                if type_ == "completed":
-                    done_at = at
-                if at < t0_us:
-                    running_at_start = None
-        # work in work-milliseconds of declared work; a run does speed x factor of it
-        # per millisecond of the clock
-        if row["duration"] is not None:
-            work: float = row["duration"] * MS
-        elif last_admit is not None:
-            rate = float(speeds.get(last_admit[1], 1.0)) * factor
-            until = done_at if done_at is not None else end_us
-            work = (until // MS - last_admit[0] // MS) * rate
-            work += 0 if done_at is not None else MS * rate  # to one second past the end
-        else:
-            work = MS * factor  # never ran: what a second of the clock does, past the end
-        if before_start and running_at_start is not None:
-            rate = float(speeds.get(running_at_start[1], 1.0)) * factor
-            work -= (t0 - running_at_start[0] // MS) * rate
-        job: dict[str, Any] = {
-            "id": key,
-            "share": share_name,
-            "submit_at": 0 if before_start else rel_us(row["submitted_us"]),
-            "priority": priority,
-            "kind": row["kind"],
-            "preferences": prefs,
-            "duration": max(1, _whole(work)),
-        }
-        if row["duration"] is None and any("runtime" in p for p in prefs):
-            # its expected run times decide its deadline and budget (and a replayed run
-            # of it lasts one): a duration made up from the run would override them
-            del job["duration"]
-        if row["max_pending"] is not None:
-            job["max_pending"] = row["max_pending"] * MS
-        if row["checkpoint_interval"]:
-            job["checkpoint_interval"] = max(1, _whole(row["checkpoint_interval"] * MS))
-        if row["restart_overhead"]:
-            # seconds of preparation on the fleet's clock
-            job["restart_overhead"] = round(row["restart_overhead"] * MS / factor)
-        # interruption classes and constrained fallback, so a replay keeps them
-        if not row["may_borrow"]:
-            job["may_borrow"] = False
-        elif row["workload__recovery_status"] != "verified":
-            unverified.append(key)
-            if share_name in strict_shares:
-                job["may_borrow"] = False
-        if not row["preemptible"]:
-            job["preemptible"] = False
-        if row["deadline_us"] is not None:
-            job["deadline"] = max(0, rel_us(row["deadline_us"]))
-        if row["max_cost"] is not None:
-            cost = float(row["max_cost"])
-            job["max_cost"] = int(cost) if cost.is_integer() else cost
-        jobs.append(job)
-
-        run: tuple[str, int, str | None] | None = None
-        # the job's row of the runner's output, as seen from the window (a job that
-        # started before it counts as started at 0, like its submission)
-        outcome: dict[str, Any] = {
-            "state": "PENDING",
-            "started_at": None,
-            "finished_at": None,
-            "preemptions": 0,
-            "recomputed": 0,
-            "preference": None,
-        }
-        for at, event_id, type_, data, _ in events:
-            if type_ == "admitted":
-                run = (
-                    data.get("instance_type", ""),
-                    int(data.get("count", 0)),
-                    data.get("plan") or None,
-                )
-                outcome["preference"] = data.get("preference", 0)
-                if outcome["started_at"] is None:
-                    outcome["started_at"] = max(0, rel_us(at))
-            if not t0_us <= at < stop_us:
-                if type_ in ("preempted", "completed", "failed", "cancelled", "lost"):
-                    run = None
-                continue
-            event: dict[str, Any] | None = None
-            if type_ == "admitted":
-                event = {
-                    "type": "admitted",
-                    "job": key,
-                    **({"plan": data["plan"]} if data.get("plan") else {}),
-                    "instance_type": data.get("instance_type"),
-                    "count": int(data.get("count", 0)),
-                    "preference": data.get("preference", 0),
-                    "borrowed": data.get("borrowed", 0),
-                }
-            elif type_ in ("preempted", "lost"):
-                event = {
-                    "type": "preempted",
-                    "job": key,
-                    **({"plan": run[2]} if run and run[2] else {}),
-                    "instance_type": run[0] if run else None,
-                    "count": run[1] if run else None,
-                    "reason": data.get("reason") if type_ == "preempted" else "capacity_lost",
-                    "by": str(data["by"]) if data.get("by") is not None else None,
-                    "lost_work": _whole(float(data.get("lost_work") or 0) * MS),
-                }
-                outcome["preemptions"] += 1
-                outcome["recomputed"] += event["lost_work"]
-                run = None
-            elif type_ == "failed":
-                event = {"type": "failed", "job": key, "reason": data.get("reason")}
-                if data.get("reason") != "preemption_retries_exhausted":
-                    job_actions.append({"at": rel_us(at), "type": "cancel", "job": key})
-                run = None
-            elif type_ == "completed":
-                event = {"type": type_, "job": key}
-                run = None
-            elif type_ == "timed_out":
-                event = {"type": type_, "job": key, "reason": data.get("reason", "max_pending")}
-                run = None
-            elif type_ == "cancelled":
-                event = {"type": "cancelled", "job": key}
-                job_actions.append({"at": rel_us(at), "type": "cancel", "job": key})
-                run = None
-            elif type_ == "reprioritised" and "after" in data:
-                job_actions.append(
-                    {
-                        "at": rel_us(at),
-                        "type": "set_priority",
-                        "job": key,
-                        "priority": data["after"],
-                    }
-                )
-            if event is not None:
-                recorded.append((at, event_id, {"at": rel_us(at), **event}))
-                if event["type"] in RUN_STATES:
-                    outcome["state"] = RUN_STATES[event["type"]]
-                    outcome["finished_at"] = rel_us(at)
-        if outcome["state"] == "PENDING" and run is not None:
-            outcome["state"] = "RUNNING"
-        started = outcome["started_at"]
-        job_rows[key] = {
-            "state": outcome["state"],
-            "started_at": started,
-            "finished_at": outcome["finished_at"],
-            "wait": None if started is None else started - job["submit_at"],
-            "preemptions": outcome["preemptions"],
-            "recomputed": outcome["recomputed"],
-            "preference": outcome["preference"],
-        }
-
-    recorded.sort(key=lambda item: (item[0], item[1]))
-    plans, plan_actions = _plans(queue, start, stop, named_plans, rel)
-    all_types.update(p["instance_type"] for p in plans)
-    type_rows = {
-        t.name: t for t in InstanceType.objects.filter(name__in=all_types | _limit_types(initial))
+def _scenario_job(
+    row: Mapping[str, Any], share_name: str, events: list[list[Any]], clock: _Clock
+) -> dict[str, Any]:
+    """A job row as a scenario job, without its work: id, share, submission (0 for one
+    submitted before the window), the priority it had at the window's start, and its
+    preferences."""
+    priority = row["priority"]
+    reprioritised = [e for e in events if e[2] == "reprioritised" and e[0] >= clock.t0_us]
+    if reprioritised and "before" in reprioritised[0][3]:
+        priority = reprioritised[0][3]["before"]
+    prefs = [
+        {"plan": p["plan"], "count": int(p["count"])}
+        if p.get("plan")
+        else {"instance_type": p["instance_type"], "count": int(p["count"])}
+        for p in row["preferences"]
+    ]
+    for pref, stored in zip(prefs, row["preferences"], strict=True):
+        if stored.get("runtime") is not None:
+            pref["runtime"] = int(stored["runtime"]) * MS
+    before_start = row["submitted_us"] < clock.t0_us
+    return {
+        "id": str(row["id"]),
+        "share": share_name,
+        "submit_at": 0 if before_start else clock.rel_us(row["submitted_us"]),
+        "priority": priority,
+        "kind": row["kind"],
+        "preferences": prefs,
     }
-    instance_types = [
+
+
+def _job_work(
+    row: Mapping[str, Any],
+    events: list[list[Any]],
+    clock: _Clock,
+    speeds: Mapping[str, Any],
+    factor: float,
+) -> float:
+    """The job's work in work-milliseconds of declared work (a run does speed x factor of
+    it per millisecond of the clock): declared, or what the last run did; less what it
+    had done by the window's start when it was running then."""
+    t0_us = clock.t0_us
+    last_admit: tuple[int, str] | None = None
+    done_at: int | None = None
+    running_at_start: tuple[int, str] | None = None
+    for at, _, type_, data, _ in events:
+        if type_ == "admitted":
+            last_admit = (at, data.get("instance_type", ""))
+            if at < t0_us:
+                running_at_start = last_admit
+        elif type_ in ("preempted", "completed", "failed", "cancelled", "lost"):
+            if type_ == "completed":
+                done_at = at
+            if at < t0_us:
+                running_at_start = None
+    if row["duration"] is not None:
+        work: float = row["duration"] * MS
+    elif last_admit is not None:
+        rate = float(speeds.get(last_admit[1], 1.0)) * factor
+        until = done_at if done_at is not None else clock.end_us
+        work = (until // MS - last_admit[0] // MS) * rate
+        work += 0 if done_at is not None else MS * rate  # to one second past the end
+    else:
+        work = MS * factor  # never ran: what a second of the clock does, past the end
+    if row["submitted_us"] < t0_us and running_at_start is not None:
+        rate = float(speeds.get(running_at_start[1], 1.0)) * factor
+        work -= (clock.t0 - running_at_start[0] // MS) * rate
+    return work
+
+
+def _job_work_fields(
+    job: dict[str, Any],
+    row: Mapping[str, Any],
+    events: list[list[Any]],
+    clock: _Clock,
+    speeds: Mapping[str, Any],
+    factor: float,
+    strict: bool,
+) -> bool:
+    """Add the job's work and its optional fields, when it has them: pending bound,
+    checkpoints, restart overhead, and its interruption class and constrained fallback,
+    so a replay keeps them. ``strict``: its share lends its borrowing only to verified
+    recovery. True when the job may borrow but its workload is not verified."""
+    job["duration"] = max(1, _whole(_job_work(row, events, clock, speeds, factor)))
+    if row["duration"] is None and any("runtime" in p for p in job["preferences"]):
+        # its expected run times decide its deadline and budget (and a replayed run
+        # of it lasts one): a duration made up from the run would override them
+        del job["duration"]
+    if row["max_pending"] is not None:
+        job["max_pending"] = row["max_pending"] * MS
+    if row["checkpoint_interval"]:
+        job["checkpoint_interval"] = max(1, _whole(row["checkpoint_interval"] * MS))
+    if row["restart_overhead"]:
+        # seconds of preparation on the fleet's clock
+        job["restart_overhead"] = round(row["restart_overhead"] * MS / factor)
+    unverified = False
+    if not row["may_borrow"]:
+        job["may_borrow"] = False
+    elif row["workload__recovery_status"] != "verified":
+        unverified = True
+        if strict:
+            job["may_borrow"] = False
+    if not row["preemptible"]:
+        job["preemptible"] = False
+    if row["deadline_us"] is not None:
+        job["deadline"] = max(0, clock.rel_us(row["deadline_us"]))
+    if row["max_cost"] is not None:
+        cost = float(row["max_cost"])
+        job["max_cost"] = int(cost) if cost.is_integer() else cost
+    return unverified
+
+
+def _job_record(
+    job: Mapping[str, Any],
+    events: list[list[Any]],
+    clock: _Clock,
+    recorded: list[tuple[int, int, dict[str, Any]]],
+    job_actions: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Add the job's events in the window to ``recorded`` (with their time and id, for
+    the order) and its cancellations and priority changes to ``job_actions``; return the
+    job's row of the runner's output, as seen from the window (a job that started before
+    it counts as started at 0, like its submission)."""
+    key = job["id"]
+    rel_us = clock.rel_us
+    run: tuple[str, int, str | None] | None = None
+    outcome: dict[str, Any] = {
+        "state": "PENDING",
+        "started_at": None,
+        "finished_at": None,
+        "preemptions": 0,
+        "recomputed": 0,
+        "preference": None,
+    }
+    for at, event_id, type_, data, _ in events:
+        if type_ == "admitted":
+            run = (
+                data.get("instance_type", ""),
+                int(data.get("count", 0)),
+                data.get("plan") or None,
+            )
+            outcome["preference"] = data.get("preference", 0)
+            if outcome["started_at"] is None:
+                outcome["started_at"] = max(0, rel_us(at))
+        if not clock.t0_us <= at < clock.stop_us:
+            if type_ in ("preempted", "completed", "failed", "cancelled", "lost"):
+                run = None
+            continue
+        event = _recorded_event(key, type_, data, run)
+        if type_ in ("preempted", "lost"):
+            outcome["preemptions"] += 1
+            outcome["recomputed"] += event["lost_work"] if event else 0
+        if type_ in ("preempted", "lost", "failed", "completed", "timed_out", "cancelled"):
+            run = None
+        if type_ == "cancelled" or (
+            type_ == "failed" and data.get("reason") != "preemption_retries_exhausted"
+        ):
+            job_actions.append({"at": rel_us(at), "type": "cancel", "job": key})
+        elif type_ == "reprioritised" and "after" in data:
+            job_actions.append(
+                {"at": rel_us(at), "type": "set_priority", "job": key, "priority": data["after"]}
+            )
+        if event is not None:
+            recorded.append((at, event_id, {"at": rel_us(at), **event}))
+            if event["type"] in RUN_STATES:
+                outcome["state"] = RUN_STATES[event["type"]]
+                outcome["finished_at"] = rel_us(at)
+    if outcome["state"] == "PENDING" and run is not None:
+        outcome["state"] = "RUNNING"
+    started = outcome["started_at"]
+    return {
+        "state": outcome["state"],
+        "started_at": started,
+        "finished_at": outcome["finished_at"],
+        "wait": None if started is None else started - job["submit_at"],
+        "preemptions": outcome["preemptions"],
+        "recomputed": outcome["recomputed"],
+        "preference": outcome["preference"],
+    }
+
+
+def _recorded_event(
+    key: str, type_: str, data: Mapping[str, Any], run: tuple[str, int, str | None] | None
+) -> dict[str, Any] | None:
+    """A job event in the window in the runner's output form (``run``: the job's run
+    before it), or None for one the output does not carry."""
+    if type_ == "admitted":
+        return {
+            "type": "admitted",
+            "job": key,
+            **({"plan": data["plan"]} if data.get("plan") else {}),
+            "instance_type": data.get("instance_type"),
+            "count": int(data.get("count", 0)),
+            "preference": data.get("preference", 0),
+            "borrowed": data.get("borrowed", 0),
+        }
+    if type_ in ("preempted", "lost"):
+        return {
+            "type": "preempted",
+            "job": key,
+            **({"plan": run[2]} if run and run[2] else {}),
+            "instance_type": run[0] if run else None,
+            "count": run[1] if run else None,
+            "reason": data.get("reason") if type_ == "preempted" else "capacity_lost",
+            "by": str(data["by"]) if data.get("by") is not None else None,
+            "lost_work": _whole(float(data.get("lost_work") or 0) * MS),
+        }
+    if type_ == "failed":
+        return {"type": "failed", "job": key, "reason": data.get("reason")}
+    if type_ in ("completed", "cancelled"):
+        return {"type": type_, "job": key}
+    if type_ == "timed_out":
+        return {"type": type_, "job": key, "reason": data.get("reason", "max_pending")}
+    return None
+
+
+def _instance_types(
+    names: set[str], capacity: Mapping[str, int], factor: float
+) -> list[dict[str, Any]]:
+    """The scenario's instance types: every type named, with its capacity at the start
+    and its speed times the fleet's time factor."""
+    type_rows = {t.name: t for t in InstanceType.objects.filter(name__in=names)}
+    return [
         {
             "name": name,
             "capacity": int(capacity.get(name, 0)),
@@ -449,35 +573,6 @@ def _export(
         }
         for name in sorted(type_rows)
     ]
-    actions = sorted(
-        capacity_actions + share_actions + plan_actions + job_actions, key=lambda a: a["at"]
-    )
-    scenario = {
-        "version": 1,
-        "description": f"History of queue {queue.name} from {start.isoformat()} "
-        f"to {stop.isoformat()}",
-        "time_unit": "ms",
-        "instance_types": instance_types,
-        "shares": [{"name": name, **initial[pk]} for pk, (name, _, _) in sorted(shares.items())],
-        **({"plans": plans} if plans else {}),
-        "jobs": jobs,
-        "actions": actions,
-        "until": length - 1,
-    }
-    exported: dict[str, Any] = {
-        "scenario": scenario,
-        "recorded": {"events": [event for _, _, event in recorded], "jobs": job_rows},
-        "teams": {name: team for name, team, _ in shares.values()},
-        "decisions": decision_entries(queue, start, stop),
-        "recovery": {"required": sorted(strict_shares), "unverified": unverified},
-    }
-    certified = certified_runtimes(
-        {row["id"]: row["workload_id"] for row in rows if row["workload_id"] is not None}
-    )
-    if certified:
-        # what certification_drift reads (docs/signals.md): only when a job names one
-        exported["certified"] = certified
-    return exported
 
 
 RUN_STATES = {

@@ -122,6 +122,7 @@ def recording_end(recording: Recording) -> int:
 
 
 _NEVER = 1 << 62  # the "since" of an accumulator never flushed: every span from it is empty
+_EMPTY: frozenset[str] = frozenset()
 
 
 class _Type:
@@ -331,30 +332,260 @@ def _compute(
 ) -> dict[str, Any]:
     if group_by not in GROUP_BY:
         raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}")
-    scenario = recording.scenario
-    unit = time_unit(scenario)
-    end = recording_end(recording)
-    win = _Integrals(start, min(stop, end))
-    hi = win.hi
+    state = _Pass(recording, start, stop)
+    changes, events = _timeline(recording, state.jobs)
+    state.replay(events, changes)
+    state.count_policy(recording.audit)
+    return _Answer(recording, state, group_by).build()
 
-    prices = {t["name"]: float(t.get("hourly_price", 0) or 0) for t in scenario["instance_types"]}
-    speeds = {t["name"]: float(t.get("speed", 1.0) or 1.0) for t in scenario["instance_types"]}
-    type_names = [t["name"] for t in scenario["instance_types"]]
-    kinds = {t["name"]: _Type(t["name"], int(t["capacity"])) for t in scenario["instance_types"]}
-    limits = {s["name"]: dict(s["limits"]) for s in scenario["shares"]}
-    share_names = [s["name"] for s in scenario["shares"]]
-    # One cell per (share, type), reached from a job through its share's row.
-    rows = {s: {t: _Cell(s, kinds[t], limits[s]) for t in type_names} for s in share_names}
-    for raw in scenario["jobs"]:  # a job of a share the scenario no longer lists
-        if raw["share"] not in rows:
-            rows[raw["share"]] = {t: _Cell(raw["share"], kinds[t], {}) for t in type_names}
-    cells = [cell for row in rows.values() for cell in row.values()]
-    shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape] = {}
-    jobs = {str(raw["id"]): _Job(raw, rows, shapes) for raw in scenario["jobs"]}
-    plans = _Plans(scenario.get("plans") or [], win)
 
-    def flush(cell: _Cell, now: int) -> None:
-        dt = min(now, hi) - max(cell.since, start)
+def _timeline(
+    recording: Recording, jobs: Mapping[str, _Job]
+) -> tuple[list[tuple[int, int, int, Any]], list[Mapping[str, Any]]]:
+    """The timeline: actions and submissions (``changes``, to be applied before the events
+    of the same instant) and the events in time order. Events come in time order (the
+    runner's output and the export are); the changes and submissions are sorted apart and
+    merged in, which costs less than sorting it all."""
+    changes: list[tuple[int, int, int, Any]] = [
+        (int(action["at"]), 0, index, action)
+        for index, action in enumerate(recording.scenario.get("actions") or [])
+        if action["type"] in ("set_capacity", "set_share", "set_plan")
+    ]
+    changes += [(job.submit, 1, index, job) for index, job in enumerate(jobs.values())]
+    changes.sort()  # (at, kind, index) is unique: the items are never compared
+    events = list(recording.events)
+    if any(events[i]["at"] > events[i + 1]["at"] for i in range(len(events) - 1)):
+        events.sort(key=lambda e: e["at"])  # stable: the order within an instant stays
+    return changes, events
+
+
+class _Pass:
+    """The state of the one pass over a recording's timeline: cells, types, jobs and
+    plans with their lazily flushed integrals, and the per-share collectors of the event
+    figures. ``replay`` walks the timeline; the other methods are its steps."""
+
+    def __init__(self, recording: Recording, start: int, stop: int) -> None:
+        scenario = recording.scenario
+        self.start = start
+        self.stop = stop
+        self.unit = time_unit(scenario)
+        self.end = recording_end(recording)
+        self.win = _Integrals(start, min(stop, self.end))
+        self.hi = self.win.hi
+        types = scenario["instance_types"]
+        self.prices = {t["name"]: float(t.get("hourly_price", 0) or 0) for t in types}
+        self.speeds = {t["name"]: float(t.get("speed", 1.0) or 1.0) for t in types}
+        self.type_names = [t["name"] for t in types]
+        self.kinds = {t["name"]: _Type(t["name"], int(t["capacity"])) for t in types}
+        self.limits = {s["name"]: dict(s["limits"]) for s in scenario["shares"]}
+        self.share_names = [s["name"] for s in scenario["shares"]]
+        # One cell per (share, type), reached from a job through its share's row.
+        kinds, type_names = self.kinds, self.type_names
+        rows = {
+            s: {t: _Cell(s, kinds[t], self.limits[s]) for t in type_names} for s in self.share_names
+        }
+        for raw in scenario["jobs"]:  # a job of a share the scenario no longer lists
+            if raw["share"] not in rows:
+                rows[raw["share"]] = {t: _Cell(raw["share"], kinds[t], {}) for t in type_names}
+        self.rows = rows
+        self.cells = [cell for row in rows.values() for cell in row.values()]
+        shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape] = {}
+        self.jobs = {str(raw["id"]): _Job(raw, rows, shapes) for raw in scenario["jobs"]}
+        self.plans = _Plans(scenario.get("plans") or [], self.win)
+        self.i_capacity: dict[str, float] = defaultdict(float)
+        # idle lendable, per type: intervals counted once for a group, so groups are
+        # flushed by the set of shares that had a fitting pending job
+        self.i_idle_sets: dict[tuple[str, frozenset[str]], float] = defaultdict(float)
+        self.dirty: set[_Type] = set()  # types to read again at the end of the instant
+        # types whose smallest pending counts (or the shares' limits) changed since their
+        # last reading: only then can the fitting shares differ at an unchanged idle count
+        self.changed: set[_Type] = set()
+        self.per_share: dict[str, _Collector] = {s: _Collector() for s in self.share_names}
+        self.current: int | None = None  # the instant being applied
+
+    # ---- the walk
+    def replay(self, events: Sequence[Mapping[str, Any]], changes: Sequence[Any]) -> None:
+        """Apply the changes and events in time order (changes first within an instant),
+        then close every accumulator at E."""
+        total = len(changes)
+        next_change = changes[0][0] if changes else _NEVER
+        c = 0
+        apply_event = self.apply_event  # bound once: the loop runs once per event
+        for event in events:
+            at = event["at"]
+            while next_change <= at:
+                self.apply_timed(changes[c])
+                c += 1
+                next_change = changes[c][0] if c < total else _NEVER
+            if at != self.current:
+                self.move_to(at)
+            apply_event(event, at)
+        for change in changes[c:]:
+            self.apply_timed(change)
+        if self.current is not None:
+            self.end_instant(self.current)
+        self.close()
+
+    def move_to(self, at: int) -> None:
+        """Enter instant ``at``, ending the one before it."""
+        if at != self.current:
+            if self.current is not None:
+                self.end_instant(self.current)
+            self.current = at
+
+    def apply_timed(self, change: tuple[int, int, int, Any]) -> None:
+        """A submission (kind 1) or an action (kind 0) at its instant."""
+        at, kind, _, item = change
+        self.move_to(at)
+        if kind == 1:
+            if not item.terminal and not item.first_admitted and item.admissions == 0:
+                self.set_pending(item, True)
+        else:
+            self.apply_change(at, item)
+
+    def apply_event(self, event: Mapping[str, Any], at: int) -> None:
+        raw_id = event["job"]
+        job = self.jobs[raw_id if raw_id.__class__ is str else str(raw_id)]
+        col = self.per_share[job.share]
+        etype = event["type"]
+        if etype == "admitted":
+            self.admitted(job, col, event, at)
+        elif etype in RUN_ENDS or etype == "timed_out":
+            run = self.stop_run(job, etype, at)
+            if etype == "preempted":
+                self.preempted(job, col, event, at)
+            else:
+                self.finished(job, col, etype, run, at)
+        job.last_event = etype
+
+    def close(self) -> None:
+        """Close every accumulator at E."""
+        end = self.end
+        for cell in self.cells:
+            self.flush(cell, end)
+        for type_name in self.type_names:
+            self.flush_capacity(self.kinds[type_name], end)
+        self.dirty.update(self.kinds.values())
+        self.end_instant(end)
+        self.plans.close(end)
+
+    def count_policy(self, audit: Sequence[Mapping[str, Any]] | None) -> None:
+        """Count each share's audit entries in the window (its ``policy_changes``)."""
+        for entry in audit or []:
+            at = int(entry["at"])
+            if self.start <= at < self.stop and entry.get("share") in self.per_share:
+                self.per_share[entry["share"]].policy[entry["type"]] += 1
+
+    # ---- the events
+    def admitted(self, job: _Job, col: _Collector, event: Mapping[str, Any], at: int) -> None:
+        count = int(event["count"])
+        cell = job.row[event["instance_type"]]
+        plan = event.get("plan") or None
+        if plan is None:
+            self.flush(cell, at)
+            cell.usage += count
+            cell.type.total += count
+            self.dirty.add(cell.type)
+        else:
+            # a plan's pool: apart from usage(S, T) and T's total
+            # (docs/scheduling.md#capacity-plans)
+            self.plans.add_usage(plan, count, at)
+        job.on_plan = plan
+        self.set_pending(job, False)
+        borrowed = int(event.get("borrowed") or 0)
+        job.ever_borrowed = job.ever_borrowed or borrowed > 0
+        if self.start <= at < self.stop:
+            unit = self.unit
+            if not job.first_admitted:
+                if job.first_plan is not None:
+                    col.plan_first.append(plan == job.first_plan)
+                wait = (at - job.submit) / unit
+                col.wait.append((wait, borrowed > 0))
+                col.first_pref.append((int(event.get("preference") or 0), wait))
+            if job.last_event == "preempted":
+                col.restart.append((at - job.last_preempted_at) / unit)
+        job.first_admitted = True
+        job.admissions += 1
+        job.run = (cell, count)
+        job.last_run_start = at
+
+    def stop_run(self, job: _Job, etype: str, at: int) -> tuple[_Cell, int] | None:
+        """Release the job's run (not on ``timed_out``, which a run end follows); the run
+        it had."""
+        run = job.run
+        if run is not None and etype in RUN_ENDS:
+            if job.on_plan is not None:
+                self.plans.add_usage(job.on_plan, -run[1], at)
+                job.on_plan = None
+            else:
+                cell = run[0]
+                self.flush(cell, at)
+                cell.usage -= run[1]
+                cell.type.total -= run[1]
+                self.dirty.add(cell.type)
+            job.run = None
+        return run
+
+    def preempted(self, job: _Job, col: _Collector, event: Mapping[str, Any], at: int) -> None:
+        job.preemptions += 1
+        job.last_preempted_at = at
+        self.set_pending(job, True)
+        if self.start <= at < self.stop:
+            reason = event.get("reason") or ""
+            col.suffered[reason] += 1
+            col.lost_work += float(event.get("lost_work") or 0) / self.unit
+            by = event.get("by")
+            if by is not None and str(by) in self.jobs:
+                self.per_share[self.jobs[str(by)].share].caused[reason] += 1
+
+    def finished(
+        self, job: _Job, col: _Collector, etype: str, run: tuple[_Cell, int] | None, at: int
+    ) -> None:
+        job.terminal = True
+        self.set_pending(job, False)
+        if not self.start <= at < self.stop:
+            return
+        unit = self.unit
+        col.finished[FINAL_STATES[etype]] += 1
+        col.finished_preemptions += job.preemptions
+        if etype == "timed_out":
+            col.timed_out += 1
+        if etype != "completed":
+            return
+        col.turnaround.append(((at - job.submit) / unit, not job.ever_borrowed))
+        if job.duration is not None:
+            col.completed_work += float(job.duration) / unit
+        elif run is not None:  # no declared work: what its last run did
+            speed = self.speeds.get(run[0].type.name, 1.0)
+            col.completed_work += (at - job.last_run_start) * speed / unit
+        if run is not None:
+            type_name = run[0].type.name
+            label = f"{type_name} x{run[1]}"
+            runtime = (at - job.last_run_start) / unit
+            cost = run[1] * runtime * self.prices.get(type_name, 0.0) / 3600
+            col.runtime[label].append((runtime, cost))
+
+    def apply_change(self, at: int, item: Mapping[str, Any]) -> None:
+        if item["type"] == "set_plan":
+            self.plans.set_count(item["plan"], int(item["count"]), at)
+        elif item["type"] == "set_capacity":
+            kind_of = self.kinds[item["instance_type"]]
+            self.flush_capacity(kind_of, at)
+            kind_of.capacity = int(item["capacity"])
+            self.dirty.add(kind_of)
+        elif "limits" in item:
+            share = item["share"]
+            for cell in self.rows[share].values():
+                self.flush(cell, at)
+            self.limits[share] = dict(item["limits"])
+            for cell in self.rows[share].values():
+                cell.set_limits(self.limits[share])
+            self.dirty.update(self.kinds.values())
+            self.changed.update(self.kinds.values())
+
+    # ---- the accumulators
+    def flush(self, cell: _Cell, now: int) -> None:
+        dt = min(now, self.hi) - max(cell.since, self.start)
         cell.since = now
         if dt > 0:
             u = cell.usage
@@ -364,24 +595,13 @@ def _compute(
                 cell.i_own += min(u, lim) * dt
                 cell.i_borrowed += max(0, u - lim) * dt
 
-    i_capacity: dict[str, float] = defaultdict(float)
-
-    def flush_capacity(kind: _Type, now: int) -> None:
-        dt = win.span(kind.cap_since, now)
+    def flush_capacity(self, kind: _Type, now: int) -> None:
+        dt = self.win.span(kind.cap_since, now)
         kind.cap_since = now
         if dt:
-            i_capacity[kind.name] += kind.capacity * dt
+            self.i_capacity[kind.name] += kind.capacity * dt
 
-    # idle lendable, per type: intervals counted once for a group, so groups are flushed
-    # by the set of shares that had a fitting pending job
-    i_idle_sets: dict[tuple[str, frozenset[str]], float] = defaultdict(float)
-    empty: frozenset[str] = frozenset()
-    dirty: set[_Type] = set()  # types to read again at the end of the instant
-    # types whose smallest pending counts (or the shares' limits) changed since their last
-    # reading: only then can the fitting shares differ at an unchanged idle count
-    changed: set[_Type] = set()
-
-    def set_pending(job: _Job, on: bool) -> None:
+    def set_pending(self, job: _Job, on: bool) -> None:
         # A type needs a fresh idle-lendable reading only when a share's smallest pending
         # count on it changes (the reading depends on nothing else of the pending jobs).
         if job.pending == on:
@@ -396,6 +616,7 @@ def _compute(
             shape.pending -= 1
             if shape.pending:
                 return
+        changed = self.changed
         for cell, n in shape.prefs:
             counts = cell.counts
             if on:
@@ -418,18 +639,20 @@ def _compute(
                     cell.low = cell.type.lows[cell.share] = min(counts)
                     changed.add(cell.type)
 
-    def end_instant(now: int) -> None:
+    def end_instant(self, now: int) -> None:
         """Integrate each touched type's idle-lendable reading up to ``now`` and read it
         again. The fitting shares at an idle count are remembered until the smallest
         pending counts change: in a deep queue they rarely do, and idle counts repeat."""
+        dirty, changed = self.dirty, self.changed
         if changed:
             dirty.update(changed)
+        hi, start = self.hi, self.start
         for kind in dirty:
             idle = kind.idle
             if idle > 0 and kind.fitting:
                 dt = min(now, hi) - max(kind.since, start)
                 if dt > 0:
-                    i_idle_sets[(kind.name, kind.fitting)] += idle * dt
+                    self.i_idle_sets[(kind.name, kind.fitting)] += idle * dt
             kind.since = now
             new_idle = kind.capacity - kind.total
             if kind in changed:
@@ -439,256 +662,112 @@ def _compute(
             kind.idle = new_idle
             fitting = kind.memo.get(new_idle)
             if fitting is None:
-                fitting = empty
-                if new_idle > 0 and kind.lows:
-                    name = kind.name
-                    fitting = frozenset(
-                        [
-                            s
-                            for s, low in kind.lows.items()
-                            if low <= new_idle and rows[s][name].limited
-                        ]
-                    )
+                fitting = self.fitting(kind, new_idle)
                 kind.memo[new_idle] = fitting
             kind.fitting = fitting
         dirty.clear()
         changed.clear()
 
-    # ---- the timeline: actions and submissions before the events of the same instant.
-    # Events come in time order (the runner's output and the export are); the changes and
-    # submissions are sorted apart and merged in, which costs less than sorting it all.
-    changes_in: list[tuple[int, int, int, Any]] = [
-        (int(action["at"]), 0, index, action)
-        for index, action in enumerate(scenario.get("actions") or [])
-        if action["type"] in ("set_capacity", "set_share", "set_plan")
-    ]
-    changes_in += [(job.submit, 1, index, job) for index, job in enumerate(jobs.values())]
-    changes_in.sort()  # (at, kind, index) is unique: the items are never compared
-    events = list(recording.events)
-    if any(events[i]["at"] > events[i + 1]["at"] for i in range(len(events) - 1)):
-        events.sort(key=lambda e: e["at"])  # stable: the order within an instant stays
+    def fitting(self, kind: _Type, idle: int) -> frozenset[str]:
+        """The shares with a pending job that fits ``idle`` instances of ``kind`` and a
+        limit on it."""
+        if idle <= 0 or not kind.lows:
+            return _EMPTY
+        name = kind.name
+        rows = self.rows
+        return frozenset(
+            [s for s, low in kind.lows.items() if low <= idle and rows[s][name].limited]
+        )
 
-    def apply_change(at: int, item: Mapping[str, Any]) -> None:
-        if item["type"] == "set_plan":
-            plans.set_count(item["plan"], int(item["count"]), at)
-        elif item["type"] == "set_capacity":
-            kind_of = kinds[item["instance_type"]]
-            flush_capacity(kind_of, at)
-            kind_of.capacity = int(item["capacity"])
-            dirty.add(kind_of)
-        elif "limits" in item:
-            share = item["share"]
-            for cell in rows[share].values():
-                flush(cell, at)
-            limits[share] = dict(item["limits"])
-            for cell in rows[share].values():
-                cell.set_limits(limits[share])
-            dirty.update(kinds.values())
-            changed.update(kinds.values())
 
-    per_share: dict[str, _Collector] = {s: _Collector() for s in share_names}
+class _Answer:
+    """The answer of ``compute`` from a finished pass: the queue's figures and each
+    group's (a share, or a team's shares)."""
 
-    def in_window(at: int) -> bool:
-        return start <= at < stop
+    def __init__(self, recording: Recording, state: _Pass, group_by: str) -> None:
+        self.recording = recording
+        self.state = state
+        self.group_by = group_by
+        cells = state.cells
+        self.integrals: dict[str, Mapping[Any, float]] = {
+            "usage": {(c.share, c.type.name): c.i_usage for c in cells},
+            "own": {(c.share, c.type.name): c.i_own for c in cells},
+            "borrowed": {(c.share, c.type.name): c.i_borrowed for c in cells},
+            "capacity": state.i_capacity,
+            "idle_sets": state.i_idle_sets,
+        }
+        self.audit_teams: Counter[tuple[str, str]] = Counter()
+        self.audit_all: Counter[str] = Counter()
+        for entry in recording.audit or []:
+            if state.start <= int(entry["at"]) < state.stop:
+                self.audit_all[entry["type"]] += 1
+                if entry.get("team") is not None:
+                    self.audit_teams[(entry["team"], entry["type"])] += 1
+        self.outcomes = deadline_outcomes(recording, state.start, state.stop)
+        self.drift_runs = certified_runs(recording, state.start, state.stop)
 
-    def sec(value: float) -> float:
-        return value / unit
-
-    current = None
-    pending_changes = len(changes_in)
-    next_change = changes_in[0][0] if changes_in else _NEVER
-    c = 0
-    for event in events:
-        at = event["at"]
-        while next_change <= at:
-            change_at, kind, _, item = changes_in[c]
-            if change_at != current:
-                if current is not None:
-                    end_instant(current)
-                current = change_at
-            if kind == 1:  # a submission
-                if not item.terminal and not item.first_admitted and item.admissions == 0:
-                    set_pending(item, True)
-            else:
-                apply_change(change_at, item)
-            c += 1
-            next_change = changes_in[c][0] if c < pending_changes else _NEVER
-        if at != current:
-            if current is not None:
-                end_instant(current)
-            current = at
-        raw_id = event["job"]
-        job = jobs[raw_id if raw_id.__class__ is str else str(raw_id)]
-        col = per_share[job.share]
-        etype = event["type"]
-        if etype == "admitted":
-            count = int(event["count"])
-            cell = job.row[event["instance_type"]]
-            plan = event.get("plan") or None
-            if plan is None:
-                flush(cell, at)
-                cell.usage += count
-                cell.type.total += count
-                dirty.add(cell.type)
-            else:
-                # a plan's pool: apart from usage(S, T) and T's total
-                # (docs/scheduling.md#capacity-plans)
-                plans.add_usage(plan, count, at)
-            job.on_plan = plan
-            set_pending(job, False)
-            borrowed = int(event.get("borrowed") or 0)
-            job.ever_borrowed = job.ever_borrowed or borrowed > 0
-            if start <= at < stop:
-                if not job.first_admitted:
-                    if job.first_plan is not None:
-                        col.plan_first.append(plan == job.first_plan)
-                    wait = (at - job.submit) / unit
-                    col.wait.append((wait, borrowed > 0))
-                    col.first_pref.append((int(event.get("preference") or 0), wait))
-                if job.last_event == "preempted":
-                    col.restart.append((at - job.last_preempted_at) / unit)
-            job.first_admitted = True
-            job.admissions += 1
-            job.run = (cell, count)
-            job.last_run_start = at
-        elif etype in RUN_ENDS or etype == "timed_out":
-            run = job.run
-            if run is not None and etype in RUN_ENDS:
-                if job.on_plan is not None:
-                    plans.add_usage(job.on_plan, -run[1], at)
-                    job.on_plan = None
-                else:
-                    cell = run[0]
-                    flush(cell, at)
-                    cell.usage -= run[1]
-                    cell.type.total -= run[1]
-                    dirty.add(cell.type)
-                job.run = None
-            if etype == "preempted":
-                job.preemptions += 1
-                job.last_preempted_at = at
-                set_pending(job, True)
-                if start <= at < stop:
-                    reason = event.get("reason") or ""
-                    col.suffered[reason] += 1
-                    col.lost_work += float(event.get("lost_work") or 0) / unit
-                    by = event.get("by")
-                    if by is not None and str(by) in jobs:
-                        per_share[jobs[str(by)].share].caused[reason] += 1
-            else:
-                job.terminal = True
-                set_pending(job, False)
-                if start <= at < stop:
-                    col.finished[FINAL_STATES[etype]] += 1
-                    col.finished_preemptions += job.preemptions
-                    if etype == "timed_out":
-                        col.timed_out += 1
-                    if etype == "completed":
-                        col.turnaround.append(((at - job.submit) / unit, not job.ever_borrowed))
-                        if job.duration is not None:
-                            col.completed_work += float(job.duration) / unit
-                        elif run is not None:  # no declared work: what its last run did
-                            speed = speeds.get(run[0].type.name, 1.0)
-                            col.completed_work += (at - job.last_run_start) * speed / unit
-                        if run is not None:
-                            type_name = run[0].type.name
-                            label = f"{type_name} x{run[1]}"
-                            runtime = (at - job.last_run_start) / unit
-                            cost = run[1] * runtime * prices.get(type_name, 0.0) / 3600
-                            col.runtime[label].append((runtime, cost))
-        job.last_event = etype
-    for change_at, kind, _, item in changes_in[c:]:
-        if change_at != current:
-            if current is not None:
-                end_instant(current)
-            current = change_at
-        if kind == 1:
-            if not item.terminal and not item.first_admitted and item.admissions == 0:
-                set_pending(item, True)
-        else:
-            apply_change(change_at, item)
-    if current is not None:
-        end_instant(current)
-    # close every accumulator at E
-    for cell in cells:
-        flush(cell, end)
-    for type_name in type_names:
-        flush_capacity(kinds[type_name], end)
-    dirty.update(kinds.values())
-    end_instant(end)
-    plans.close(end)
-
-    for entry in recording.audit or []:
-        at = int(entry["at"])
-        if in_window(at) and entry.get("share") in per_share:
-            per_share[entry["share"]].policy[entry["type"]] += 1
-
-    # ---- assemble
-    integrals: dict[str, Mapping[Any, float]] = {
-        "usage": {(c.share, c.type.name): c.i_usage for c in cells},
-        "own": {(c.share, c.type.name): c.i_own for c in cells},
-        "borrowed": {(c.share, c.type.name): c.i_borrowed for c in cells},
-        "capacity": i_capacity,
-        "idle_sets": i_idle_sets,
-    }
-    groups: dict[str, list[str]] = {}
-    if group_by == "share":
-        groups = {s: [s] for s in share_names}
-    else:
+    def groups(self) -> dict[str, list[str]]:
+        share_names = self.state.share_names
+        if self.group_by == "share":
+            return {s: [s] for s in share_names}
+        groups: dict[str, list[str]] = {}
         for s in share_names:
-            groups.setdefault(recording.teams.get(s, s), []).append(s)
-    audit_teams: Counter[tuple[str, str]] = Counter()
-    audit_all: Counter[str] = Counter()
-    for entry in recording.audit or []:
-        if in_window(int(entry["at"])):
-            audit_all[entry["type"]] += 1
-            if entry.get("team") is not None:
-                audit_teams[(entry["team"], entry["type"])] += 1
+            groups.setdefault(self.recording.teams.get(s, s), []).append(s)
+        return groups
 
-    def policy(members: list[str], team: str | None, whole: bool) -> dict[str, Any] | None:
-        if recording.audit is None:
+    def build(self) -> dict[str, Any]:
+        state, group_by = self.state, self.group_by
+        answer_groups = []
+        for name, members in self.groups().items():
+            row: dict[str, Any] = {group_by: name, "shares": members}
+            row.update(self.figures(members, team=name if group_by == "team" else None))
+            answer_groups.append(row)
+        unit = state.unit
+        return {
+            "window": {
+                "from": state.start / unit,
+                "to": state.stop / unit,
+                "end": state.end / unit,
+            },
+            "queue": self.figures(state.share_names, whole=True),
+            "groups": answer_groups,
+        }
+
+    def figures(
+        self, members: list[str], team: str | None = None, whole: bool = False
+    ) -> dict[str, Any]:
+        state = self.state
+        out = _figures(
+            [state.per_share[s] for s in members],
+            members,
+            state.type_names,
+            state.prices,
+            self.integrals,
+            state.unit,
+        )
+        state.plans.figures(out, members, state.unit)
+        out["deadlines"] = deadlines_figure(self.outcomes, members)
+        out["decisions"] = decisions_figure(
+            self.recording, members, state.start, min(state.stop, state.end), state.unit
+        )
+        out["certification_drift"] = certification_drift_figure(self.drift_runs, members)
+        out["policy_changes"] = self.policy(members, team, whole)
+        return out
+
+    def policy(self, members: list[str], team: str | None, whole: bool) -> dict[str, Any] | None:
+        if self.recording.audit is None:
             return None
 
         def count(key: str) -> int:
             if whole:
-                return audit_all[key]
+                return self.audit_all[key]
             if team is not None:
-                return audit_teams[(team, key)]
-            return sum(per_share[s].policy[key] for s in members)
+                return self.audit_teams[(team, key)]
+            return sum(self.state.per_share[s].policy[key] for s in members)
 
         out: dict[str, Any] = {k: count(k) for k in POLICY_KEYS}
         out["change_requests"] = {k: count(f"change_requests.{k}") for k in CHANGE_REQUEST_KEYS}
         return out
-
-    outcomes = deadline_outcomes(recording, start, stop)
-    drift_runs = certified_runs(recording, start, stop)
-
-    def figures(members: list[str], team: str | None = None, whole: bool = False) -> dict[str, Any]:
-        out = _figures(
-            [per_share[s] for s in members],
-            members,
-            type_names,
-            prices,
-            integrals,
-            unit,
-        )
-        plans.figures(out, members, unit)
-        out["deadlines"] = deadlines_figure(outcomes, members)
-        out["decisions"] = decisions_figure(recording, members, start, min(stop, end), unit)
-        out["certification_drift"] = certification_drift_figure(drift_runs, members)
-        out["policy_changes"] = policy(members, team, whole)
-        return out
-
-    answer_groups = []
-    for name, members in groups.items():
-        row: dict[str, Any] = {group_by: name, "shares": members}
-        row.update(figures(members, team=name if group_by == "team" else None))
-        answer_groups.append(row)
-    return {
-        "window": {"from": sec(start), "to": sec(stop), "end": sec(end)},
-        "queue": figures(share_names, whole=True),
-        "groups": answer_groups,
-    }
 
 
 class _Plans:
@@ -758,6 +837,8 @@ def _figures(
     integrals: Mapping[str, Mapping[Any, float]],
     unit: int,
 ) -> dict[str, Any]:
+    """Long because the answer is one literal in the order of docs/signals.md: split, its shape
+    would be in pieces."""
     finished: Counter[str] = Counter()
     for col in cols:
         finished.update(col.finished)

@@ -221,8 +221,18 @@ def validate(data: object) -> list[str]:
             v.add(key, "unknown field")
     if "version" in data and data["version"] != 1:
         v.add("version", f"unsupported version {data['version']!r} (only 1)")
+    types = _validate_types(v, data)
+    shares = _validate_shares(v, data, types)
+    plans = _validate_plans(v, data, types, shares)
+    job_ids = _validate_jobs(v, data, types, shares, plans)
+    _validate_actions(v, data, types, shares, plans, job_ids)
+    v.int_field("", data, "until", nullable=True)
+    return v.problems
+
+
+def _validate_types(v: _Validator, data: Mapping[str, Any]) -> set[str]:
+    """Check ``instance_types``; return the names of the valid ones."""
     types: set[str] = set()
-    accelerated_types: set[str] = set()
     raw_types = data.get("instance_types")
     if not isinstance(raw_types, list):
         v.add("instance_types", "required list")
@@ -244,6 +254,11 @@ def validate(data: object) -> list[str]:
         v.bool_field(path, item, "accelerated")
         v.number_field(path, item, "speed")
         v.number_field(path, item, "hourly_price", positive=False)
+    return types
+
+
+def _validate_shares(v: _Validator, data: Mapping[str, Any], types: set[str]) -> set[str]:
+    """Check ``shares``; return the names of the valid ones."""
     shares: set[str] = set()
     raw_shares = data.get("shares")
     if not isinstance(raw_shares, list):
@@ -267,12 +282,17 @@ def validate(data: object) -> list[str]:
         if "limits" not in item:
             v.add(f"{path}.limits", "required")
         v.share_fields(path, item, types)
-    for item in raw_types:
-        if isinstance(item, dict) and isinstance(item.get("name"), str):
-            acc = item.get("accelerated")
-            if acc is True or (acc is None and InstanceType(item["name"], 0).is_accelerated):
-                accelerated_types.add(item["name"])
-    plans = _validate_plans(v, data, types, shares)
+    return shares
+
+
+def _validate_jobs(
+    v: _Validator,
+    data: Mapping[str, Any],
+    types: set[str],
+    shares: set[str],
+    plans: Mapping[str, str],
+) -> set[str]:
+    """Check ``jobs``; return the ids of the valid ones (as strings)."""
     job_ids: set[str] = set()
     raw_jobs = data.get("jobs")
     if not isinstance(raw_jobs, list):
@@ -309,37 +329,62 @@ def validate(data: object) -> list[str]:
         kind = item.get("kind", TRAINING)
         if kind not in JOB_KINDS:
             v.add(f"{path}.kind", f"must be one of {', '.join(JOB_KINDS)} (got {kind!r})")
-        common = "count" in item
-        if common:
+        if "count" in item:
             v.int_field(path, item, "count", minimum=1)
-        prefs = item.get("preferences")
-        if not isinstance(prefs, list) or not 1 <= len(prefs) <= MAX_PREFERENCES:
-            v.add(f"{path}.preferences", f"required list of 1 to {MAX_PREFERENCES} preferences")
+        _validate_preferences(v, path, item, types, plans, share, kind)
+    return job_ids
+
+
+def _validate_preferences(
+    v: _Validator,
+    path: str,
+    job: Mapping[str, Any],
+    types: set[str],
+    plans: Mapping[str, str],
+    share: object,
+    kind: object,
+) -> None:
+    """Check a job's ``preferences`` (a count on each, or one job-level count for all)."""
+    common = "count" in job
+    prefs = job.get("preferences")
+    if not isinstance(prefs, list) or not 1 <= len(prefs) <= MAX_PREFERENCES:
+        v.add(f"{path}.preferences", f"required list of 1 to {MAX_PREFERENCES} preferences")
+        return
+    for k, pref in enumerate(prefs):
+        ppath = f"{path}.preferences[{k}]"
+        if not isinstance(pref, dict):
+            v.add(ppath, "must be an object")
             continue
-        for k, pref in enumerate(prefs):
-            ppath = f"{path}.preferences[{k}]"
-            if not isinstance(pref, dict):
-                v.add(ppath, "must be an object")
-                continue
-            v.unknown(ppath, pref, {"instance_type", "count", "plan", "runtime"})
-            v.int_field(ppath, pref, "runtime", minimum=1, nullable=True)
-            type_name = pref.get("instance_type")
-            if "plan" in pref:
-                _validate_plan_preference(v, ppath, pref, plans, share, kind)
-            elif type_name is None:
-                v.add(f"{ppath}.instance_type", "required")
-            elif type_name not in types:
-                v.add(f"{ppath}.instance_type", f"unknown instance type {type_name!r}")
-            if "count" in pref:
-                if common:
-                    v.add(
-                        f"{ppath}.count",
-                        "job-level count and per-preference counts must not be mixed",
-                    )
-                else:
-                    v.int_field(ppath, pref, "count", minimum=1)
-            elif not common:
-                v.add(f"{ppath}.count", "required (or give a job-level count for all)")
+        v.unknown(ppath, pref, {"instance_type", "count", "plan", "runtime"})
+        v.int_field(ppath, pref, "runtime", minimum=1, nullable=True)
+        type_name = pref.get("instance_type")
+        if "plan" in pref:
+            _validate_plan_preference(v, ppath, pref, plans, share, kind)
+        elif type_name is None:
+            v.add(f"{ppath}.instance_type", "required")
+        elif type_name not in types:
+            v.add(f"{ppath}.instance_type", f"unknown instance type {type_name!r}")
+        if "count" in pref:
+            if common:
+                v.add(
+                    f"{ppath}.count",
+                    "job-level count and per-preference counts must not be mixed",
+                )
+            else:
+                v.int_field(ppath, pref, "count", minimum=1)
+        elif not common:
+            v.add(f"{ppath}.count", "required (or give a job-level count for all)")
+
+
+def _validate_actions(
+    v: _Validator,
+    data: Mapping[str, Any],
+    types: set[str],
+    shares: set[str],
+    plans: Mapping[str, str],
+    job_ids: set[str],
+) -> None:
+    """Check ``actions`` (optional): each of a known type, naming known things."""
     raw_actions = data.get("actions", [])
     if raw_actions is None:
         raw_actions = []
@@ -379,8 +424,6 @@ def validate(data: object) -> list[str]:
             elif not isinstance(item["plan"], str) or item["plan"] not in plans:
                 v.add(f"{path}.plan", f"unknown plan {item['plan']!r}")
             v.int_field(path, item, "count", required=True)
-    v.int_field("", data, "until", nullable=True)
-    return v.problems
 
 
 def _validate_plans(
@@ -584,21 +627,15 @@ def run(
     next_act = 0
     now = 0
     while True:
-        candidates = [
-            t
-            for t in (
-                next_finish(),
-                submissions[next_sub].job.submitted_at if next_sub < len(submissions) else None,
-                actions[next_act][1]["at"] if next_act < len(actions) else None,
-                engine.next_deadline(),
-            )
-            if t is not None
-        ]
-        if not candidates:
+        moment = _earliest(
+            next_finish(),
+            submissions[next_sub].job.submitted_at if next_sub < len(submissions) else None,
+            actions[next_act][1]["at"] if next_act < len(actions) else None,
+            engine.next_deadline(),
+        )
+        if moment is None or (until is not None and moment > until):
             break
-        now = min(candidates)
-        if until is not None and now > until:
-            break
+        now = moment
         done = []
         while next_finish() == now:
             _, index, job_id, _ = heapq.heappop(finishing)
@@ -612,17 +649,37 @@ def run(
             action = actions[next_act][1]
             _apply_action(engine, action, now, by_id, submitted, cancelled_early, emit)
             next_act += 1
-        while next_sub < len(submissions) and submissions[next_sub].job.submitted_at == now:
-            spec = submissions[next_sub]
-            next_sub += 1
-            if spec.job.id in cancelled_early:
-                continue
-            engine.submit(spec.job)
-            submitted.add(spec.job.id)
+        next_sub = _submit_due(engine, submissions, next_sub, now, submitted, cancelled_early)
         emit(engine.schedule(now))
         emit(engine.timeouts(now))
     end = now if until is None else until  # reasons are judged at the run's end
     return _result(engine, specs, events, submitted, cancelled_early, raw_ids, explain, end)
+
+
+def _earliest(*moments: int | None) -> int | None:
+    """The earliest of the moments that are known (None: nothing left to happen)."""
+    known = [t for t in moments if t is not None]
+    return min(known) if known else None
+
+
+def _submit_due(
+    engine: Engine,
+    submissions: Sequence[_Spec],
+    next_sub: int,
+    now: int,
+    submitted: set[str],
+    cancelled_early: Mapping[str, int],
+) -> int:
+    """Submit the jobs due at ``now`` from ``next_sub`` on (not those cancelled before
+    their submission); the index of the next one."""
+    while next_sub < len(submissions) and submissions[next_sub].job.submitted_at == now:
+        spec = submissions[next_sub]
+        next_sub += 1
+        if spec.job.id in cancelled_early:
+            continue
+        engine.submit(spec.job)
+        submitted.add(spec.job.id)
+    return next_sub
 
 
 def _apply_action(

@@ -38,6 +38,50 @@ NOTE = "Demo history, played through the engine at demo load."
 
 
 @transaction.atomic
+def _event_data(
+    actor: Any,
+    rows: dict[str, Job],
+    job: Job,
+    event: dict[str, Any],
+    at: datetime,
+    factor: float,
+) -> dict[str, Any]:
+    """A played event's data as the scheduler keeps it, with the audit entry it would
+    have written for an admission or a preemption."""
+    data: dict[str, Any] = {}
+    kind = event["type"]
+    if kind == "admitted":
+        rule = DecisionRule.BORROW if event.get("borrowed") else DecisionRule.OWN
+        data = {
+            "instance_type": event["instance_type"],
+            "count": event["count"],
+            "preference": event.get("preference", 0),
+            "borrowed": event.get("borrowed", 0),
+            "rule": rule,
+        }
+        after = {**data, "state": "RUNNING"}
+        audit.record_job(
+            event_type=AuditEvent.JOB_ADMITTED, actor=actor, job=job, after=after,
+            reason=NOTE, at=at,
+        )  # fmt: skip
+    elif kind == "preempted":
+        by = rows.get(str(event.get("by"))) if event.get("by") is not None else None
+        data = {
+            "reason": event.get("reason"),
+            "by": by.pk if by else None,
+            "lost_work": round(float(event.get("lost_work") or 0) / 1000 * factor, 3),
+            "counted": event.get("reason") != DecisionRule.CAPACITY_LOST,
+        }
+        audit.record_job(
+            event_type=AuditEvent.JOB_PREEMPTED, actor=actor, job=job,
+            after={**data, "rule": event.get("reason"), "by_job": data["by"]},
+            reason=NOTE, at=at,
+        )  # fmt: skip
+    elif kind == "failed":
+        data = {"reason": event.get("reason")}
+    return data
+
+
 def demo_history_record(
     *,
     actor: Any,
@@ -104,36 +148,7 @@ def demo_history_record(
         job = rows[str(event["job"])]
         at = moment(event["at"])
         kind = event["type"]
-        data: dict[str, Any] = {}
-        if kind == "admitted":
-            rule = DecisionRule.BORROW if event.get("borrowed") else DecisionRule.OWN
-            data = {
-                "instance_type": event["instance_type"],
-                "count": event["count"],
-                "preference": event.get("preference", 0),
-                "borrowed": event.get("borrowed", 0),
-                "rule": rule,
-            }
-            after = {**data, "state": "RUNNING"}
-            audit.record_job(
-                event_type=AuditEvent.JOB_ADMITTED, actor=actor, job=job, after=after,
-                reason=NOTE, at=at,
-            )  # fmt: skip
-        elif kind == "preempted":
-            by = rows.get(str(event.get("by"))) if event.get("by") is not None else None
-            data = {
-                "reason": event.get("reason"),
-                "by": by.pk if by else None,
-                "lost_work": round(work(float(event.get("lost_work") or 0)), 3),
-                "counted": event.get("reason") != DecisionRule.CAPACITY_LOST,
-            }
-            audit.record_job(
-                event_type=AuditEvent.JOB_PREEMPTED, actor=actor, job=job,
-                after={**data, "rule": event.get("reason"), "by_job": data["by"]},
-                reason=NOTE, at=at,
-            )  # fmt: skip
-        elif kind == "failed":
-            data = {"reason": event.get("reason")}
+        data = _event_data(actor, rows, job, event, at, factor)
         timeline.append(JobEvent(job=job, at=at, type=kind, message=NOTE, data=data))
     open_jobs = [j for j in rows.values() if j.finished_at is None]
     if open_jobs:  # never finished in the played history: closed as cancelled at its end

@@ -10,7 +10,7 @@ locking): a stale one is refused with 409.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import date
 from typing import Any
 
@@ -288,6 +288,61 @@ def _check_version(locked: Agreement, version: int | None) -> None:
         )
 
 
+def _linked_shares(
+    errors: Errors, actor: AnyUser, locked: Agreement, changes: Mapping[str, Any]
+) -> list[Share] | None:
+    """The shares to link, when the edit names them (None: unchanged); a non-admin may add
+    only shares of teams they lead."""
+    share_objs: list[Share] | None = None
+    if "shares" in changes:
+        current = set(locked.shares.values_list("id", flat=True))
+        share_objs, forbidden = _resolve_shares(
+            errors, actor, changes["shares"] or [], keep=current
+        )
+        if forbidden:
+            raise PermissionDenied(
+                {"shares": [f"You may only link shares of teams you lead: {', '.join(forbidden)}."]}
+            )
+    return share_objs
+
+
+def _new_owner(errors: Errors, changes: Mapping[str, Any]) -> Any:
+    """The new owner, when the edit names one (None: unchanged)."""
+    owner_user: Any = None
+    if "owner" in changes:
+        if changes["owner"] is None:
+            errors.add("owner", "An agreement needs an owner.")
+        else:
+            resolved = _resolve_users(errors, "owner", [changes["owner"]])
+            owner_user = resolved[0] if resolved else None
+    return owner_user
+
+
+def _check_unlinked_promises(errors: Errors, locked: Agreement, share_objs: list[Share]) -> None:
+    """Promises about a share or team no longer linked must go with it."""
+    kept_ids = {s.pk for s in share_objs}
+    kept_teams = {s.team_id for s in share_objs}
+    for item in promise_services.active_promises(locked):
+        if (item["share"] is not None and item["share"] not in kept_ids) or (
+            item["team"] is not None and item["team"] not in kept_teams
+        ):
+            errors.add(
+                "shares",
+                "A promise is about a share or team being unlinked: withdraw the promise first.",
+            )
+            break
+
+
+def _set_fields(locked: Agreement, changes: Mapping[str, Any], owner_user: Any) -> None:
+    """Set the edited text fields (the title trimmed) and the new owner, if any."""
+    for field in ("title", "body", "reclaim_assumptions", "recovery_assumptions", "review_by"):
+        if field in changes:
+            value = changes[field]
+            setattr(locked, field, value.strip() if field == "title" else value)
+    if owner_user is not None:
+        locked.owner = owner_user
+
+
 def agreement_update(
     *,
     actor: AnyUser,
@@ -323,27 +378,8 @@ def agreement_update(
                 raise PermissionDenied({field: [f"Only the owner and admins may change {field}."]})
         _validate_text(errors, changes)
         before = agreement_snapshot(locked)
-        share_objs: list[Share] | None = None
-        if "shares" in changes:
-            current = set(locked.shares.values_list("id", flat=True))
-            share_objs, forbidden = _resolve_shares(
-                errors, actor, changes["shares"] or [], keep=current
-            )
-            if forbidden:
-                raise PermissionDenied(
-                    {
-                        "shares": [
-                            f"You may only link shares of teams you lead: {', '.join(forbidden)}."
-                        ]
-                    }
-                )
-        owner_user: Any = None
-        if "owner" in changes:
-            if changes["owner"] is None:
-                errors.add("owner", "An agreement needs an owner.")
-            else:
-                resolved = _resolve_users(errors, "owner", [changes["owner"]])
-                owner_user = resolved[0] if resolved else None
+        share_objs = _linked_shares(errors, actor, locked, changes)
+        owner_user = _new_owner(errors, changes)
         editor_users: list[Any] | None = None
         if "editors" in changes:
             editor_users = _resolve_users(errors, "editors", changes["editors"] or [])
@@ -352,27 +388,10 @@ def agreement_update(
             linked = share_objs if share_objs is not None else list(locked.shares.all())
             cleaned = promise_services.clean_promises(errors, changes["promises"], linked)
         elif share_objs is not None:
-            # Promises about a share or team no longer linked must go with it.
-            kept_ids = {s.pk for s in share_objs}
-            kept_teams = {s.team_id for s in share_objs}
-            for item in promise_services.active_promises(locked):
-                if (item["share"] is not None and item["share"] not in kept_ids) or (
-                    item["team"] is not None and item["team"] not in kept_teams
-                ):
-                    errors.add(
-                        "shares",
-                        "A promise is about a share or team being unlinked: "
-                        "withdraw the promise first.",
-                    )
-                    break
+            _check_unlinked_promises(errors, locked, share_objs)
         errors.raise_if_any()
 
-        for field in ("title", "body", "reclaim_assumptions", "recovery_assumptions", "review_by"):
-            if field in changes:
-                value = changes[field]
-                setattr(locked, field, value.strip() if field == "title" else value)
-        if owner_user is not None:
-            locked.owner = owner_user
+        _set_fields(locked, changes, owner_user)
         if share_objs is not None:
             locked.shares.set(share_objs)
         if editor_users is not None:

@@ -272,6 +272,31 @@ def queue_create(
     return queue
 
 
+def _check_types_kept(
+    errors: Errors,
+    queue: JobQueue,
+    before: Mapping[str, int],
+    new_capacity: Mapping[InstanceType, int],
+) -> None:
+    """A type leaves the capacity map only when no share of the queue has a limit for it."""
+    kept = {itype.name for itype in new_capacity}
+    removed = sorted(set(before) - kept)
+    if not removed:
+        return
+    blocking = (
+        ShareLimit.objects.filter(share__queue=queue, instance_type__name__in=removed)
+        .select_related("share", "instance_type")
+        .order_by("instance_type__name", "share__name")
+    )
+    for limit in blocking:
+        errors.add(
+            "capacity",
+            f"{limit.instance_type.name} cannot be removed: share "
+            f"{limit.share.name!r} has a limit for it. Change that share's limits "
+            "first, or set the capacity to 0.",
+        )
+
+
 def queue_update(
     *,
     actor: AnyUser,
@@ -307,21 +332,8 @@ def queue_update(
         new_capacity: dict[InstanceType, int] | None = None
         if "capacity" in changes:
             new_capacity = _clean_capacity(changes["capacity"], errors)
-            kept = {itype.name for itype in new_capacity}
-            removed = sorted(set(before["capacity"]) - kept)
-            if removed and not errors:
-                blocking = (
-                    ShareLimit.objects.filter(share__queue=locked, instance_type__name__in=removed)
-                    .select_related("share", "instance_type")
-                    .order_by("instance_type__name", "share__name")
-                )
-                for limit in blocking:
-                    errors.add(
-                        "capacity",
-                        f"{limit.instance_type.name} cannot be removed: share "
-                        f"{limit.share.name!r} has a limit for it. Change that share's limits "
-                        "first, or set the capacity to 0.",
-                    )
+            if not errors:
+                _check_types_kept(errors, locked, before["capacity"], new_capacity)
         errors.raise_if_any()
 
         locked.save()

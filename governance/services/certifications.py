@@ -166,6 +166,27 @@ def _configuration(
     return None, found_plan
 
 
+def _proposed_for(actor: AnyUser, workload_id: Any) -> Workload:
+    """The workload a configuration is proposed for, when the actor may propose one."""
+    found = (
+        Workload.objects.select_related("team").filter(pk=cast(int, workload_id)).first()
+        if limits.valid_id(workload_id)
+        else None
+    )
+    if found is None:
+        raise ValidationFailed({"workload": [f"No workload with id {workload_id}."]})
+    if not may_propose(actor, found.team_id):
+        raise PermissionDenied(
+            {
+                "workload": [
+                    f"Only leads of team {found.team.name} (and admins) propose configurations "
+                    "of its workloads."
+                ]
+            }
+        )
+    return found
+
+
 def certification_propose(
     *,
     actor: AnyUser,
@@ -184,23 +205,7 @@ def certification_propose(
     """A lead proposes a configuration of one of the team's workloads with the benchmark
     of its reference run (``runtime`` in seconds, ``utilization`` and ``failure_rate`` in
     percent). Audited as CERTIFICATION_PROPOSED; reviewers are told."""
-    workload_id = workload.pk if isinstance(workload, Workload) else workload
-    found = (
-        Workload.objects.select_related("team").filter(pk=cast(int, workload_id)).first()
-        if limits.valid_id(workload_id)
-        else None
-    )
-    if found is None:
-        raise ValidationFailed({"workload": [f"No workload with id {workload_id}."]})
-    if not may_propose(actor, found.team_id):
-        raise PermissionDenied(
-            {
-                "workload": [
-                    f"Only leads of team {found.team.name} (and admins) propose configurations "
-                    "of its workloads."
-                ]
-            }
-        )
+    found = _proposed_for(actor, workload.pk if isinstance(workload, Workload) else workload)
     errors = Errors()
     type_obj, plan_obj = _configuration(errors, found, instance_type, plan, count)
     limits.check_int(

@@ -94,6 +94,27 @@ def _text(value: Any, field: str, bound: int, errors: Errors, *, required: str =
     return text
 
 
+def _requested_share(actor: AnyUser, share_id: Any) -> Share:
+    """The share a change is requested for, when the actor leads its team."""
+    found = (
+        Share.objects.select_related("team", "queue").filter(pk=share_id).first()
+        if limits.valid_id(share_id)
+        else None
+    )
+    if found is None:
+        raise ValidationFailed({"share": [f"No share with id {share_id}."]})
+    if not roles.is_lead_of(actor, found.team_id):
+        raise PermissionDenied(
+            {
+                "share": [
+                    f"Only leads of team {found.team.name} may request changes to "
+                    f"share {found.name}."
+                ]
+            }
+        )
+    return found
+
+
 def change_request_file(
     *,
     actor: AnyUser,
@@ -106,25 +127,9 @@ def change_request_file(
     ``changes`` are share fields as the share service takes them, from
     ``REQUESTABLE_FIELDS`` only; they must be valid for the share and change something.
     """
-    share_id = share.pk if isinstance(share, Share) else share
     errors = Errors()
     with transaction.atomic():
-        found = (
-            Share.objects.select_related("team", "queue").filter(pk=share_id).first()
-            if limits.valid_id(share_id)
-            else None
-        )
-        if found is None:
-            raise ValidationFailed({"share": [f"No share with id {share_id}."]})
-        if not roles.is_lead_of(actor, found.team_id):
-            raise PermissionDenied(
-                {
-                    "share": [
-                        f"Only leads of team {found.team.name} may request changes to "
-                        f"share {found.name}."
-                    ]
-                }
-            )
+        found = _requested_share(actor, share.pk if isinstance(share, Share) else share)
         text = _text(
             justification,
             "justification",

@@ -68,6 +68,55 @@ def _links(exc: PriorityException) -> dict[str, int | None]:
     }
 
 
+def _raised_subject(
+    errors: Errors, team_obj: Team, job_id: Any, share_id: Any
+) -> tuple[Job | None, Share | None]:
+    """Exactly one of an active job or a share of ``team_obj``, the exception raises."""
+    job_obj: Job | None = None
+    share_obj: Share | None = None
+    if (job_id is None) == (share_id is None):
+        message = "Give exactly one of job or share."
+        errors.add("job", message)
+        errors.add("share", message)
+    elif job_id is not None:
+        job_obj = (
+            Job.objects.select_related("share").filter(pk=job_id).first()
+            if limits.valid_id(job_id)
+            else None
+        )
+        if job_obj is None:
+            errors.add("job", f"No job with id {job_id}.")
+        elif job_obj.share.team_id != team_obj.pk:
+            errors.add("team", f"Job {job_obj.pk} does not belong to team {team_obj.name}.")
+        elif job_obj.state not in ACTIVE_STATES:
+            errors.add(
+                "job", f"Job {job_obj.pk} is {job_obj.state}; only active jobs can be raised."
+            )
+    else:
+        share_obj = (
+            Share.objects.filter(pk=cast(int, share_id)).first()
+            if limits.valid_id(share_id)
+            else None
+        )
+        if share_obj is None:
+            errors.add("share", f"No share with id {share_id}.")
+        elif share_obj.team_id != team_obj.pk:
+            errors.add("team", f"Share {share_obj} does not belong to team {team_obj.name}.")
+    return job_obj, share_obj
+
+
+def _check_expiry(errors: Errors, expires_at: datetime | None, now: datetime) -> None:
+    """An exception expires in the future, at most ``MAX_EXCEPTION_DAYS`` from now."""
+    if expires_at is None:
+        errors.add("expires_at", "An expiry is required.")
+    elif expires_at <= now:
+        errors.add("expires_at", "The expiry must be in the future.")
+    elif expires_at > now + timedelta(days=MAX_EXCEPTION_DAYS):
+        errors.add(
+            "expires_at", f"An exception may last at most {MAX_EXCEPTION_DAYS} days from now."
+        )
+
+
 def exception_file(
     *,
     actor: AnyUser,
@@ -95,38 +144,12 @@ def exception_file(
                 {"team": [f"Only leads of team {team_obj.name} may file exceptions for it."]}
             )
         errors = Errors()
-        job_id = job.pk if isinstance(job, Job) else job
-        share_id = share.pk if isinstance(share, Share) else share
-        job_obj: Job | None = None
-        share_obj: Share | None = None
-        if (job_id is None) == (share_id is None):
-            message = "Give exactly one of job or share."
-            errors.add("job", message)
-            errors.add("share", message)
-        elif job_id is not None:
-            job_obj = (
-                Job.objects.select_related("share").filter(pk=job_id).first()
-                if limits.valid_id(job_id)
-                else None
-            )
-            if job_obj is None:
-                errors.add("job", f"No job with id {job_id}.")
-            elif job_obj.share.team_id != team_obj.pk:
-                errors.add("team", f"Job {job_obj.pk} does not belong to team {team_obj.name}.")
-            elif job_obj.state not in ACTIVE_STATES:
-                errors.add(
-                    "job", f"Job {job_obj.pk} is {job_obj.state}; only active jobs can be raised."
-                )
-        else:
-            share_obj = (
-                Share.objects.filter(pk=cast(int, share_id)).first()
-                if limits.valid_id(share_id)
-                else None
-            )
-            if share_obj is None:
-                errors.add("share", f"No share with id {share_id}.")
-            elif share_obj.team_id != team_obj.pk:
-                errors.add("team", f"Share {share_obj} does not belong to team {team_obj.name}.")
+        job_obj, share_obj = _raised_subject(
+            errors,
+            team_obj,
+            job.pk if isinstance(job, Job) else job,
+            share.pk if isinstance(share, Share) else share,
+        )
         if not is_int(priority) or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
             errors.add(
                 "priority",
@@ -143,14 +166,7 @@ def exception_file(
         if not isinstance(justification, str) or not justification.strip():
             errors.add("justification", "A justification is required.")
         now = timezone.now()
-        if expires_at is None:
-            errors.add("expires_at", "An expiry is required.")
-        elif expires_at <= now:
-            errors.add("expires_at", "The expiry must be in the future.")
-        elif expires_at > now + timedelta(days=MAX_EXCEPTION_DAYS):
-            errors.add(
-                "expires_at", f"An exception may last at most {MAX_EXCEPTION_DAYS} days from now."
-            )
+        _check_expiry(errors, expires_at, now)
         errors.raise_if_any()
         assert expires_at is not None
 

@@ -8,7 +8,7 @@ accounting function the decisions used).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -241,6 +241,33 @@ def usage_rebuild(*, queue_id: int, since: datetime, until: datetime) -> int:
         return len(buckets)
 
 
+def _usage_changes(
+    queue_id: int, until: datetime, type_ids: Mapping[str, int]
+) -> dict[datetime, list[tuple[int, str, int]]]:
+    """Usage changes per instant from the recorded runs before ``until``: (share, type)
+    +count at an admission, -count at its end."""
+    changes: dict[datetime, list[tuple[int, str, int]]] = {}
+    open_runs: dict[int, tuple[int, str, int]] = {}
+    events = (
+        JobEvent.objects.filter(
+            job__queue_id=queue_id, at__lt=until, type__in={"admitted", *RUN_ENDS}
+        )
+        .order_by("at", "id")
+        .values_list("job_id", "job__share_id", "at", "type", "data")
+    )
+    for job_id, share_id, at, kind, data in events.iterator(chunk_size=5000):
+        if kind == "admitted":
+            name, count = str(data.get("instance_type")), int(data.get("count") or 0)
+            if name not in type_ids or job_id in open_runs:
+                continue
+            open_runs[job_id] = (share_id, name, count)
+            changes.setdefault(at, []).append((share_id, name, count))
+        elif job_id in open_runs:
+            share_id, name, count = open_runs.pop(job_id)
+            changes.setdefault(at, []).append((share_id, name, -count))
+    return changes
+
+
 def _replay_usage(
     queue_id: int, since: datetime, until: datetime
 ) -> dict[tuple[int, int, int, datetime], list[float]]:
@@ -262,26 +289,7 @@ def _replay_usage(
         for lim in share.limits.all():
             type_ids.setdefault(lim.instance_type.name, lim.instance_type_id)
 
-    # Usage changes per instant: (share, type) +count at an admission, -count at its end.
-    changes: dict[datetime, list[tuple[int, str, int]]] = {}
-    open_runs: dict[int, tuple[int, str, int]] = {}
-    events = (
-        JobEvent.objects.filter(
-            job__queue_id=queue_id, at__lt=until, type__in={"admitted", *RUN_ENDS}
-        )
-        .order_by("at", "id")
-        .values_list("job_id", "job__share_id", "at", "type", "data")
-    )
-    for job_id, share_id, at, kind, data in events.iterator(chunk_size=5000):
-        if kind == "admitted":
-            name, count = str(data.get("instance_type")), int(data.get("count") or 0)
-            if name not in type_ids or job_id in open_runs:
-                continue
-            open_runs[job_id] = (share_id, name, count)
-            changes.setdefault(at, []).append((share_id, name, count))
-        elif job_id in open_runs:
-            share_id, name, count = open_runs.pop(job_id)
-            changes.setdefault(at, []).append((share_id, name, -count))
+    changes = _usage_changes(queue_id, until, type_ids)
 
     usage: dict[tuple[int, str], int] = {}
     levels: dict[str, list[Level]] = {name: [] for name in type_ids}

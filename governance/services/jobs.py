@@ -27,6 +27,7 @@ from governance.models import (
     InstanceType,
     Interruption,
     Job,
+    JobEvent,
     JobKind,
     JobQueue,
     JobState,
@@ -157,6 +158,9 @@ def _resolve_preferences(
     of the job's share (docs/scheduling.md#capacity-plans): only training jobs may name one, the
     plan must not have ended, and ``instance_type`` may not be given with it (the plan's
     type is implied). ``share_plans`` maps the share's plan names to the plans.
+
+    Long because it is the flat list of one preference's rules, each a check with its
+    message, in the order they are reported.
     """
     share_plans = share_plans or {}
     now = now or timezone.now()
@@ -452,47 +456,14 @@ def job_submit(
     certified is skipped with a warning kept in ``Job.template``). In a certified-only
     share every preference must be a certified configuration of the job's workload,
     unless an admin gives a ``certification_override`` reason (audited).
+
+    Long because its eighteen keyword arguments are the job's fields, each named once in the
+    signature and once where it is stored; the checks between are named steps.
     """
-    share_id = share.pk if isinstance(share, Share) else share
     with transaction.atomic():
-        share_obj = (
-            Share.objects.select_related("queue", "team").filter(pk=share_id).first()
-            if limits.valid_id(share_id)
-            else None
-        )
-        if share_obj is None:
-            raise ValidationFailed({"share": [f"No share with id {share_id}."]})
-        # Membership first: most submitters are members, and it spares the groups query.
-        if not (share_obj.team_id in roles.member_team_ids(actor) or roles.is_admin(actor)):
-            raise PermissionDenied(
-                {
-                    "share": [
-                        f"Only members and leads of team {share_obj.team.name}, and admins, "
-                        "may submit jobs to this share."
-                    ]
-                }
-            )
+        share_obj = _submit_share(actor, share.pk if isinstance(share, Share) else share)
         errors = Errors()
-        if not share_obj.enabled:
-            errors.add("share", f"Share {share_obj} is disabled; it accepts no new jobs.")
-        queue_id = queue.pk if isinstance(queue, JobQueue) else queue
-        if queue_id is not None and queue_id != share_obj.queue_id:
-            errors.add(
-                "queue",
-                f"Share {share_obj.name} belongs to queue {share_obj.queue.name} "
-                f"(id {share_obj.queue_id}), not {queue_id}.",
-            )
-        if not isinstance(name, str) or not name.strip():
-            errors.add("name", "A name is required.")
-        elif len(name) > NAME_MAX_LENGTH:
-            errors.add("name", f"At most {NAME_MAX_LENGTH} characters.")
-        if kind not in JobKind.values:
-            errors.add("kind", f"The kind must be one of: {', '.join(JobKind.values)}.")
-        share_types = list(
-            ShareLimit.objects.filter(share=share_obj)
-            .order_by("instance_type__name")
-            .values_list("instance_type__name", flat=True)
-        )
+        _check_submit_basics(errors, share_obj, queue, name, kind)
         share_plans = {p.name: p for p in CapacityPlan.objects.filter(share=share_obj)}
         now = timezone.now()
         workload_obj = workload_services.clean_job_workload(errors, workload, share_obj.team_id)
@@ -505,35 +476,19 @@ def job_submit(
                 max_cost = max_cost if max_cost is not None else expansion.max_cost
                 if deadline is None and expansion.deadline_offset is not None:
                     deadline = now + timedelta(seconds=expansion.deadline_offset)
-        resolved = (
-            _resolve_preferences(
-                errors, preferences, count, share_types, kind=kind, share_plans=share_plans
-            )
-            if "preferences" not in errors.fields()
-            else []
+        resolved, override = _check_preferences(
+            errors,
+            actor,
+            share_obj,
+            preferences,
+            count,
+            kind=kind,
+            share_plans=share_plans,
+            workload_obj=workload_obj,
+            certification_override=certification_override,
+            now=now,
         )
-        override = _check_override(errors, actor, share_obj, certification_override)
-        # The certified-only rule judges a list that parsed, of a workload that exists.
-        unjudged = errors.fields() & {"preferences", "count", "workload"}
-        if share_obj.certified_only and not override and not unjudged:
-            template_services.check_certified(
-                errors,
-                share_name=share_obj.name,
-                workload=workload_obj,
-                resolved=resolved,
-                now=now,
-            )
-        clean_program = slurm_services.clean_program(program, errors)
-        if (
-            share_obj.queue.executor == Executor.SLURM
-            and not clean_program
-            and "program" not in errors.fields()
-        ):
-            errors.add(
-                "program",
-                f"Queue {share_obj.queue.name} runs jobs on Slurm: say what to run, "
-                '{"command": ["prog", "arg"...]} or {"script": "#!/bin/bash..."}.',
-            )
+        clean_program = _check_program(errors, share_obj, program)
         for field, value in (
             ("max_pending", max_pending),
             ("checkpoint_interval", checkpoint_interval),
@@ -546,12 +501,7 @@ def job_submit(
         if budget is not None and resolved and not errors.fields() & {"preferences", "count"}:
             clean_duration = duration if is_int(duration) else None
             _check_budget(errors, budget, resolved, clean_duration, share_obj, share_plans)
-        if _check_priority_range(errors, priority):
-            refusal = priority_refusal(
-                user=actor, team_id=share_obj.team_id, priority=priority, share_id=share_obj.pk
-            )
-            if refusal:
-                errors.add("priority", refusal)
+        _check_submit_priority(errors, actor, share_obj, priority)
         errors.raise_if_any()
 
         job = Job.objects.create(
@@ -577,38 +527,162 @@ def job_submit(
             state=JobState.PENDING,
             submitted_at=now,
         )
-        prefs_text = ", ".join(preference_text(p) for p in resolved)
-        submitted = job_event(
-            job,
-            now,
-            "submitted",
-            f"Submitted by {_actor_name(actor)} to {share_obj} with priority {priority}; "
-            f"preferences: {prefs_text}." + _template_words(workload_obj, expansion),
-            priority=priority,
-        )
-        audit.record_job(
-            event_type=AuditEvent.JOB_SUBMITTED,
-            actor=actor,
-            job=job,
-            before=None,
-            after=job_snapshot(job),
-            at=now,
-        )
-        if override:
-            audit.record_job(
-                event_type=AuditEvent.JOB_CERTIFICATION_OVERRIDDEN,
-                actor=actor,
-                job=job,
-                before=None,
-                after={"preferences": resolved, "workload": job.workload_id},
-                reason=override,
-                at=now,
-            )
-        hooks.queue_changed(share_obj.queue_id)
+        submitted = _record_submission(actor, job, share_obj, expansion, now)
     # A fresh job's timeline is exactly its ``submitted`` event: cache it as prefetched,
     # so ``job.events.all()`` (the API's 201 response) costs no query.
     job._prefetched_objects_cache = {"events": [submitted], "slurm_runs": []}  # type: ignore[attr-defined]
     return job
+
+
+def _submit_share(actor: AnyUser, share_id: Any) -> Share:
+    """The share a job is submitted to, when the actor may submit to it."""
+    share_obj = (
+        Share.objects.select_related("queue", "team").filter(pk=share_id).first()
+        if limits.valid_id(share_id)
+        else None
+    )
+    if share_obj is None:
+        raise ValidationFailed({"share": [f"No share with id {share_id}."]})
+    # Membership first: most submitters are members, and it spares the groups query.
+    if not (share_obj.team_id in roles.member_team_ids(actor) or roles.is_admin(actor)):
+        raise PermissionDenied(
+            {
+                "share": [
+                    f"Only members and leads of team {share_obj.team.name}, and admins, "
+                    "may submit jobs to this share."
+                ]
+            }
+        )
+    return share_obj
+
+
+def _check_submit_basics(
+    errors: Errors, share_obj: Share, queue: JobQueue | int | None, name: Any, kind: Any
+) -> None:
+    """The share accepts jobs, is in ``queue`` when one is given; name and kind."""
+    if not share_obj.enabled:
+        errors.add("share", f"Share {share_obj} is disabled; it accepts no new jobs.")
+    queue_id = queue.pk if isinstance(queue, JobQueue) else queue
+    if queue_id is not None and queue_id != share_obj.queue_id:
+        errors.add(
+            "queue",
+            f"Share {share_obj.name} belongs to queue {share_obj.queue.name} "
+            f"(id {share_obj.queue_id}), not {queue_id}.",
+        )
+    if not isinstance(name, str) or not name.strip():
+        errors.add("name", "A name is required.")
+    elif len(name) > NAME_MAX_LENGTH:
+        errors.add("name", f"At most {NAME_MAX_LENGTH} characters.")
+    if kind not in JobKind.values:
+        errors.add("kind", f"The kind must be one of: {', '.join(JobKind.values)}.")
+
+
+def _check_preferences(
+    errors: Errors,
+    actor: AnyUser,
+    share_obj: Share,
+    preferences: Any,
+    count: Any,
+    *,
+    kind: Any,
+    share_plans: dict[str, CapacityPlan],
+    workload_obj: Any,
+    certification_override: Any,
+    now: datetime,
+) -> tuple[list[dict[str, Any]], str]:
+    """The preferences resolved against the share's types and plans, and an admin's
+    reason to let them into a certified-only share (the certified-only rule applied when
+    there is none)."""
+    share_types = list(
+        ShareLimit.objects.filter(share=share_obj)
+        .order_by("instance_type__name")
+        .values_list("instance_type__name", flat=True)
+    )
+    resolved = (
+        _resolve_preferences(
+            errors, preferences, count, share_types, kind=kind, share_plans=share_plans
+        )
+        if "preferences" not in errors.fields()
+        else []
+    )
+    override = _check_override(errors, actor, share_obj, certification_override)
+    # The certified-only rule judges a list that parsed, of a workload that exists.
+    unjudged = errors.fields() & {"preferences", "count", "workload"}
+    if share_obj.certified_only and not override and not unjudged:
+        template_services.check_certified(
+            errors,
+            share_name=share_obj.name,
+            workload=workload_obj,
+            resolved=resolved,
+            now=now,
+        )
+    return resolved, override
+
+
+def _check_submit_priority(errors: Errors, actor: AnyUser, share_obj: Share, priority: Any) -> None:
+    """The priority is in range, and within the submitter's bands or an exception's."""
+    if _check_priority_range(errors, priority):
+        refusal = priority_refusal(
+            user=actor, team_id=share_obj.team_id, priority=priority, share_id=share_obj.pk
+        )
+        if refusal:
+            errors.add("priority", refusal)
+
+
+def _check_program(errors: Errors, share_obj: Share, program: Any) -> dict[str, Any]:
+    """The program to run, cleaned; required on a queue that runs jobs on Slurm."""
+    clean_program = slurm_services.clean_program(program, errors)
+    if (
+        share_obj.queue.executor == Executor.SLURM
+        and not clean_program
+        and "program" not in errors.fields()
+    ):
+        errors.add(
+            "program",
+            f"Queue {share_obj.queue.name} runs jobs on Slurm: say what to run, "
+            '{"command": ["prog", "arg"...]} or {"script": "#!/bin/bash..."}.',
+        )
+    return clean_program
+
+
+def _record_submission(
+    actor: AnyUser,
+    job: Job,
+    share_obj: Share,
+    expansion: template_services.Expansion | None,
+    now: datetime,
+) -> JobEvent:
+    """The new job's ``submitted`` event, its audit entries (the submission, and the
+    certification override when there is one), and the queue's wake-up on commit."""
+    prefs_text = ", ".join(preference_text(p) for p in job.preferences)
+    submitted = job_event(
+        job,
+        now,
+        "submitted",
+        f"Submitted by {_actor_name(actor)} to {share_obj} with priority {job.priority}; "
+        f"preferences: {prefs_text}." + _template_words(job.workload, expansion),
+        priority=job.priority,
+    )
+    audit.record_job(
+        event_type=AuditEvent.JOB_SUBMITTED,
+        actor=actor,
+        job=job,
+        before=None,
+        after=job_snapshot(job),
+        at=now,
+    )
+    if job.certification_override:
+        audit.record_job(
+            event_type=AuditEvent.JOB_CERTIFICATION_OVERRIDDEN,
+            actor=actor,
+            job=job,
+            before=None,
+            after={"preferences": job.preferences, "workload": job.workload_id},
+            reason=job.certification_override,
+            at=now,
+        )
+    hooks.queue_changed(share_obj.queue_id)
+    return submitted
 
 
 OVERRIDE_MAX_LENGTH = 500

@@ -91,6 +91,47 @@ def _clean_price(errors: Errors, value: Any) -> Decimal:
     return price.quantize(Decimal("0.0001"))
 
 
+def _plan_owner(
+    errors: Errors, queue_id: Any, share_id: Any
+) -> tuple[JobQueue | None, Share | None]:
+    """The plan's queue (locked) and share, which must be a share of that queue."""
+    queue_obj = (
+        JobQueue.objects.select_for_update().filter(pk=cast(int, queue_id)).first()
+        if limits.valid_id(queue_id)
+        else None
+    )
+    if queue_obj is None:
+        errors.add("queue", f"No queue with id {queue_id}.")
+    share_obj = (
+        Share.objects.select_related("team").filter(pk=cast(int, share_id)).first()
+        if limits.valid_id(share_id)
+        else None
+    )
+    if share_obj is None:
+        errors.add("share", f"No share with id {share_id}.")
+    elif queue_obj is not None and share_obj.queue_id != queue_obj.pk:
+        errors.add(
+            "share",
+            f"Share {share_obj.name!r} belongs to another queue; a plan serves a share "
+            f"of queue {queue_obj.name!r}.",
+        )
+    return queue_obj, share_obj
+
+
+def _clean_plan_name(errors: Errors, name: Any, queue_obj: JobQueue | None) -> str:
+    """A plan's name: given, bounded, and unique in its queue."""
+    clean_name = name.strip() if isinstance(name, str) else ""
+    if not clean_name:
+        errors.add("name", "A plan needs a name, e.g. vision-december.")
+    elif len(clean_name) > NAME_MAX_LENGTH:
+        errors.add("name", f"At most {NAME_MAX_LENGTH} characters.")
+    elif queue_obj is not None and (
+        CapacityPlan.objects.filter(queue=queue_obj, name=clean_name).exists()
+    ):
+        errors.add("name", f"Queue {queue_obj.name!r} already has a plan named {clean_name!r}.")
+    return clean_name
+
+
 def plan_create(
     *,
     actor: AnyUser,
@@ -116,35 +157,8 @@ def plan_create(
     queue_id = queue.pk if isinstance(queue, JobQueue) else queue
     share_id = share.pk if isinstance(share, Share) else share
     with transaction.atomic():
-        queue_obj = (
-            JobQueue.objects.select_for_update().filter(pk=cast(int, queue_id)).first()
-            if limits.valid_id(queue_id)
-            else None
-        )
-        if queue_obj is None:
-            errors.add("queue", f"No queue with id {queue_id}.")
-        share_obj = (
-            Share.objects.select_related("team").filter(pk=cast(int, share_id)).first()
-            if limits.valid_id(share_id)
-            else None
-        )
-        if share_obj is None:
-            errors.add("share", f"No share with id {share_id}.")
-        elif queue_obj is not None and share_obj.queue_id != queue_obj.pk:
-            errors.add(
-                "share",
-                f"Share {share_obj.name!r} belongs to another queue; a plan serves a share "
-                f"of queue {queue_obj.name!r}.",
-            )
-        clean_name = name.strip() if isinstance(name, str) else ""
-        if not clean_name:
-            errors.add("name", "A plan needs a name, e.g. vision-december.")
-        elif len(clean_name) > NAME_MAX_LENGTH:
-            errors.add("name", f"At most {NAME_MAX_LENGTH} characters.")
-        elif queue_obj is not None and (
-            CapacityPlan.objects.filter(queue=queue_obj, name=clean_name).exists()
-        ):
-            errors.add("name", f"Queue {queue_obj.name!r} already has a plan named {clean_name!r}.")
+        queue_obj, share_obj = _plan_owner(errors, queue_id, share_id)
+        clean_name = _clean_plan_name(errors, name, queue_obj)
         itype = (
             InstanceType.objects.filter(name=instance_type).first()
             if isinstance(instance_type, str) and instance_type

@@ -68,7 +68,10 @@ def active_promises(agreement: Agreement) -> list[dict[str, Any]]:
 
 def clean_promises(errors: Errors, items: Any, shares: Iterable[Share]) -> list[dict[str, Any]]:
     """The promises ``items`` (a list of objects with FIELDS) checked against the
-    agreement's ``shares``: each problem is a field error ``promises[i].FIELD``."""
+    agreement's ``shares``: each problem is a field error ``promises[i].FIELD``.
+
+    Long because it is the flat list of a promise's field rules, each independent, in the
+    order they are reported."""
     if not isinstance(items, list):
         errors.add("promises", "Give a list of promises.")
         return []

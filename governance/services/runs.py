@@ -197,25 +197,16 @@ def runs_admit(*, admissions: Sequence[Admission], now: datetime) -> list[Job]:
 
 
 @transaction.atomic(savepoint=False)
-def run_preempt(
-    *,
+def _stop_run(
     job: Job,
-    reason: str,
-    by_job: Job | None,
     lost_work: float,
     saved_work: float,
     fail: bool,
     counts_against_retries: bool,
-    share_versions: dict[str, int],
     now: datetime,
-    explanation: str,
-) -> Job:
-    """Stop a running job: back to pending from its last checkpoint, or failed.
-
-    ``fail`` is the engine's verdict that the job's retries are exhausted. An agent that
-    holds the run gets a stop order (``stop_requested_run``) it must acknowledge.
-    """
-    before = _snapshot(job)
+) -> None:
+    """The job's fields when its run is stopped: counts, work kept from the last
+    checkpoint, the agent's stop order, and its new state."""
     job.preemptions += 1
     if counts_against_retries:
         job.counted_preemptions += 1
@@ -245,6 +236,49 @@ def run_preempt(
             "borrowed",
         ]
     )
+
+
+def _record_retries_exhausted(job: Job, now: datetime) -> None:
+    """A preempted job that has no retry left fails: its event, audit entry and the
+    decision opened on it."""
+    message = f"Failed: preempted {job.preemptions} times, more than the share's retry limit."
+    job_event(job, now, "failed", message, reason=DecisionRule.RETRIES_EXHAUSTED)
+    audit.record_job(
+        event_type=AuditEvent.JOB_FAILED,
+        actor=None,
+        job=job,
+        before={"state": JobState.PENDING},
+        after={
+            "state": JobState.FAILED,
+            "rule": DecisionRule.RETRIES_EXHAUSTED,
+            "preemptions": job.preemptions,
+        },
+        reason=message,
+        at=now,
+    )
+    decisions.decision_open(job=job, now=now)
+
+
+def run_preempt(
+    *,
+    job: Job,
+    reason: str,
+    by_job: Job | None,
+    lost_work: float,
+    saved_work: float,
+    fail: bool,
+    counts_against_retries: bool,
+    share_versions: dict[str, int],
+    now: datetime,
+    explanation: str,
+) -> Job:
+    """Stop a running job: back to pending from its last checkpoint, or failed.
+
+    ``fail`` is the engine's verdict that the job's retries are exhausted. An agent that
+    holds the run gets a stop order (``stop_requested_run``) it must acknowledge.
+    """
+    before = _snapshot(job)
+    _stop_run(job, lost_work, saved_work, fail, counts_against_retries, now)
     by = by_job.name if by_job is not None else None
     by_share = by_job.share.name if by_job is not None else None
     by_team = by_job.share.team.name if by_job is not None else None
@@ -280,22 +314,7 @@ def run_preempt(
         at=now,
     )
     if fail:
-        message = f"Failed: preempted {job.preemptions} times, more than the share's retry limit."
-        job_event(job, now, "failed", message, reason=DecisionRule.RETRIES_EXHAUSTED)
-        audit.record_job(
-            event_type=AuditEvent.JOB_FAILED,
-            actor=None,
-            job=job,
-            before={"state": JobState.PENDING},
-            after={
-                "state": JobState.FAILED,
-                "rule": DecisionRule.RETRIES_EXHAUSTED,
-                "preemptions": job.preemptions,
-            },
-            reason=message,
-            at=now,
-        )
-        decisions.decision_open(job=job, now=now)
+        _record_retries_exhausted(job, now)
     notifications.job_stopped(job, failed=fail, why=explanation, at=now)
     return job
 

@@ -97,7 +97,10 @@ def _lock_queue(queue: JobQueue | int | None) -> JobQueue:
 def _validate(
     values: dict[str, Any], queue: JobQueue, errors: Errors, *, share_pk: int | None
 ) -> dict[InstanceType, int]:
-    """Check a share's full set of values against the rules; returns the parsed limits."""
+    """Check a share's full set of values against the rules; returns the parsed limits.
+
+    Long because it is the flat list of a share's field rules, each independent, in the
+    order they are reported."""
     name = values["name"]
     if not isinstance(name, str) or not name.strip():
         errors.add("name", "A share needs a name.")

@@ -170,6 +170,44 @@ def clean_program(value: Any, errors: Errors, *, field: str = "program") -> dict
 config_snapshot = slurm_mapping
 
 
+def _clean_types(errors: Errors, types_in: Any) -> dict[InstanceType, dict[str, Any]]:
+    """The queue's type map: each a known type with a partition or a feature, its GPUs
+    per instance and GRES name."""
+    clean_types: dict[InstanceType, dict[str, Any]] = {}
+    if not isinstance(types_in, Mapping):
+        errors.add("types", 'A map of instance type to {"partition", "feature", ...}.')
+        types_in = {}
+    known = {t.name: t for t in InstanceType.objects.filter(name__in=list(types_in))}
+    for name, spec in types_in.items():
+        if name not in known:
+            errors.add("types", f"{str(name)[:64]}: no such instance type.")
+            continue
+        if not isinstance(spec, Mapping):
+            errors.add("types", f"{name}: an object.")
+            continue
+        extra = set(spec) - {"partition", "feature", "gpus_per_instance", "gres_name"}
+        if extra:
+            errors.add("types", f"{name}: unknown keys {', '.join(sorted(map(str, extra)))}.")
+        sub = Errors()
+        partition = _slurm_name(sub, "types", spec.get("partition"), many=True)
+        feature = _slurm_name(sub, "types", spec.get("feature"))
+        gres = _slurm_name(sub, "types", spec.get("gres_name") or "gpu", required=True)
+        gpus = spec.get("gpus_per_instance", 1)
+        if not is_int(gpus) or not 0 <= gpus <= MAX_GPUS_PER_INSTANCE:
+            sub.add("types", f"gpus_per_instance: an integer 0 to {MAX_GPUS_PER_INSTANCE}.")
+        if not partition and not feature and not sub:
+            sub.add("types", "a partition or a feature is needed.")
+        for message in sub.messages("types"):
+            errors.add("types", f"{name}: {message}")
+        clean_types[known[name]] = {
+            "partition": partition,
+            "feature": feature,
+            "gpus_per_instance": gpus,
+            "gres_name": gres,
+        }
+    return clean_types
+
+
 def slurm_config_set(
     *, actor: AnyUser, queue: JobQueue | int, config: Mapping[str, Any], reason: str = ""
 ) -> dict[str, Any]:
@@ -204,39 +242,7 @@ def slurm_config_set(
         grace = config.get("grace_seconds", before["grace_seconds"])
         if not is_int(grace) or not 0 <= grace <= MAX_GRACE_SECONDS:
             errors.add("grace_seconds", f"An integer from 0 to {MAX_GRACE_SECONDS}.")
-        types_in = config.get("types", before["types"])
-        clean_types: dict[InstanceType, dict[str, Any]] = {}
-        if not isinstance(types_in, Mapping):
-            errors.add("types", 'A map of instance type to {"partition", "feature", ...}.')
-            types_in = {}
-        known = {t.name: t for t in InstanceType.objects.filter(name__in=list(types_in))}
-        for name, spec in types_in.items():
-            if name not in known:
-                errors.add("types", f"{str(name)[:64]}: no such instance type.")
-                continue
-            if not isinstance(spec, Mapping):
-                errors.add("types", f"{name}: an object.")
-                continue
-            extra = set(spec) - {"partition", "feature", "gpus_per_instance", "gres_name"}
-            if extra:
-                errors.add("types", f"{name}: unknown keys {', '.join(sorted(map(str, extra)))}.")
-            sub = Errors()
-            partition = _slurm_name(sub, "types", spec.get("partition"), many=True)
-            feature = _slurm_name(sub, "types", spec.get("feature"))
-            gres = _slurm_name(sub, "types", spec.get("gres_name") or "gpu", required=True)
-            gpus = spec.get("gpus_per_instance", 1)
-            if not is_int(gpus) or not 0 <= gpus <= MAX_GPUS_PER_INSTANCE:
-                sub.add("types", f"gpus_per_instance: an integer 0 to {MAX_GPUS_PER_INSTANCE}.")
-            if not partition and not feature and not sub:
-                sub.add("types", "a partition or a feature is needed.")
-            for message in sub.messages("types"):
-                errors.add("types", f"{name}: {message}")
-            clean_types[known[name]] = {
-                "partition": partition,
-                "feature": feature,
-                "gpus_per_instance": gpus,
-                "gres_name": gres,
-            }
+        clean_types = _clean_types(errors, config.get("types", before["types"]))
         clean_teams = _clean_teams(errors, config.get("teams", before["teams"]))
         report_only = config.get("drift_report_only", before["drift_report_only"])
         if not isinstance(report_only, bool):
@@ -418,6 +424,47 @@ DRIFT_WORDS = {
 }
 
 
+def _drift_details(
+    sid: int,
+    job: Mapping[str, Any],
+    slurm_run: SlurmRun | None,
+    kinds: list[str],
+    action: str,
+) -> dict[str, Any]:
+    """What a drift row and its audit entry keep of a Slurm job, each text bounded."""
+    return {
+        "slurm_job_id": sid,
+        "user": str(job.get("user", ""))[:64],
+        "name": str(job.get("name", ""))[:200],
+        "partition": str(job.get("partition", ""))[:64],
+        "state": str(job.get("job_state", ""))[:32],
+        "gpus": int(job.get("gpus") or 0),
+        "nodes": int(job.get("nodes") or 0),
+        "array": bool(job.get("array")),
+        "exclusive": bool(job.get("exclusive")),
+        "found": kinds,
+        "job": slurm_run.job_id if slurm_run is not None else None,
+        "action": action,
+    }
+
+
+def _drift_words(
+    details: Mapping[str, Any], slurm_run: SlurmRun | None, kinds: list[str], report_only: bool
+) -> str:
+    """The sentence the audit entry and the admins' notification give a drift."""
+    whose = (
+        f"the product's job {slurm_run.job_id} (run {slurm_run.run})"
+        if slurm_run is not None
+        else "a job the product did not submit"
+    )
+    return (
+        f"Slurm job {details['slurm_job_id']} of user {details['user'] or '?'} on "
+        f"{details['partition']}, {whose}, holds or asks for {details['gpus']} GPUs on "
+        f"{details['nodes']} nodes: {', '.join(DRIFT_WORDS.get(k, k) for k in kinds)}. "
+        + ("Reported only (the queue's setting)." if report_only else "Cancelled.")
+    )
+
+
 def slurm_drift_found(
     *,
     queue_id: int,
@@ -452,20 +499,7 @@ def slurm_drift_found(
         sid = int(job["job_id"])
         if sid in known:
             continue
-        details: dict[str, Any] = {
-            "slurm_job_id": sid,
-            "user": str(job.get("user", ""))[:64],
-            "name": str(job.get("name", ""))[:200],
-            "partition": str(job.get("partition", ""))[:64],
-            "state": str(job.get("job_state", ""))[:32],
-            "gpus": int(job.get("gpus") or 0),
-            "nodes": int(job.get("nodes") or 0),
-            "array": bool(job.get("array")),
-            "exclusive": bool(job.get("exclusive")),
-            "found": kinds,
-            "job": slurm_run.job_id if slurm_run is not None else None,
-            "action": action,
-        }
+        details = _drift_details(sid, job, slurm_run, kinds, action)
         drift = SlurmDrift.objects.create(
             queue=queue,
             slurm_job_id=sid,
@@ -479,17 +513,7 @@ def slurm_drift_found(
             seen_at=now,
         )
         new.append(drift)
-        whose = (
-            f"the product's job {slurm_run.job_id} (run {slurm_run.run})"
-            if slurm_run is not None
-            else "a job the product did not submit"
-        )
-        what = (
-            f"Slurm job {sid} of user {details['user'] or '?'} on {details['partition']}, "
-            f"{whose}, holds or asks for {details['gpus']} GPUs on {details['nodes']} nodes: "
-            f"{', '.join(DRIFT_WORDS.get(k, k) for k in kinds)}. "
-            + ("Reported only (the queue's setting)." if report_only else "Cancelled.")
-        )
+        what = _drift_words(details, slurm_run, kinds, report_only)
         audit.record(
             event_type=AuditEvent.EXECUTOR_DRIFT,
             actor=None,

@@ -7,7 +7,14 @@ from typing import Any
 
 from django import forms
 
+from governance.models.certifications import TemplateEntry
 from governance.models.jobs import MAX_PREFERENCES
+from governance.services import limits
+from governance.services.certifications import (
+    ENVIRONMENT_MAX_LENGTH,
+    NOTE_MAX_LENGTH,
+    PERCENT_MAX,
+)
 
 TEMPLATE_ROWS = MAX_PREFERENCES
 
@@ -17,24 +24,27 @@ class ProposeForm(forms.Form):
 
     instance_type = forms.ChoiceField(required=False, label="Instance type")
     plan = forms.ChoiceField(required=False, label="or capacity plan")
-    count = forms.IntegerField(min_value=1, max_value=100_000, label="Count")
+    count = forms.IntegerField(min_value=1, max_value=limits.MAX_INSTANCES, label="Count")
     runtime = forms.IntegerField(
-        min_value=1, max_value=2**31 - 1, label="Benchmark run time (seconds)"
+        min_value=1, max_value=limits.MAX_SECONDS, label="Benchmark run time (seconds)"
     )
     converged = forms.BooleanField(required=False, label="Converged")
     utilization = forms.DecimalField(
-        min_value=0, max_value=100, decimal_places=2, label="Utilization (%)"
+        min_value=0, max_value=PERCENT_MAX, decimal_places=2, label="Utilization (%)"
     )
     failure_rate = forms.DecimalField(
-        min_value=0, max_value=100, decimal_places=2, label="Failure rate (%)"
+        min_value=0, max_value=PERCENT_MAX, decimal_places=2, label="Failure rate (%)"
     )
     output_valid = forms.BooleanField(required=False, label="Output valid")
     environment = forms.CharField(
-        required=False, max_length=300, label="Image or environment", help_text="e.g. train:2.4"
+        required=False,
+        max_length=ENVIRONMENT_MAX_LENGTH,
+        label="Image or environment",
+        help_text="e.g. train:2.4",
     )
     notes = forms.CharField(
         required=False,
-        max_length=2000,
+        max_length=NOTE_MAX_LENGTH,
         label="Notes",
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Convergence and output validation: what was checked, how.",
@@ -63,11 +73,11 @@ class ProposeForm(forms.Form):
 
 class DecideForm(forms.Form):
     decision = forms.ChoiceField(choices=[("certify", "Certify"), ("reject", "Reject")])
-    note = forms.CharField(required=False, max_length=2000, label="Note")
+    note = forms.CharField(required=False, max_length=NOTE_MAX_LENGTH, label="Note")
 
 
 class RevokeForm(forms.Form):
-    reason = forms.CharField(required=False, max_length=2000, label="Reason")
+    reason = forms.CharField(required=False, max_length=NOTE_MAX_LENGTH, label="Reason")
 
 
 class TemplateForm(forms.Form):
@@ -75,12 +85,12 @@ class TemplateForm(forms.Form):
     reason for its place, and the defaults its jobs take."""
 
     max_pending = forms.IntegerField(
-        required=False, min_value=1, max_value=2**31 - 1, label="Max pending (seconds)"
+        required=False, min_value=1, max_value=limits.MAX_SECONDS, label="Max pending (seconds)"
     )
     deadline_offset = forms.IntegerField(
         required=False,
         min_value=1,
-        max_value=2**31 - 1,
+        max_value=limits.MAX_SECONDS,
         label="Deadline (seconds after submission)",
     )
     max_cost = forms.DecimalField(
@@ -100,7 +110,9 @@ class TemplateForm(forms.Form):
                 label=f"Choice {i + 1}",
             )
             self.fields[f"reason_{i}"] = forms.CharField(
-                required=False, max_length=500, label=f"Why choice {i + 1}"
+                required=False,
+                max_length=limits.column_length(TemplateEntry, "reason"),
+                label=f"Why choice {i + 1}",
             )
 
     def rows(self) -> list[tuple[forms.BoundField, forms.BoundField]]:

@@ -18,7 +18,7 @@ from governance.models.jobs import MAX_PREFERENCES
 from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.selectors.filters import WINDOW_FIELDS
 from governance.services.errors import ServiceError
-from governance.services.jobs import NAME_MAX_LENGTH
+from governance.services.jobs import NAME_MAX_LENGTH, OVERRIDE_MAX_LENGTH
 from governance.services.limits import DB_INT_MAX, MAX_REASON, MAX_SECONDS
 from governance.services.workloads import NOTE_MAX_LENGTH
 
@@ -145,7 +145,7 @@ class JobSubmitForm(forms.Form):
     )
     certification_override = forms.CharField(
         required=False,
-        max_length=500,
+        max_length=OVERRIDE_MAX_LENGTH,
         label="Certification override (admins)",
         help_text="In a certified-only share: the reason to run preferences that are not "
         "certified for the workload (audited).",

@@ -83,6 +83,9 @@ def reason_for(
 
     ``account`` is the accounting of the preference's type (None: the queue has no such
     type) and ``row`` the share's line in it: the public figures the pages show.
+
+    Long because the wait reasons are tried in their documented order and the first that
+    applies wins: one table read top to bottom.
     """
     type_name = pref.instance_type
     count = pref.count
