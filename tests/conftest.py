@@ -119,5 +119,24 @@ def _flush_past_the_audit_guards() -> None:
     sql_flush.past_audit_guards = True  # type: ignore[attr-defined]
     DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
 
+    # A live test's worker may still be inside a cycle when the flush truncates: their
+    # locks can meet in a deadlock, and PostgreSQL aborts one side. If that is the flush,
+    # it is simply run again once the worker's transaction is through.
+    plain_execute = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self: Any, sql_list: Any) -> None:
+        from django.db import OperationalError
+
+        for attempt in range(5):
+            try:
+                plain_execute(self, sql_list)
+                return
+            except OperationalError as exc:
+                if attempt == 4 or "deadlock detected" not in str(exc):
+                    raise
+                time.sleep(0.5)
+
+    DatabaseOperations.execute_sql_flush = execute_sql_flush  # type: ignore[method-assign]
+
 
 _flush_past_the_audit_guards()
