@@ -19,8 +19,7 @@ from scheduler import engine as eng
 from scheduler.cycle.decide import play_instant
 from scheduler.cycle.read import load
 from scheduler.cycle.snapshot import QueueSnapshot, row_job, to_ms
-from scheduler.engine import accounting
-from scheduler.engine.exposure import exposures
+from scheduler.engine import accounting, exposure
 from scheduler.engine.forecast import (
     FORECAST_BUDGET_SECONDS,
     FORECAST_HORIZON_SECONDS,
@@ -30,7 +29,6 @@ from scheduler.engine.forecast import (
     play_entitled,
     play_forward,
 )
-from scheduler.engine.preemption import victim_order
 from scheduler.executors import simulated
 
 DISABLED_REASON = "share_disabled"
@@ -216,22 +214,16 @@ def exposure_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], float | No
     queue = JobQueue.objects.get(pk=queue_id)
     loaded = load(queue, timezone.now(), lock=False)
     valid_for = _valid_for(loaded)
-    found = exposures(loaded.engine)
+    found = exposure.exposures(loaded.engine)
     if not found:
         return {}, valid_for
-    reclaimed = {
-        d.job: d.by
-        for d in play_instant(loaded, loaded.engine.copy())
-        if d.kind == eng.DecisionKind.PREEMPTED
-        and d.rule == DecisionRule.RECLAIM
-        and d.by is not None
-    }
+    reclaimed = {d.job: d.by for d in _reclaims_now(loaded)}
     shares = loaded.shares
     out: dict[int, dict[str, Any]] = {}
-    for key, exposure in found.items():
+    for key, exposed in found.items():
         by = reclaimed.get(key)
         lenders = []
-        for lender in exposure.lenders:
+        for lender in exposed.lenders:
             share = shares[lender.lender] if lender.lender is not None else None
             demand = lender.demand
             lenders.append(
@@ -246,14 +238,14 @@ def exposure_queue(queue_id: int) -> tuple[dict[int, dict[str, Any]], float | No
                 }
             )
         out[int(key)] = {  # engine ids are the jobs' ids as strings
-            "instance_type": exposure.instance_type,
-            "count": exposure.count,
-            "share_borrowed": exposure.share_borrowed,
+            "instance_type": exposed.instance_type,
+            "count": exposed.count,
+            "share_borrowed": exposed.share_borrowed,
             "lenders": lenders,
-            "wanted_back_by": list(exposure.wanted_back_by),
+            "wanted_back_by": list(exposed.wanted_back_by),
             "reclaimed_now_by": int(by) if by is not None else None,
             "status": (
-                "reclaim_imminent" if exposure.imminent or by is not None else "may_be_reclaimed"
+                "reclaim_imminent" if exposed.imminent or by is not None else "may_be_reclaimed"
             ),
         }
     return out, valid_for
@@ -402,103 +394,125 @@ def lending_now(share: Share) -> dict[str, Any]:
     On the live state as the engine loads it: per type, who holds the share's idle
     entitlement (``lent``: borrower, its running jobs, instances, since when) and whose
     capacity the share holds itself (``borrowed``: lender or the source), attributed by
-    ``accounting.lending`` with the shares in name order (as the pages count ``lent``);
-    each borrowing run's ``exposure``: its place in the engine's victim order among the
-    runs open to reclaim on its type, the work it would lose now, and the job that
-    reclaims it in the cycle due now (``reclaimed_now_by``, None when none does).
-    ``would_reclaim``:
-    the reclaims the share's pending jobs make when the cycle due now runs, from the
-    engine's own cycle played on a copy (as the share preview plays it).
+    the engine (``exposure.lending_by_type``: ``accounting.lending`` with the shares in
+    name order, as the pages count ``lent``); each borrowing run's ``exposure``: its place
+    in the engine's victim order among the runs open to reclaim on its type, the work it
+    would lose now, and the job that reclaims it in the cycle due now
+    (``reclaimed_now_by``, None when none does). ``would_reclaim``: the reclaims the
+    share's pending jobs make when the cycle due now runs, from the engine's own cycle
+    played on a copy (as the share preview plays it).
     """
     loaded = load(share.queue, timezone.now(), lock=False)
-    engine = loaded.engine
-    ms = to_ms(loaded.now)
+    reclaims = _reclaims_now(loaded)
     key = share.name
-    configs = engine.shares
-    names = sorted(configs)
-    running: dict[str, list[eng.Job]] = {}
-    for ej in engine.jobs():
-        if ej.state is eng.JobState.RUNNING and ej.instance_type and ej.plan is None:
-            running.setdefault(ej.instance_type, []).append(ej)
-    # The cycle due now, played on a copy: its reclaims (victim -> decision).
-    reclaim_list = [
+    lent: list[dict[str, Any]] = []
+    borrowed: list[dict[str, Any]] = []
+    own_runs: list[dict[str, Any]] = []
+    for lending in exposure.lending_by_type(loaded.engine).values():
+        runs = _BorrowingRuns(loaded, lending, reclaims)
+        own_runs += runs.in_victim_order(key)
+        for row in lending.rows:
+            if row.lender == key:
+                lent.append(_lent_row(loaded, lending.instance_type, row, runs))
+            if row.borrower == key:
+                borrowed.append(_borrowed_row(loaded, lending.instance_type, row))
+    return {
+        "at": loaded.now,
+        "lent": lent,
+        "borrowed": borrowed,
+        "borrowing_runs": own_runs,
+        "would_reclaim": _would_reclaim(loaded, key, reclaims),
+    }
+
+
+def _reclaims_now(loaded: QueueSnapshot) -> list[eng.Decision]:
+    """The reclaims of the cycle due now, played on a copy of the engine: each a victim's
+    preemption with the job that takes its capacity back (``by``)."""
+    return [
         d
-        for d in play_instant(loaded, engine.copy())
+        for d in play_instant(loaded, loaded.engine.copy())
         if d.kind == eng.DecisionKind.PREEMPTED
         and d.rule == DecisionRule.RECLAIM
         and d.by is not None
     ]
-    reclaims: dict[str, eng.Decision] = {}
-    for d in reclaim_list:
-        reclaims.setdefault(d.job, d)
 
-    def run_row(ej: eng.Job, rank: dict[str, int], total: int) -> dict[str, Any]:
-        row = _job_row(loaded, ej.id, DecisionRule.BORROW, ej.instance_type)
+
+class _BorrowingRuns:
+    """The runs on one type's borrowed capacity as the ledger shows them: each with its
+    place in the engine's victim order (``exposure.open_to_reclaim``), the work it would
+    lose now and the job that reclaims it in the cycle due now."""
+
+    def __init__(
+        self, loaded: QueueSnapshot, lending: exposure.TypeLending, reclaims: list[eng.Decision]
+    ) -> None:
+        self.loaded = loaded
+        self.ms = to_ms(loaded.now)
+        self.exposed = exposure.open_to_reclaim(loaded.engine, lending, self.ms)
+        self.rank = {job.id: index + 1 for index, job in enumerate(self.exposed)}
+        self.running = lending.running
+        self.reclaimed_by: dict[str, str] = {}
+        for d in reclaims:
+            self.reclaimed_by.setdefault(d.job, d.by or "")
+
+    def in_victim_order(self, share_key: str) -> list[dict[str, Any]]:
+        """The rows of the runs of ``share_key`` open to reclaim, in victim order."""
+        return [self.row(job) for job in self.exposed if job.share == share_key]
+
+    def of_share(self, share_key: str) -> list[dict[str, Any]]:
+        """The rows of every run of ``share_key`` on the type, in the engine's job order."""
+        return [self.row(job) for job in self.running if job.share == share_key]
+
+    def row(self, job: eng.Job) -> dict[str, Any]:
+        by = self.reclaimed_by.get(job.id)
+        row = _job_row(self.loaded, job.id, DecisionRule.BORROW, job.instance_type)
         row.update(
-            count=ej.count,
-            since=_ms_time(ej.run_started_at),
+            count=job.count,
+            since=_ms_time(job.run_started_at),
             exposure={
-                "reclaim_rank": rank.get(ej.id),
-                "open_to_reclaim": total,
-                "lost_work_now": float(engine.lost_work_at(ej, ms)),
-                "reclaimed_now_by": (
-                    loaded.jobs[reclaims[ej.id].by or ""].pk if ej.id in reclaims else None
-                ),
+                "reclaim_rank": self.rank.get(job.id),
+                "open_to_reclaim": len(self.exposed),
+                "lost_work_now": float(self.loaded.engine.lost_work_at(job, self.ms)),
+                "reclaimed_now_by": self.loaded.jobs[by].pk if by is not None else None,
             },
         )
         return row
 
-    lent: list[dict[str, Any]] = []
-    borrowed: list[dict[str, Any]] = []
-    own_runs: list[dict[str, Any]] = []
-    for type_name in sorted(loaded.type_ids):
-        jobs_on = running.get(type_name, [])
-        usage: dict[str, int] = {}
-        for ej in jobs_on:
-            usage[ej.share] = usage.get(ej.share, 0) + ej.count
-        shares = [
-            accounting.ShareOnType(
-                key=name,
-                policy=configs[name].policy.value,
-                limit=configs[name].limits.get(type_name),
-                usage=usage.get(name, 0),
-            )
-            for name in names
-        ]
-        rows = accounting.lending(engine.instance_types[type_name].capacity, shares)
-        if not rows:
-            continue
-        rank, exposed = _exposure(engine, jobs_on, names, ms)
-        own_runs += [run_row(ej, rank, len(exposed)) for ej in exposed if ej.share == key]
-        for row in rows:
-            if row.lender == key:
-                lent.append(
-                    {
-                        "instance_type": type_name,
-                        "borrower": loaded.shares[row.borrower].pk,
-                        "borrower_name": row.borrower,
-                        "instances": row.count,
-                        "runs": [
-                            run_row(ej, rank, len(exposed))
-                            for ej in jobs_on
-                            if ej.share == row.borrower
-                        ],
-                    }
-                )
-            if row.borrower == key:
-                lender = loaded.shares[row.lender] if row.lender is not None else None
-                borrowed.append(
-                    {
-                        "instance_type": type_name,
-                        "source": row.source,
-                        "lender": lender.pk if lender is not None else None,
-                        "lender_name": row.lender,
-                        "instances": row.count,
-                    }
-                )
-    mine = {ej.id for ej in engine.jobs() if ej.share == key}
-    would_reclaim = []
-    for d in reclaim_list:
+
+def _lent_row(
+    loaded: QueueSnapshot, type_name: str, row: accounting.Lending[str], runs: _BorrowingRuns
+) -> dict[str, Any]:
+    """A lender's row: the borrower holding its idle entitlement, and the borrower's runs."""
+    return {
+        "instance_type": type_name,
+        "borrower": loaded.shares[row.borrower].pk,
+        "borrower_name": row.borrower,
+        "instances": row.count,
+        "runs": runs.of_share(row.borrower),
+    }
+
+
+def _borrowed_row(
+    loaded: QueueSnapshot, type_name: str, row: accounting.Lending[str]
+) -> dict[str, Any]:
+    """A borrower's row: whose capacity it holds (a lender, or capacity no share owns)."""
+    lender = loaded.shares[row.lender] if row.lender is not None else None
+    return {
+        "instance_type": type_name,
+        "source": row.source,
+        "lender": lender.pk if lender is not None else None,
+        "lender_name": row.lender,
+        "instances": row.count,
+    }
+
+
+def _would_reclaim(
+    loaded: QueueSnapshot, key: str, reclaims: list[eng.Decision]
+) -> list[dict[str, Any]]:
+    """The reclaims the pending jobs of share ``key`` make in the cycle due now: each
+    victim, the job that takes it back and the work the victim loses."""
+    mine = {job.id for job in loaded.engine.jobs() if job.share == key}
+    out = []
+    for d in reclaims:
         if d.by in mine:
             victim = _job_row(loaded, d.job, DecisionRule.RECLAIM, d.instance_type)
             victim.update(
@@ -507,33 +521,5 @@ def lending_now(share: Share) -> dict[str, Any]:
                 by_name=loaded.jobs[d.by].name,
                 lost_work=float(d.lost_work or 0),
             )
-            would_reclaim.append(victim)
-    return {
-        "at": loaded.now,
-        "lent": lent,
-        "borrowed": borrowed,
-        "borrowing_runs": own_runs,
-        "would_reclaim": would_reclaim,
-    }
-
-
-def _exposure(
-    engine: eng.Engine, jobs_on: list[eng.Job], names: list[str], ms: int
-) -> tuple[dict[str, int], list[eng.Job]]:
-    """The runs of ``jobs_on`` whose share borrows on the type, in the engine's victim
-    order, and each one's place in it (1 = the first a reclaim would take)."""
-    usage: dict[str, int] = {}
-    for ej in jobs_on:
-        usage[ej.share] = usage.get(ej.share, 0) + ej.count
-    configs = engine.shares
-    type_name = jobs_on[0].instance_type if jobs_on else None
-    borrowers = {
-        name
-        for name in names
-        if type_name is not None
-        and accounting.borrowed(configs[name].limits.get(type_name, 0), usage.get(name, 0))
-    }
-    exposed = victim_order(
-        [ej for ej in jobs_on if ej.share in borrowers], lambda ej: engine.lost_work_at(ej, ms)
-    )
-    return {ej.id: index + 1 for index, ej in enumerate(exposed)}, exposed
+            out.append(victim)
+    return out

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from scheduler.engine import accounting
 from scheduler.engine.facade import Engine
 from scheduler.engine.model import Job, JobState
+from scheduler.engine.preemption import victim_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,23 +115,60 @@ def _running_by_type(engine: Engine) -> dict[str, list[Job]]:
     return running
 
 
+@dataclass(frozen=True, slots=True)
+class TypeLending:
+    """Lending on one type now: the runs on it (not on a capacity plan), every share's
+    usage there in name order, and whose capacity each borrowing share holds
+    (``accounting.lending``: capacity no share owns first, then the lenders' idle
+    entitlement). The one attribution the cycle's ``lent_by``, the exposures and the
+    lending ledger read."""
+
+    instance_type: str
+    running: list[Job]
+    shares: list[accounting.ShareOnType[str]]
+    rows: list[accounting.Lending[str]]
+
+    @property
+    def borrowers(self) -> set[str]:
+        """The shares holding more of the type than their limit."""
+        return {row.borrower for row in self.rows}
+
+
+def lending_by_type(engine: Engine) -> dict[str, TypeLending]:
+    """Per type with borrowed instances (in name order), its ``TypeLending`` in the
+    engine's state now."""
+    out = {}
+    for type_name, jobs_on in sorted(_running_by_type(engine).items()):
+        shares = _on_type(engine, type_name, _usage(jobs_on))
+        rows = accounting.lending(engine.instance_types[type_name].capacity, shares)
+        if rows:
+            out[type_name] = TypeLending(type_name, jobs_on, shares, rows)
+    return out
+
+
+def open_to_reclaim(engine: Engine, lending: TypeLending, ms: int) -> list[Job]:
+    """The runs on ``lending``'s type whose share borrows there, in the engine's victim
+    order at ``ms`` (the first is the first a reclaim would take)."""
+    borrowers = lending.borrowers
+    return victim_order(
+        [job for job in lending.running if job.share in borrowers],
+        lambda job: engine.lost_work_at(job, ms),
+    )
+
+
 def exposures(engine: Engine) -> dict[str, Exposure]:
     """Job id -> its exposure, for every running job (not on a capacity plan) whose share
     borrows on the job's type, in the engine's state now."""
     configs = engine.shares
-    running = _running_by_type(engine)
     pending: dict[str, list[Job]] = {}
     for job in engine.pending_jobs():
         pending.setdefault(job.share, []).append(job)
     out: dict[str, Exposure] = {}
-    for type_name in sorted(running):
-        jobs_on = running[type_name]
-        usage = _usage(jobs_on)
-        shares = _on_type(engine, type_name, usage)
-        rows = accounting.lending(engine.instance_types[type_name].capacity, shares)
-        if not rows:
-            continue
-        account = accounting.account_type(engine.instance_types[type_name].capacity, shares)
+    for type_name, lending in lending_by_type(engine).items():
+        jobs_on, rows = lending.running, lending.rows
+        usage = {share.key: share.usage for share in lending.shares}
+        capacity = engine.instance_types[type_name].capacity
+        account = accounting.account_type(capacity, lending.shares)
         demand = {
             row.key: _demand(row.key, pending.get(row.key, []), type_name, row.idle, row.free)
             for row in account.shares
@@ -162,12 +200,6 @@ def exposures(engine: Engine) -> dict[str, Exposure]:
 
 def lending_now(engine: Engine) -> dict[str, list[accounting.Lending[str]]]:
     """Per type with borrowed instances, whose capacity each borrowing share holds now
-    (the accounting's attribution, shares in name order): what a run admitted on
-    borrowed capacity records as lent by."""
-    out = {}
-    for type_name, jobs_on in sorted(_running_by_type(engine).items()):
-        shares = _on_type(engine, type_name, _usage(jobs_on))
-        rows = accounting.lending(engine.instance_types[type_name].capacity, shares)
-        if rows:
-            out[type_name] = rows
-    return out
+    (``lending_by_type``'s attribution): what a run admitted on borrowed capacity records
+    as lent by."""
+    return {type_name: found.rows for type_name, found in lending_by_type(engine).items()}
