@@ -240,11 +240,6 @@ def test_the_demo_is_a_package_of_its_own() -> None:
 LONG_FUNCTION_LINES = 80
 LONG_FUNCTION_ROOTS = ("scheduler", "governance/services")
 LONG_BECAUSE = "Long because"
-# Still to split (issue 26): the list only shrinks (the test fails when one of them is no
-# longer long, so that it is taken out).
-NOT_YET_SPLIT = {
-    "scheduler/engine/forecast.py play_forward",
-}
 
 
 def _long_functions() -> Iterator[tuple[str, int, str | None]]:
@@ -268,10 +263,6 @@ def test_a_long_function_says_why() -> None:
     any other is split into named steps."""
     long = list(_long_functions())
     unexplained = [
-        f"{where} ({lines} lines)"
-        for where, lines, doc in long
-        if LONG_BECAUSE not in (doc or "") and where not in NOT_YET_SPLIT
+        f"{where} ({lines} lines)" for where, lines, doc in long if LONG_BECAUSE not in (doc or "")
     ]
     assert not unexplained, "split these or say why they are long:\n" + "\n".join(unexplained)
-    done = NOT_YET_SPLIT - {where for where, _, _ in long}
-    assert not done, f"no longer long: take them out of NOT_YET_SPLIT: {sorted(done)}"

@@ -157,75 +157,111 @@ def play_forward(
     process's time; None: no limit) stops the playback when spent, like the bounds.
     """
     started = time.perf_counter()
-
-    def when(done: int) -> int:
-        return done if relative is None else coarsen(done, now, min_step, relative)
-
-    fresh = set(admitted_now)
-    pending = sorted(
-        [*engine.pending_jobs(), *(engine.job(key) for key in sorted(fresh))],
-        key=cycle_order_key,
-    )
-    out = Forecast(now=now, position={job.id: i + 1 for i, job in enumerate(pending)})
-    out.rounded = relative is not None
-    out.starts = dict.fromkeys(sorted(fresh), now)
-    waiting = {job.id for job in pending} - fresh
-    speeds = {name: spec.speed for name, spec in engine.instance_types.items()}
-
-    # (finish, job id, run start): a run preempted in the playback leaves a stale entry,
-    # recognised because the job no longer runs the run that started then.
-    heap: list[tuple[int, str, int | None]] = []
-    for job in engine.jobs():
-        if job.id in fresh:
-            assert job.instance_type is not None
-            done = _finish(job, speeds[job.instance_type], now, time_factor)
-            if done is not None:
-                heap.append((when(done), job.id, job.run_started_at))
-        elif job.state is JobState.RUNNING:
-            out.running += 1
-            done = finish_at.get(job.id)
-            if done is not None:
-                out.running_known += 1
-                heap.append((when(max(done, now)), job.id, job.run_started_at))
-    heapq.heapify(heap)
-
+    playback = _Playback(engine, now, time_factor, relative, min_step)
+    playback.start(admitted_now, finish_at)
     steps = 0
-    while waiting:
-        moments = [heap[0][0]] if heap else []
-        deadline = engine.next_deadline()
-        if deadline is not None:
-            moments.append(max(deadline, now))
-        if not moments:
+    while playback.waiting:
+        at = playback.next_moment()
+        if at is None:
             break  # nothing will ever change: the rest never start in this playback
-        at = min(moments)
-        if (horizon is not None and at > now + horizon) or steps >= max_steps:
-            out.stopped_at = at
-            break
-        if budget is not None and time.perf_counter() - started > budget:
-            out.stopped_at = at
-            out.out_of_time = True
+        beyond = (horizon is not None and at > now + horizon) or steps >= max_steps
+        over_time = not beyond and budget is not None and time.perf_counter() - started > budget
+        if beyond or over_time:
+            playback.out.stopped_at = at
+            playback.out.out_of_time = over_time
             break
         steps += 1
+        playback.finish_due(at)
+        playback.play(at)
+    return playback.out
+
+
+class _Playback:
+    """One forecast's playback: the engine it changes, the pending jobs still waiting
+    for their first start, and the known finishes ahead as a heap of ``(finish, job id,
+    run start)``. A run preempted in the playback leaves a stale entry, recognised
+    because the job no longer runs the run that started then."""
+
+    def __init__(
+        self, engine: Engine, now: int, time_factor: float, relative: int | None, min_step: int
+    ) -> None:
+        self.engine = engine
+        self.now = now
+        self.time_factor = time_factor
+        self.relative = relative
+        self.min_step = min_step
+        self.speeds = {name: spec.speed for name, spec in engine.instance_types.items()}
+        self.heap: list[tuple[int, str, int | None]] = []
+        self.waiting: set[str] = set()
+        self.out = Forecast(now=now, rounded=relative is not None)
+
+    def when(self, done: int) -> int:
+        """A finishing instant as the playback plays it (rounded up with ``relative``)."""
+        if self.relative is None:
+            return done
+        return coarsen(done, self.now, self.min_step, self.relative)
+
+    def start(self, admitted_now: Collection[str], finish_at: Mapping[str, int | None]) -> None:
+        """The pending jobs' positions in the cycle's order (the jobs started now keep
+        theirs, and start at ``now``), and the known finishes of the runs going now."""
+        engine, now, out = self.engine, self.now, self.out
+        fresh = set(admitted_now)
+        pending = sorted(
+            [*engine.pending_jobs(), *(engine.job(key) for key in sorted(fresh))],
+            key=cycle_order_key,
+        )
+        out.position = {job.id: i + 1 for i, job in enumerate(pending)}
+        out.starts = dict.fromkeys(sorted(fresh), now)
+        self.waiting = {job.id for job in pending} - fresh
+        for job in engine.jobs():
+            if job.id in fresh:
+                self._push_run(job, now)
+            elif job.state is JobState.RUNNING:
+                out.running += 1
+                done = finish_at.get(job.id)
+                if done is not None:
+                    out.running_known += 1
+                    self.heap.append((self.when(max(done, now)), job.id, job.run_started_at))
+        heapq.heapify(self.heap)
+
+    def _push_run(self, job: Job, at: int) -> None:
+        """The finish of ``job``'s run admitted at ``at``, when its work is known."""
+        assert job.instance_type is not None
+        done = _finish(job, self.speeds[job.instance_type], at, self.time_factor)
+        if done is not None:
+            heapq.heappush(self.heap, (self.when(done), job.id, job.run_started_at))
+
+    def next_moment(self) -> int | None:
+        """The next instant anything changes: a known finish or a max-pending deadline
+        (None: nothing ever will)."""
+        moments = [self.heap[0][0]] if self.heap else []
+        deadline = self.engine.next_deadline()
+        if deadline is not None:
+            moments.append(max(deadline, self.now))
+        return min(moments) if moments else None
+
+    def finish_due(self, at: int) -> None:
+        """Complete the runs that finish by ``at`` (stale entries skipped)."""
+        heap, engine = self.heap, self.engine
         while heap and heap[0][0] <= at:
             _, job_id, run_start = heapq.heappop(heap)
             job = engine.job(job_id)
             if job.state is JobState.RUNNING and job.run_started_at == run_start:
                 engine.complete(job_id, at)
-        decisions = engine.schedule(at) + engine.timeouts(at)
-        for d in decisions:
+
+    def play(self, at: int) -> None:
+        """The cycle and the timeouts at ``at``, as the scheduler plays them: a waiting
+        job admitted has its estimated start, a waiting job timed out none."""
+        waiting, out, engine = self.waiting, self.out, self.engine
+        for d in engine.schedule(at) + engine.timeouts(at):
             if d.kind == DecisionKind.ADMITTED:
-                job = engine.job(d.job)
                 if d.job in waiting:
                     waiting.discard(d.job)
                     out.starts[d.job] = at
-                assert job.instance_type is not None
-                done = _finish(job, speeds[job.instance_type], at, time_factor)
-                if done is not None:
-                    heapq.heappush(heap, (when(done), d.job, job.run_started_at))
+                self._push_run(engine.job(d.job), at)
             elif d.kind == DecisionKind.TIMED_OUT and d.job in waiting:
                 waiting.discard(d.job)
                 out.timed_out.add(d.job)
-    return out
 
 
 def lend_nothing(engine: Engine) -> None:
