@@ -16,7 +16,7 @@ import argparse
 import heapq
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,12 +110,40 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _json(value: object) -> str:
+    """What JSON calls ``value``'s type, for a message."""
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
 class _Validator:
     def __init__(self) -> None:
         self.problems: list[str] = []
 
     def add(self, path: str, message: str) -> None:
         self.problems.append(f"{path}: {message}")
+
+    def name(self, where: str, value: object, names: Collection[str], what: str) -> bool:
+        """``value`` names one of ``names`` (``what`` they are: "share", "plan", ...);
+        required. Any JSON value may arrive, so a list or an object is reported as such
+        before it is looked up (it cannot be, among names)."""
+        if value is None:
+            self.add(where, "required")
+        elif not isinstance(value, str):
+            article = "an" if what[0] in "aeiou" else "a"
+            self.add(where, f"must be the name of {article} {what} (a string), not {_json(value)}")
+        elif value not in names:
+            self.add(where, f"unknown {what} {value!r}")
+        else:
+            return True
+        return False
 
     def unknown(self, path: str, obj: Mapping[str, Any], allowed: set[str]) -> None:
         for key in obj:
@@ -183,7 +211,9 @@ class _Validator:
             self.add(f"{path}.{key}", "must be true or false")
 
     def share_fields(self, path: str, obj: Mapping[str, Any], types: set[str]) -> None:
-        if "policy" in obj and obj["policy"] not in {p.value for p in Policy}:
+        if "policy" in obj and not (
+            isinstance(obj["policy"], str) and obj["policy"] in {p.value for p in Policy}
+        ):
             self.add(
                 f"{path}.policy",
                 f"must be one of RESERVE, LEND, LEND_AND_BORROW (got {obj['policy']!r})",
@@ -312,10 +342,7 @@ def _validate_jobs(
         else:
             job_ids.add(str(job_id))
         share = item.get("share")
-        if share is None:
-            v.add(f"{path}.share", "required")
-        elif share not in shares:
-            v.add(f"{path}.share", f"unknown share {share!r}")
+        v.name(f"{path}.share", share, shares, "share")
         v.int_field(path, item, "submit_at", required=True)
         v.int_field(path, item, "priority", required=True, maximum=MAX_PRIORITY)
         v.number_field(path, item, "duration")
@@ -360,10 +387,8 @@ def _validate_preferences(
         type_name = pref.get("instance_type")
         if "plan" in pref:
             _validate_plan_preference(v, ppath, pref, plans, share, kind)
-        elif type_name is None:
-            v.add(f"{ppath}.instance_type", "required")
-        elif type_name not in types:
-            v.add(f"{ppath}.instance_type", f"unknown instance type {type_name!r}")
+        else:
+            v.name(f"{ppath}.instance_type", type_name, types, "instance type")
         if "count" in pref:
             if common:
                 v.add(
@@ -398,7 +423,7 @@ def _validate_actions(
             continue
         v.int_field(path, item, "at", required=True)
         kind = item.get("type")
-        if kind not in _ACTION_KEYS:
+        if not isinstance(kind, str) or kind not in _ACTION_KEYS:
             v.add(f"{path}.type", f"must be one of {', '.join(sorted(_ACTION_KEYS))}")
             continue
         v.unknown(path, item, _ACTION_KEYS[kind])
@@ -410,19 +435,13 @@ def _validate_actions(
         if kind == "set_priority":
             v.int_field(path, item, "priority", required=True, maximum=MAX_PRIORITY)
         elif kind == "set_share":
-            if item.get("share") not in shares:
-                v.add(f"{path}.share", f"unknown share {item.get('share')!r}")
+            v.name(f"{path}.share", item.get("share"), shares, "share")
             v.share_fields(path, item, types)
         elif kind == "set_capacity":
-            if item.get("instance_type") not in types:
-                unknown = item.get("instance_type")
-                v.add(f"{path}.instance_type", f"unknown instance type {unknown!r}")
+            v.name(f"{path}.instance_type", item.get("instance_type"), types, "instance type")
             v.int_field(path, item, "capacity", required=True)
         elif kind == "set_plan":
-            if item.get("plan") is None:
-                v.add(f"{path}.plan", "required")
-            elif not isinstance(item["plan"], str) or item["plan"] not in plans:
-                v.add(f"{path}.plan", f"unknown plan {item['plan']!r}")
+            v.name(f"{path}.plan", item.get("plan"), plans, "plan")
             v.int_field(path, item, "count", required=True)
 
 
@@ -451,16 +470,9 @@ def _validate_plans(
         elif name in plans:
             v.add(f"{path}.name", f"duplicate plan {name!r}")
             name = None
-        type_name = item.get("instance_type")
-        if type_name is None:
-            v.add(f"{path}.instance_type", "required")
-        elif type_name not in types:
-            v.add(f"{path}.instance_type", f"unknown instance type {type_name!r}")
+        v.name(f"{path}.instance_type", item.get("instance_type"), types, "instance type")
         share = item.get("share")
-        if share is None:
-            v.add(f"{path}.share", "required")
-        elif share not in shares:
-            v.add(f"{path}.share", f"unknown share {share!r}")
+        v.name(f"{path}.share", share, shares, "share")
         v.int_field(path, item, "count", required=True)
         v.int_field(path, item, "start", required=True)
         v.int_field(path, item, "end", required=True)
@@ -486,8 +498,8 @@ def _validate_plan_preference(
     if "instance_type" in pref:
         v.add(f"{ppath}.instance_type", "must not be given with a plan (it has the plan's type)")
     name = pref["plan"]
-    if not isinstance(name, str) or name not in plans:
-        v.add(f"{ppath}.plan", f"unknown plan {name!r}")
+    if not v.name(f"{ppath}.plan", name, plans, "plan"):
+        pass
     elif kind != TRAINING:
         v.add(f"{ppath}.plan", f"only training jobs may name a plan (this job is {kind!r})")
     elif plans[name] != share:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,3 +185,69 @@ def test_top_level_checks(bad: dict[str, object]) -> None:
     data = scenario([itype(G, 1)], [share("A", {G: 1})], [job("a", "A")])
     data.update(bad)
     assert validate(data)
+
+
+def _names_everywhere() -> dict[str, Any]:
+    """A valid scenario in which every field that names something defined elsewhere in it
+    (a type, a share, a plan, an action's type, a policy) appears once."""
+    data = scenario(
+        [itype(G, 4)],
+        [share("A", {G: 2}, "LEND"), share("B", {G: 2})],
+        [job("a", "A"), job("t", "B")],
+    )
+    data["jobs"][1]["preferences"] = [{"plan": "p", "count": 1}]
+    data["plans"] = [
+        {"name": "p", "instance_type": G, "share": "B", "count": 1, "start": 0, "end": 100}
+    ]
+    data["actions"] = [
+        {"at": 1, "type": "set_share", "share": "A", "policy": "RESERVE"},
+        {"at": 2, "type": "set_capacity", "instance_type": G, "capacity": 3},
+        {"at": 3, "type": "set_plan", "plan": "p", "count": 2},
+    ]
+    return data
+
+
+NAMED_FIELDS = [
+    ("jobs", 0, "preferences", 0, "instance_type"),
+    ("jobs", 0, "share"),
+    ("jobs", 1, "preferences", 0, "plan"),
+    ("plans", 0, "instance_type"),
+    ("plans", 0, "share"),
+    ("shares", 0, "policy"),
+    ("actions", 0, "type"),
+    ("actions", 0, "share"),
+    ("actions", 0, "policy"),
+    ("actions", 1, "instance_type"),
+    ("actions", 2, "plan"),
+]
+
+
+def _where(path: tuple[str | int, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+@pytest.mark.parametrize("path", NAMED_FIELDS, ids=_where)
+@pytest.mark.parametrize("wrong", [[G], {"name": G}, 7])
+def test_a_name_of_the_wrong_type_is_a_field_error(path: tuple[str | int, ...], wrong: Any) -> None:
+    """A field that names a type, share, plan, policy or action type, given as a list, an
+    object or a number, is reported on that field (it used to raise TypeError: a list
+    cannot be looked up among the names)."""
+    data = _names_everywhere()
+    assert validate(data) == []
+    holder: Any = data
+    for step in path[:-1]:
+        holder = holder[step]
+    holder[path[-1]] = wrong
+    problems = validate(data)
+    assert any(p.startswith(f"{_where(path)}: ") for p in problems), problems
+
+
+def test_the_command_line_names_a_list_given_for_an_instance_type(tmp_path: Path) -> None:
+    data = scenario([itype(G, 1)], [share("A", {G: 1})], [job("a", "A")])
+    data["jobs"][0]["preferences"][0]["instance_type"] = [G]
+    done = cli(tmp_path, data)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "jobs[0].preferences[0].instance_type: must be the name of an instance type "
+        "(a string), not a list"
+    )
