@@ -277,11 +277,12 @@ POLL = 0.5  # seconds from one pass's start to the next (--poll)
 def pass_every(queue_id: int, cli: Any, since: float) -> float:
     """One executor pass, started ``POLL`` seconds after the last one began (``since``),
     as beat's slurm-sync entry starts them; the time it began."""
+    from scheduler.cycle.run import run_cycle
     from scheduler.executors.slurm import pass_
 
     time.sleep(max(0.0, since + POLL - time.monotonic()))
     began = time.monotonic()
-    pass_.sync_queue(queue_id, cli=cli)
+    pass_.sync_queue(queue_id, cli=cli, cycle=run_cycle)
     return began
 
 

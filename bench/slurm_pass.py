@@ -185,11 +185,12 @@ def main() -> None:
     args = parser.parse_args()
     ends = max(1, min(args.ends, GPUS))
     _setup()
+    from scheduler.cycle.run import run_cycle
     from scheduler.executors.slurm import pass_
 
     queue_id = _world(args.pending + args.waves * ends)
     slurm = _stand_in()
-    pass_.sync_queue(queue_id, cli=slurm)  # the first GPUS jobs start
+    pass_.sync_queue(queue_id, cli=slurm, cycle=run_cycle)  # the first GPUS jobs start
     meter = Meter()
     until_answer: list[tuple[int, float, float, float | None]] = []
     after_answer: list[tuple[int, float, float, float | None]] = []
@@ -198,11 +199,13 @@ def main() -> None:
         ended = slurm.end(ends)
         rest: list[Callable[[], None]] = []
         until_answer.append(
-            meter.measure(pass_.hook_pass, queue_id, ended[0], cli=slurm, defer=rest.append)
+            meter.measure(
+                pass_.hook_pass, queue_id, ended[0], cli=slurm, defer=rest.append, cycle=run_cycle
+            )
         )
         after_answer.append(meter.measure(lambda steps: [step() for step in steps], rest))
         for job in ended[1:]:
-            others.append(meter.measure(pass_.hook_pass, queue_id, job, cli=slurm))
+            others.append(meter.measure(pass_.hook_pass, queue_id, job, cli=slurm, cycle=run_cycle))
 
     def line(label: str, rows: list[tuple[int, float, float, float | None]]) -> str:
         trips, cpu, wall, backend = zip(*rows, strict=True)

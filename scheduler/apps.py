@@ -37,6 +37,7 @@ def _cycle_now(sender: Any, *, queue_id: int, **_: Any) -> object:
 def _executor_pass(
     sender: Any, *, queue_id: int, slurm_job_id: int, defer: Any = None, **_: Any
 ) -> dict[str, object]:
+    from scheduler.cycle.run import run_cycle
     from scheduler.executors.slurm import pass_
 
-    return pass_.hook_pass(queue_id, slurm_job_id, defer=defer)
+    return pass_.hook_pass(queue_id, slurm_job_id, cycle=run_cycle, defer=defer)

@@ -78,10 +78,11 @@ def declare_lost_runs() -> int:
 @shared_task(ignore_result=True, expires=2.0)
 def slurm_sync() -> None:
     """Beat's Slurm pass (every SLURM_POLL_SECONDS): every queue run by Slurm, synchronised
-    (scheduler/executors/slurm/pass_.py): reports, capacity, the cycle, submissions, stops."""
+    (scheduler/executors/slurm/pass_.py): reports, capacity, the cycle (handed to the pass:
+    an executor never imports it), submissions, stops."""
     from scheduler.executors.slurm import pass_
 
-    pass_.sync_all()
+    pass_.sync_all(cycle=run_cycle)
 
 
 @shared_task(ignore_result=True)

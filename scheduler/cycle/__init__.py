@@ -5,8 +5,8 @@
 ``usage`` (the usage history), orchestrated by :func:`scheduler.cycle.run.run_cycle`, which
 calls the queue's executor (``scheduler.executors.base.Executor``) between them.
 
-Executors import only the public types (``snapshot``, ``result``), and a driver that
-starts a cycle with its own executor (the Slurm pass) the entry point ``run.run_cycle``
-(``tests/test_architecture.py``). Nothing is re-exported here, so importing one module
-never drags in the others.
+Executors import only the public types (``snapshot``, ``result``); a driver that starts a
+cycle with its own executor (the Slurm pass) is handed the entry point ``run.run_cycle`` by
+whoever starts it (``tests/test_architecture.py``). Nothing is re-exported here, so
+importing one module never drags in the others.
 """

@@ -67,6 +67,18 @@ class Executor(Protocol):
     def after_commit(self, result: CycleResult) -> None: ...
 
 
+class RunCycle(Protocol):
+    """The cycle's entry point as a driver is handed it (``scheduler.cycle.run.run_cycle``).
+
+    An executor that must poll its cluster drives its own passes (the Slurm pass): it
+    reads the cluster, then runs the queue's cycle with an executor carrying what it
+    read. It is handed the entry point by whoever starts the pass (a Celery task, the
+    scheduler's receiver of the completion hook), so no executor imports the cycle: the
+    cycle calls the executor, never the other way round."""
+
+    def __call__(self, queue_id: int, *, executor: Executor) -> CycleResult: ...
+
+
 class BaseExecutor:
     """The defaults: runs that something outside reports (agents pull their runs, the
     Slurm pass reports what Slurm says), at the clock's pace, no hooks. Subclass it and

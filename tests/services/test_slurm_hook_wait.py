@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from governance.models import SlurmRun, SlurmRunState
 from governance.models.capacity import Executor
+from scheduler.cycle.run import run_cycle
 from scheduler.executors.slurm import pass_
 from tests.factories import TeamFactory, UserFactory, make_job, make_queue, make_share
 
@@ -44,7 +45,7 @@ def hooks(queue_id: int, count: int) -> tuple[list[threading.Thread], list[dict[
 
     def call() -> None:
         try:
-            answers.append(pass_.hook_pass(queue_id, 777))
+            answers.append(pass_.hook_pass(queue_id, 777, cycle=run_cycle))
         finally:
             connection.close()
 
@@ -93,7 +94,7 @@ def test_a_hook_whose_job_is_reported_returns_at_once_when_no_pass_runs(
     running: SlurmRun,
 ) -> None:
     SlurmRun.objects.filter(pk=running.pk).update(state=SlurmRunState.ENDED)
-    answer = pass_.hook_pass(running.job.queue_id, 777)
+    answer = pass_.hook_pass(running.job.queue_id, 777, cycle=run_cycle)
     assert answer["skipped"] == "an earlier pass reported the job's end"
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from governance.models import Policy, SlurmQueueConfig, SlurmTeamConfig, SlurmTypeConfig
 from governance.models.capacity import Executor
+from scheduler.cycle.run import run_cycle
 from scheduler.executors.slurm import identity, pass_
 from scheduler.executors.slurm.cli import Cli, SlurmError
 from tests.factories import (
@@ -152,7 +153,7 @@ def drive(
     """Run the executor's passes until ``until()`` is true (or fail after ``timeout``)."""
     deadline = time.monotonic() + timeout
     while True:
-        pass_.sync_queue(world.queue.pk, cli=cli or world.cli)
+        pass_.sync_queue(world.queue.pk, cli=cli or world.cli, cycle=run_cycle)
         value = until()
         if value:
             return value

@@ -27,6 +27,7 @@ from governance.models import (
     SlurmTypeConfig,
 )
 from governance.services import jobs as job_services
+from scheduler.cycle.run import run_cycle
 from scheduler.executors.slurm import identity, orders, pass_
 from scheduler.executors.slurm.cli import Cli, SlurmUnreachable
 from tests.slurm.conftest import CONF, ROOT, TYPE_A, TYPE_B, USER_A, drive
@@ -287,7 +288,7 @@ def test_a_submission_whose_answer_was_lost_is_found_by_name_not_duplicated(
     slurm: Any, slurm_jobs: Any
 ) -> None:
     job = submit(slurm, slurm.owner, slurm.owner_user, [(TYPE_A, 1)], ["sleep", "30"])
-    pass_.sync_queue(slurm.queue.pk, cli=LosesAnswers(conf=CONF, timeout=5))
+    pass_.sync_queue(slurm.queue.pk, cli=LosesAnswers(conf=CONF, timeout=5), cycle=run_cycle)
     run = slurm_run(job)
     assert run is not None and run.slurm_job_id is None and run.state == SlurmRunState.SUBMITTING
     assert AuditEntry.objects.filter(event_type=AuditEvent.EXECUTOR_FAILED).exists()
@@ -301,7 +302,7 @@ def test_slurm_stopped_and_restarted_loses_nothing(slurm: Any) -> None:
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_DIR": str(Path(CONF).parent)}
     subprocess.run([str(ROOT / "scripts/slurm/stop")], check=True, env=env, timeout=60)
     try:
-        result = pass_.sync_queue(slurm.queue.pk, cli=Cli(conf=CONF, timeout=3))
+        result = pass_.sync_queue(slurm.queue.pk, cli=Cli(conf=CONF, timeout=3), cycle=run_cycle)
         assert result.paused
         config = SlurmQueueConfig.objects.get(queue=slurm.queue)
         assert config.paused_since is not None
@@ -331,7 +332,9 @@ def test_a_cancel_in_the_product_signals_then_cancels_the_slurm_job(slurm: Any) 
 def test_the_queue_page_says_since_when_slurm_is_unreachable(slurm: Any) -> None:
     from django.test import Client
 
-    result = pass_.sync_queue(slurm.queue.pk, cli=Cli(conf="/nonexistent/slurm.conf", timeout=3))
+    result = pass_.sync_queue(
+        slurm.queue.pk, cli=Cli(conf="/nonexistent/slurm.conf", timeout=3), cycle=run_cycle
+    )
     assert result.paused
     web = Client()
     web.force_login(slurm.admin)

@@ -26,6 +26,7 @@ from governance.models import (
 )
 from governance.services import jobs as job_services
 from governance.services import slurm as slurm_services
+from scheduler.cycle.run import run_cycle
 from scheduler.executors.slurm import orders, pass_
 from scheduler.executors.slurm import read as slurm_read
 from scheduler.executors.slurm.cli import Cli
@@ -140,7 +141,7 @@ def test_the_hooks_pass_reads_the_end_from_the_completion_log_alone(slurm: Any) 
     )
     wait_until_logged(slurm, run)
     cli = CountingCli(conf=CONF, timeout=5)
-    done = pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)
+    done = pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli, cycle=run_cycle)
     assert done["completed"] == 1 and done["submitted"] == 1
     assert done["reported"] == [run.slurm_job_id]  # its node's other epilogs need not call
     assert cli.listings == 0
@@ -148,7 +149,7 @@ def test_the_hooks_pass_reads_the_end_from_the_completion_log_alone(slurm: Any) 
     assert SlurmRun.objects.get(job=second).slurm_job_id is not None
     # A second hook for the same job finds its end reported: no second pass, and the
     # answer lists what the pass that reported it recorded.
-    again = pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli)
+    again = pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=cli, cycle=run_cycle)
     assert again["skipped"] and again["reported"] == [run.slurm_job_id]
 
 
@@ -163,7 +164,7 @@ def test_a_reclaim_decided_in_the_hooks_pass_signals_the_borrower_with_its_grace
     ended = SlurmRun.objects.get(job=short)
     wait_until_logged(slurm, ended)
     cli = CountingCli(conf=CONF, timeout=5)
-    done = pass_.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=cli)
+    done = pass_.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=cli, cycle=run_cycle)
     assert done["completed"] == 1
     assert Job.objects.get(pk=long.pk).state == JobState.PENDING  # preempted by the reclaim
     stopping = SlurmRun.objects.get(job=long, run=1)
@@ -227,11 +228,11 @@ def test_other_hooks_go_once_a_hooks_pass_committed_and_after_a_regular_pass_sub
 
     monkeypatch.setattr(orders.SlurmOrders, "write", cycle_seen)
     monkeypatch.setattr(orders, "submit_runs", submissions_seen)
-    done = pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli)
+    done = pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli, cycle=run_cycle)
     assert done["completed"] == 1 and done["submitted"] == 1
     assert seen == [("cycle", False), ("submitting", True), ("submitted", True)]
     seen.clear()
-    pass_.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    pass_.sync_queue(slurm.queue.pk, cli=slurm.cli, cycle=run_cycle)
     assert seen == [("cycle", False), ("submitting", False), ("submitted", False)]
     assert nodes_may_go(slurm.queue.pk)
 
@@ -245,7 +246,7 @@ def test_the_hooks_pass_stops_a_job_cancelled_in_the_product_before_it_read_slur
     job_services.job_cancel(actor=slurm.borrower_user, job=long)
     ended = SlurmRun.objects.get(job=short)
     wait_until_logged(slurm, ended)
-    done = pass_.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=slurm.cli)
+    done = pass_.hook_pass(slurm.queue.pk, ended.slurm_job_id, cli=slurm.cli, cycle=run_cycle)
     assert done["completed"] == 1
     stopping = SlurmRun.objects.get(job=long, run=1)
     assert stopping.state == SlurmRunState.STOPPING and stopping.signalled_at is not None
@@ -295,11 +296,11 @@ def test_a_regular_pass_that_read_slurm_before_a_hooks_pass_reports_nothing_twic
     def then_the_hook(*args: Any, **kwargs: Any) -> Any:
         seen = read(*args, **kwargs)
         monkeypatch.setattr(slurm_read, "read_slurm", read)  # the hook's pass reads as usual
-        pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli)
+        pass_.hook_pass(slurm.queue.pk, run.slurm_job_id, cli=slurm.cli, cycle=run_cycle)
         return seen
 
     monkeypatch.setattr(slurm_read, "read_slurm", then_the_hook)
-    result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli, cycle=run_cycle)
     assert result.completed == 0 and result.lost == 0 and not result.skipped
     assert Job.objects.get(pk=first.pk).state == JobState.SUCCEEDED
     assert JobEvent.objects.filter(job=first, type="completed").count() == 1

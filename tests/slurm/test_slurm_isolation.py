@@ -28,6 +28,7 @@ from governance.models import (
     SlurmTeamConfig,
 )
 from governance.services import jobs as job_services
+from scheduler.cycle.run import run_cycle
 from scheduler.executors.slurm import pass_
 from scheduler.executors.slurm import submit as submit_module
 from scheduler.executors.slurm.cli import Cli
@@ -284,7 +285,7 @@ def test_a_node_going_down_mid_pass_is_applied_before_anything_is_admitted(
     assert len(lost) == 4
     slurm.cli.run("scontrol", ["update", f"nodename={node}", "state=down", "reason=test"])
     _wait_node_fail(slurm, [r.slurm_job_id for r in lost])
-    result = pass_.sync_queue(slurm.queue.pk, cli=cli)
+    result = pass_.sync_queue(slurm.queue.pk, cli=cli, cycle=run_cycle)
     assert result.nodes_lost
     capacity = QueueCapacity.objects.get(queue=slurm.queue, instance_type__name=TYPE_A)
     assert capacity.count == 4
@@ -327,7 +328,7 @@ def _foreign(user: str, *options: str) -> int:
 def test_a_job_the_product_did_not_submit_is_caught_audited_and_cancelled(slurm: Any) -> None:
     sid = _foreign(USER_B, "--partition=gpu-a", "--gpus=4", "--job-name=mine")
     _wait_running(slurm, sid)
-    result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli, cycle=run_cycle)
     assert result.drift == [sid] and result.drift_cancels == [sid]
     drift = SlurmDrift.objects.get(queue=slurm.queue, slurm_job_id=sid)
     assert drift.kinds == "unknown" and drift.user == USER_B and drift.action == "cancelled"
@@ -338,7 +339,7 @@ def test_a_job_the_product_did_not_submit_is_caught_audited_and_cancelled(slurm:
     seen = listed(slurm, sid)
     assert seen is None or seen["job_state"] in ("CANCELLED", "COMPLETING")
     # Once, not every pass; shown on the queue's Slurm page.
-    pass_.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    pass_.sync_queue(slurm.queue.pk, cli=slurm.cli, cycle=run_cycle)
     assert AuditEntry.objects.filter(event_type=AuditEvent.EXECUTOR_DRIFT).count() == 1
     web = Client()
     web.force_login(slurm.admin)
@@ -348,7 +349,7 @@ def test_a_job_the_product_did_not_submit_is_caught_audited_and_cancelled(slurm:
 
 def test_an_array_submitted_behind_the_products_back_is_caught_in_one_pass(slurm: Any) -> None:
     sid = _foreign(USER_A, "--partition=gpu-b", "--gpus=1", "--array=0-3", "--job-name=sweep")
-    result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli, cycle=run_cycle)
     tasks = [j for j in slurm.cli.jobs() if j["name"] == "sweep" and j["user"] == USER_A]
     assert tasks and all(j["array"] for j in tasks)
     assert {j["job_id"] for j in tasks} <= set(result.drift) | {sid}
@@ -368,7 +369,7 @@ def test_a_reported_job_holding_gpus_is_capacity_the_product_never_double_books(
     sid = _foreign(USER_B, "--partition=gpu-a", "--gpus=4", "--job-name=mine")
     _wait_running(slurm, sid)
     job = submit(slurm.owner, slurm.owner_user, 8, {"command": ["sleep", "60"]})
-    result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli)
+    result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli, cycle=run_cycle)
     assert result.drift == [sid] and result.drift_cancels == []
     assert QueueCapacity.objects.get(queue=slurm.queue, instance_type__name=TYPE_A).count == 4
     assert state(job) == JobState.PENDING and result.submitted == 0
@@ -419,7 +420,7 @@ def test_a_product_job_changed_beyond_its_admission_is_caught_and_cancelled(
             2,
             True,
         )
-        result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli)
+        result = pass_.sync_queue(slurm.queue.pk, cli=slurm.cli, cycle=run_cycle)
     finally:
         slurm.cli.run("scontrol", ["delete", f"reservationname={slurm.prefix}"])
     assert result.drift == [run.slurm_job_id]

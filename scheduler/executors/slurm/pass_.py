@@ -5,7 +5,8 @@ Slurm modules: ``read`` (Slurm), ``report``, ``drift`` (the guard and the capaci
 
 A pass reads Slurm (``squeue`` for every user's jobs, ``sacct -c`` for jobs gone from
 squeue, ``sinfo --json`` for nodes), then runs the queue's scheduling cycle
-(``scheduler.cycle.run.run_cycle``) with that executor, which in this order within an
+(``cycle``: ``scheduler.cycle.run.run_cycle``, handed in by whoever starts the pass, beat's
+task or the completion hook's receiver) with that executor, which in this order within an
 instant:
 
 1. reports what each Slurm job did through the run services (completed, failed with its
@@ -44,9 +45,9 @@ from django.utils import timezone
 from governance.models import JobQueue, SlurmRun, SlurmRunState
 from governance.models.capacity import Executor
 from scheduler.cycle.result import CycleResult
-from scheduler.cycle.run import run_cycle
 from scheduler.cycle.snapshot import QueueSnapshot
 from scheduler.engine import Decision
+from scheduler.executors.base import RunCycle
 from scheduler.executors.slurm import drift, orders, read, report
 from scheduler.executors.slurm.cli import Cli, SlurmError
 from scheduler.executors.slurm.executor import SlurmExecutor
@@ -140,16 +141,17 @@ class _Releasing:
                 cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [NODES_CLASS, self.queue_id])
 
 
-def sync_all(cli: Cli | None = None) -> list[SyncResult]:
+def sync_all(*, cycle: RunCycle, cli: Cli | None = None) -> list[SyncResult]:
     """A pass over every queue run by Slurm (beat's ``slurm-sync`` entry)."""
     ids = JobQueue.objects.filter(executor=Executor.SLURM).values_list("id", flat=True)
-    return [sync_queue(queue_id, cli=cli) for queue_id in ids]
+    return [sync_queue(queue_id, cycle=cycle, cli=cli) for queue_id in ids]
 
 
 def hook_pass(
     queue_id: int,
     slurm_job_id: int,
     *,
+    cycle: RunCycle,
     cli: Cli | None = None,
     defer: Callable[[Callable[[], None]], None] | None = None,
 ) -> dict[str, object]:
@@ -169,7 +171,7 @@ def hook_pass(
     to ``defer`` when given, for the caller to run once it has answered the epilog (the
     hook's view: the node goes while the pass ends); else it runs before this returns."""
     result = SyncResult(queue_id=queue_id)
-    steps = _hook_steps(queue_id, slurm_job_id, cli, result)
+    steps = _hook_steps(queue_id, slurm_job_id, cycle, cli, result)
     next(steps, None)  # up to the moment the node may go
     summary: dict[str, object] = {
         "skipped": result.skipped,
@@ -195,7 +197,7 @@ def _finish(steps: Iterator[None]) -> None:
 
 
 def _hook_steps(
-    queue_id: int, slurm_job_id: int, cli: Cli | None, result: SyncResult
+    queue_id: int, slurm_job_id: int, cycle: RunCycle, cli: Cli | None, result: SyncResult
 ) -> Iterator[None]:
     """``hook_pass``'s steps: they pause once the hook's node may go."""
     deadline = time.monotonic() + settings.SLURM_HOOK_WAIT_SECONDS
@@ -203,7 +205,7 @@ def _hook_steps(
         with queue_lock(queue_id) as got:
             if got:
                 if _unreported(queue_id, slurm_job_id):
-                    yield from _pass(queue_id, cli or read.cli_from_settings(), result)
+                    yield from _pass(queue_id, cycle, cli or read.cli_from_settings(), result)
                 else:  # the pass that reported it has ended
                     result.skipped = "an earlier pass reported the job's end"
                     result.ended = _ended_with(queue_id, slurm_job_id)
@@ -220,7 +222,7 @@ def _hook_steps(
             return
 
 
-def sync_queue(queue_id: int, *, cli: Cli | None = None) -> SyncResult:
+def sync_queue(queue_id: int, *, cycle: RunCycle, cli: Cli | None = None) -> SyncResult:
     """One pass over one queue (see the module's docstring).
 
     It reads Slurm before it takes the queue's lock and reports the starts and
@@ -238,13 +240,18 @@ def sync_queue(queue_id: int, *, cli: Cli | None = None) -> SyncResult:
             result.skipped = "another pass of this queue is running"
             return result
         read.still_open(seen)
-        _finish(_pass(queue_id, cli, result, seen=seen))
+        _finish(_pass(queue_id, cycle, cli, result, seen=seen))
     report.settle(queue_id, result, seen.starts, seen.now)
     return result
 
 
 def _pass(
-    queue_id: int, cli: Cli, result: SyncResult, *, seen: read.Seen | None = None
+    queue_id: int,
+    cycle: RunCycle,
+    cli: Cli,
+    result: SyncResult,
+    *,
+    seen: read.Seen | None = None,
 ) -> Iterator[None]:
     """The pass, in steps, under the queue's lock: it pauses once Slurm has what runs next
     (the node a hook's pass holds may go), before it records what sbatch answered and the
@@ -267,7 +274,7 @@ def _pass(
         if seen is None:
             return
         executor = PassExecutor(seen, cli, result, hook=hook, release_nodes=releasing.release)
-        result.cycle = run_cycle(queue_id, executor=executor)
+        result.cycle = cycle(queue_id, executor=executor)
     finally:
         releasing.release()
     yield  # Slurm has what runs next
