@@ -15,6 +15,7 @@ from django import forms
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django_filters.fields import IsoDateTimeField
+from drf_spectacular.utils import extend_schema_field
 
 from governance.models import (
     AuditEntry,
@@ -35,6 +36,38 @@ from governance.models import (
     Workload,
 )
 from governance.models.jobs import ACTIVE_STATES
+
+
+class StrictBooleanField(forms.NullBooleanField):
+    """``true`` or ``false`` (any case), or nothing: no filter. Django's boolean widgets
+    read anything else as "no filter", so a mistyped ``?overdue=perhaps`` listed every
+    row; this field reads the raw text (a plain text widget) and refuses it, a 400 naming
+    the parameter and the values it takes."""
+
+    widget = forms.TextInput
+
+    # NullBooleanField's own answer is None too; the stubs type it as BooleanField's.
+    def to_python(self, value: Any) -> bool | None:  # type: ignore[override]
+        if value is None or value == "":
+            return None
+        if isinstance(value, bool):
+            return value
+        text = str(value).lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise forms.ValidationError(
+            "Must be true or false (or left out for no filter).", code="invalid"
+        )
+
+    def validate(self, value: Any) -> None:
+        return None
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    """A boolean list filter that refuses what is neither true nor false
+    (``StrictBooleanField``)."""
+
+    field_class = StrictBooleanField
 
 
 def user_filter(queryset: QuerySet[Any], field: str, value: str) -> QuerySet[Any]:
@@ -140,16 +173,20 @@ class ExceptionFilter(django_filters.FilterSet):
         return user_filter(queryset, "requester", value)
 
 
+OVERDUE = "open and past due (true), or not (false); anything else is refused (400)"
+
+
 class DecisionFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=DecisionState.choices)
     team = django_filters.NumberFilter(field_name="team_id")
     job = django_filters.NumberFilter(field_name="job_id")
-    overdue = django_filters.BooleanFilter(method="filter_overdue", label="open and past due")
+    overdue = StrictBooleanFilter(method="filter_overdue", label=OVERDUE)
 
     class Meta:
         model = Decision
         fields = ["state", "team", "job", "overdue"]
 
+    @extend_schema_field({"type": "boolean", "description": OVERDUE})
     def filter_overdue(
         self, queryset: QuerySet[Decision], name: str, value: bool | None
     ) -> QuerySet[Decision]:

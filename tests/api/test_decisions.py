@@ -163,3 +163,26 @@ def test_answers_with_text_beyond_its_bound_name_the_field(world: Any) -> None:
     assert (
         lead.post("/api/decisions/99999999999999999999/close/", {"reason": "x"}).status_code == 404
     )
+
+
+@pytest.mark.parametrize("value", ["perhaps", "yes", "TRUE!", "1", "2"])
+def test_an_overdue_filter_that_is_not_true_or_false_is_a_400_naming_it(
+    world: Any, value: str
+) -> None:
+    """``overdue`` used to ignore what it could not read (the whole list came back, as if
+    no filter had been asked for): now the API names the field and the values it takes."""
+    reader = client_for(UserFactory(username="reader"))
+    response = reader.get(f"/api/decisions/?overdue={value}")
+    assert response.status_code == 400, response.content
+    [message] = response.json()["overdue"]
+    assert "true" in message and "false" in message, message
+
+
+@pytest.mark.parametrize(("value", "count"), [("true", 0), ("false", 1), ("True", 0), ("FALSE", 1)])
+def test_an_overdue_filter_of_true_or_false_still_filters(
+    world: Any, value: str, count: int
+) -> None:
+    reader = client_for(UserFactory(username="reader"))
+    response = reader.get(f"/api/decisions/?overdue={value}")
+    assert response.status_code == 200 and response.json()["count"] == count
+    assert reader.get("/api/decisions/?overdue=").json()["count"] == 1  # not asked
