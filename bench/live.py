@@ -45,10 +45,11 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from throwaway import django_on_throwaway
 
@@ -327,21 +328,27 @@ def web_env(env: dict[str, str], port: int) -> dict[str, str]:
 
 
 class CpuMeter:
-    """CPU seconds used by a process and its children (gunicorn's workers) between
-    ``start`` and ``stop``: what a request costs the web server, apart from waiting."""
+    """CPU seconds used between ``start`` and ``stop`` by the processes ``find`` names:
+    a process and its children (gunicorn's workers, the Celery worker), or the
+    PostgreSQL sessions of one database. Sampled twice a second, so a process that
+    ends meanwhile (gunicorn recycles its workers, a connection is closed) still
+    counts up to its last sample."""
 
-    def __init__(self, pid: int) -> None:
-        import psutil
+    def __init__(self, find: Callable[[], list[Any]]) -> None:
+        import threading
 
-        self.root = psutil.Process(pid)
+        self.find = find
         self.before: dict[int, float] = {}
+        self.last: dict[int, float] = {}
         self.used = 0.0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _times(self) -> dict[int, float]:
+    def _sample(self) -> dict[int, float]:
         import psutil
 
         seen: dict[int, float] = {}
-        for proc in [self.root, *self.root.children(recursive=True)]:
+        for proc in self.find():
             try:
                 times = proc.cpu_times()
             except psutil.Error:
@@ -349,32 +356,45 @@ class CpuMeter:
             seen[proc.pid] = times.user + times.system
         return seen
 
+    def _run(self) -> None:
+        while not self.done.wait(0.5):
+            self.last.update(self._sample())
+
     def start(self) -> None:
-        self.before = self._times()
+        self.before = self._sample()
+        self.last = dict(self.before)
+        self.thread.start()
 
     def stop(self) -> float:
-        after = self._times()
-        self.used = sum(t - self.before.get(pid, 0.0) for pid, t in after.items())
+        self.done.set()
+        self.thread.join()
+        self.last.update(self._sample())
+        self.used = sum(t - self.before.get(pid, 0.0) for pid, t in self.last.items())
         return self.used
 
 
-def database_cpu(name: str) -> dict[int, float]:
-    """CPU seconds so far of each PostgreSQL session of database ``name`` (the server runs
-    on this machine: its backends are processes here; kept connections live on)."""
+def process_tree(pid: int) -> Callable[[], list[Any]]:
+    """``CpuMeter``'s finder of a process and its children."""
     import psutil
-    from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [name])
-        pids = [int(row[0]) for row in cursor.fetchall()]
-    used: dict[int, float] = {}
-    for pid in pids:
-        try:
-            times = psutil.Process(pid).cpu_times()
-        except psutil.Error:
-            continue
-        used[pid] = times.user + times.system
-    return used
+    root = psutil.Process(pid)
+    return lambda: [root, *root.children(recursive=True)]
+
+
+def database_sessions(name: str) -> Callable[[], list[Any]]:
+    """``CpuMeter``'s finder of the PostgreSQL sessions of database ``name`` (the server
+    runs on this machine: a session is a process titled ``postgres: ... <database> ...``)."""
+    import psutil
+
+    def find() -> list[Any]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            words = " ".join(proc.info["cmdline"] or []).split()
+            if words[:1] == ["postgres:"] and name in words:
+                found.append(proc)
+        return found
+
+    return find
 
 
 def database_activity(name: str) -> tuple[float, int]:
@@ -498,13 +518,14 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) ->
         connections.close_all()
         import psutil
 
-        web_cpu, worker_cpu = CpuMeter(web.pid), CpuMeter(worker.pid)
+        web_cpu, worker_cpu = CpuMeter(process_tree(web.pid)), CpuMeter(process_tree(worker.pid))
+        pg_cpu = CpuMeter(database_sessions(BENCH_DB))
         time.sleep(1.5)  # sessions report their statistics about every second
         db_before = database_activity(BENCH_DB)
-        pg_before = database_cpu(BENCH_DB)
         cpu_before = psutil.cpu_times()
         web_cpu.start()
         worker_cpu.start()
+        pg_cpu.start()
         started = time.monotonic() + 0.5
         context = multiprocessing.get_context("fork")
         payload = json.dumps(body).encode()
@@ -526,8 +547,8 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) ->
             time.sleep(0.2)
         web_cpu.stop()
         worker_cpu.stop()
+        pg_cpu.stop()
         cpu_after = psutil.cpu_times()
-        pg_after = database_cpu(BENCH_DB)
         time.sleep(1.5)
         db_after = database_activity(BENCH_DB)
     submitted = dict(Job.objects.filter(queue=queue).values_list("id", "submitted_at"))
@@ -559,8 +580,7 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) ->
     per_job = max(1, len(submitted))
     figure("  web server CPU (gunicorn workers)", f"{web_cpu.used / per_job * 1000:.1f} ms")
     figure("  Celery worker CPU (cycles, admissions)", f"{worker_cpu.used / per_job * 1000:.1f} ms")
-    pg_used = sum(t - pg_before.get(pid, 0.0) for pid, t in pg_after.items())
-    figure("  PostgreSQL CPU (the bench DB's sessions)", f"{pg_used / per_job * 1000:.1f} ms")
+    figure("  PostgreSQL CPU (the bench DB's sessions)", f"{pg_cpu.used / per_job * 1000:.1f} ms")
     figure(
         "  PostgreSQL statements (wall, waits too)",
         f"{(db_after[0] - db_before[0]) / per_job:.1f} ms",
