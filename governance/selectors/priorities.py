@@ -46,7 +46,9 @@ def band_limits() -> list[tuple[int, list[str]]]:
     site has a handful, so a submission reads them all rather than asking twice)."""
     return [
         (top, list(usable))
-        for top, usable in PriorityDefinition.objects.values_list("max_priority", "usable_by")
+        for top, usable in PriorityDefinition.objects.order_by().values_list(
+            "max_priority", "usable_by"
+        )
     ]
 
 
