@@ -11,14 +11,21 @@ flushed at start: give it one nobody else uses). Parts:
 
 1. ``cycle``: one persisted ``run_cycle`` of a queue holding 10,000 pending and
    5,000 running jobs (bulk-created), target <= 1 s;
-2. ``latency``: jobs submitted over HTTP to the API (served by gunicorn, as deployed)
-   at a steady ``--rate`` per second (200) for a minute (``--quick``: 10 s) with a real
-   Celery worker. The client is open loop: submission ``i`` is sent at
+2. ``latency``: jobs submitted over HTTP to the API (served by gunicorn with
+   ``scripts/gunicorn_conf.py``, as deployed: ``WEB_CONCURRENCY`` x ``WEB_THREADS``,
+   2 x 8 unless set) at a steady ``--rate`` per second (200) for a minute (``--quick``:
+   10 s) with a real Celery worker. The client is open loop: submission ``i`` is sent at
    ``start + i / rate`` whatever the server's pace, by several processes of several
    threads, so a slow server shows as late sends and latency, not as a lower offered
    rate. Submit-to-admitted latency is the job's ``admitted`` event time minus
    ``submitted_at``; targets p95 <= 50 ms, and the POST's answer p95 <= 100 ms; nothing
-   lost (every POST answered 201, every job stored and admitted). ``--profile-post N``
+   lost (every POST answered 201, every job stored and admitted). Then where a
+   submission's time went, per job: CPU of the web server's processes and of the
+   worker, CPU of the bench database's PostgreSQL sessions (the server must run on this
+   machine for that figure, and ``psutil`` must be able to read its processes), the
+   statements' wall time in PostgreSQL (``pg_stat_database.active_time``, lock and CPU
+   waits included) and how busy the machine was: at a rate the server cannot reach
+   these say which part bounds it. ``--profile-post N``
    then profiles N submissions in this process (Django's test client, no gunicorn) and
    prints where a POST spends its time;
 3. ``makespan``: 480 one-second jobs on a queue of 16 single-GPU instances run by
@@ -38,10 +45,11 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from throwaway import django_on_throwaway
 
@@ -284,7 +292,6 @@ def wait_for_worker(name: str) -> None:
 
 
 SUBMIT_PROCESSES, SUBMIT_THREADS = 2, 8
-WEB_WORKERS = 3
 
 
 def free_port() -> int:
@@ -294,21 +301,114 @@ def free_port() -> int:
 
 
 def web_command(port: int) -> list[str]:
-    """The API as deployed: gunicorn's sync workers (runserver managed ~25 requests/s)."""
+    """The API as deployed: gunicorn with ``scripts/gunicorn_conf.py`` (threaded workers,
+    ``WEB_CONCURRENCY`` x ``WEB_THREADS``; see ``web_env``). Three sync workers, which
+    this bench ran before, answered one request per process at a time: at 200/s they
+    left most of a POST's wait on PostgreSQL unshared and answered 17 submissions/s."""
     return [
         sys.executable,
         "-m",
         "gunicorn",
+        "-c",
+        str(ROOT / "scripts" / "gunicorn_conf.py"),
         "governance.wsgi:application",
-        "--bind",
-        f"127.0.0.1:{port}",
-        "--workers",
-        str(WEB_WORKERS),
-        "--worker-class",
-        "sync",
-        "--log-level",
-        "warning",
     ]
+
+
+def web_env(env: dict[str, str], port: int) -> dict[str, str]:
+    """The web server's environment: this port, no access log, the deployed defaults
+    for processes and threads unless ``WEB_CONCURRENCY``/``WEB_THREADS`` are set."""
+    return dict(
+        env,
+        WEB_BIND="127.0.0.1",
+        PORT=str(port),
+        WEB_ACCESS_LOG="0",
+        WEB_LOG_LEVEL="warning",
+    )
+
+
+class CpuMeter:
+    """CPU seconds used between ``start`` and ``stop`` by the processes ``find`` names:
+    a process and its children (gunicorn's workers, the Celery worker), or the
+    PostgreSQL sessions of one database. Sampled twice a second, so a process that
+    ends meanwhile (gunicorn recycles its workers, a connection is closed) still
+    counts up to its last sample."""
+
+    def __init__(self, find: Callable[[], list[Any]]) -> None:
+        import threading
+
+        self.find = find
+        self.before: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.used = 0.0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> dict[int, float]:
+        import psutil
+
+        seen: dict[int, float] = {}
+        for proc in self.find():
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            seen[proc.pid] = times.user + times.system
+        return seen
+
+    def _run(self) -> None:
+        while not self.done.wait(0.5):
+            self.last.update(self._sample())
+
+    def start(self) -> None:
+        self.before = self._sample()
+        self.last = dict(self.before)
+        self.thread.start()
+
+    def stop(self) -> float:
+        self.done.set()
+        self.thread.join()
+        self.last.update(self._sample())
+        self.used = sum(t - self.before.get(pid, 0.0) for pid, t in self.last.items())
+        return self.used
+
+
+def process_tree(pid: int) -> Callable[[], list[Any]]:
+    """``CpuMeter``'s finder of a process and its children."""
+    import psutil
+
+    root = psutil.Process(pid)
+    return lambda: [root, *root.children(recursive=True)]
+
+
+def database_sessions(name: str) -> Callable[[], list[Any]]:
+    """``CpuMeter``'s finder of the PostgreSQL sessions of database ``name`` (the server
+    runs on this machine: a session is a process titled ``postgres: ... <database> ...``)."""
+    import psutil
+
+    def find() -> list[Any]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            words = " ".join(proc.info["cmdline"] or []).split()
+            if words[:1] == ["postgres:"] and name in words:
+                found.append(proc)
+        return found
+
+    return find
+
+
+def database_activity(name: str) -> tuple[float, int]:
+    """Milliseconds PostgreSQL spent running statements in database ``name`` and its
+    committed transactions so far (``pg_stat_database``, sessions flush it about every
+    second)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT active_time, xact_commit FROM pg_stat_database WHERE datname = %s", [name]
+        )
+        row = cursor.fetchone()
+    return float(row[0] or 0.0), int(row[1] or 0)
 
 
 def wait_for_port(port: int) -> None:
@@ -396,8 +496,10 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) ->
     name = f"bench-latency-{os.getpid()}@{os.uname().nodename}"
     port = free_port()
     with (
-        process(worker_command(name), dict(env, DEMO_TIME_FACTOR="60"), logs / "worker.log"),
-        process(web_command(port), env, logs / "web-latency.log"),
+        process(
+            worker_command(name), dict(env, DEMO_TIME_FACTOR="60"), logs / "worker.log"
+        ) as worker,
+        process(web_command(port), web_env(env, port), logs / "web-latency.log") as web,
     ):
         wait_for_worker(name)
         wait_for_port(port)
@@ -414,6 +516,16 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) ->
         from django.db import connections
 
         connections.close_all()
+        import psutil
+
+        web_cpu, worker_cpu = CpuMeter(process_tree(web.pid)), CpuMeter(process_tree(worker.pid))
+        pg_cpu = CpuMeter(database_sessions(BENCH_DB))
+        time.sleep(1.5)  # sessions report their statistics about every second
+        db_before = database_activity(BENCH_DB)
+        cpu_before = psutil.cpu_times()
+        web_cpu.start()
+        worker_cpu.start()
+        pg_cpu.start()
         started = time.monotonic() + 0.5
         context = multiprocessing.get_context("fork")
         payload = json.dumps(body).encode()
@@ -433,6 +545,12 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) ->
             if time.monotonic() > deadline:
                 break
             time.sleep(0.2)
+        web_cpu.stop()
+        worker_cpu.stop()
+        pg_cpu.stop()
+        cpu_after = psutil.cpu_times()
+        time.sleep(1.5)
+        db_after = database_activity(BENCH_DB)
     submitted = dict(Job.objects.filter(queue=queue).values_list("id", "submitted_at"))
     admitted: dict[int, object] = {}
     for job_id, at in (
@@ -456,6 +574,23 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) ->
         f"  submitted {len(submitted)} in {submit_wall:.1f} s "
         f"({len(submitted) / submit_wall:.1f}/s, {late} submissions >100 ms behind schedule)"
     )
+    busy = sum(cpu_after) - sum(cpu_before)
+    idle = (cpu_after.idle + cpu_after.iowait) - (cpu_before.idle + cpu_before.iowait)
+    print("  where a submission's time goes (per job stored):")
+    per_job = max(1, len(submitted))
+    figure("  web server CPU (gunicorn workers)", f"{web_cpu.used / per_job * 1000:.1f} ms")
+    figure("  Celery worker CPU (cycles, admissions)", f"{worker_cpu.used / per_job * 1000:.1f} ms")
+    figure("  PostgreSQL CPU (the bench DB's sessions)", f"{pg_cpu.used / per_job * 1000:.1f} ms")
+    figure(
+        "  PostgreSQL statements (wall, waits too)",
+        f"{(db_after[0] - db_before[0]) / per_job:.1f} ms",
+    )
+    figure("  transactions committed", f"{(db_after[1] - db_before[1]) / per_job:.1f}")
+    figure(
+        "  machine CPU busy (all processes)",
+        f"{(busy - idle) / max(busy, 1e-9) * 100:.0f}% of {os.cpu_count()}",
+    )
+    figure("  load average (1 min) at the end", f"{os.getloadavg()[0]:.1f}")
     if not latencies:
         figure("admitted", "none", "all", False)
         return
@@ -552,7 +687,7 @@ def bench_makespan(env: dict[str, str], logs: Path) -> None:
     name = f"bench-agents-{os.getpid()}@{os.uname().nodename}"
     with (
         process(worker_command(name), env, logs / "worker-agents.log"),
-        process(web_command(port), env, logs / "web.log"),
+        process(web_command(port), web_env(env, port), logs / "web.log"),
     ):
         wait_for_worker(name)
         wait_for_port(port)

@@ -85,18 +85,27 @@ def may_see_program(user: AnyUser, job: Any) -> bool:
     return Membership.objects.filter(user_id=user.pk, team_id=job.share.team_id).exists()
 
 
-def band_roles(user: AnyUser, team: Team | int | None) -> set[str]:
-    """The roles a user holds for using priority bands (``usable_by`` values)."""
+# ``band_roles``'s ``team_role`` when the caller has not read the membership.
+UNREAD: Any = object()
+
+
+def band_roles(user: AnyUser, team: Team | int | None, *, team_role: Any = UNREAD) -> set[str]:
+    """The roles a user holds for using priority bands (``usable_by`` values).
+
+    ``team_role``: the user's membership role in ``team`` (None: not a member) when the
+    caller read it already (a submission reads it with the share); read here otherwise."""
     roles: set[str] = set()
     if is_admin(user):
         roles.add("admin")
     if is_reviewer(user):
         roles.add("reviewer")
     if team is not None and user.is_authenticated:
-        team_id = team if isinstance(team, int) else team.pk
-        membership = Membership.objects.filter(user_id=user.pk, team_id=team_id).first()
-        if membership is not None:
+        if team_role is UNREAD:
+            team_id = team if isinstance(team, int) else team.pk
+            membership = Membership.objects.filter(user_id=user.pk, team_id=team_id).first()
+            team_role = membership.role if membership is not None else None
+        if team_role is not None:
             roles.add("member")
-            if membership.role == MembershipRole.LEAD:
+            if team_role == MembershipRole.LEAD:
                 roles.add("lead")
     return roles

@@ -219,6 +219,8 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field({"type": "object", "nullable": True})
     def get_program(self, job: Job) -> dict[str, Any] | None:
+        if self.context.get("program_visible"):
+            return dict(job.program)
         request = self.context.get("request")
         if request is None or not roles.may_see_program(request.user, job):
             return None
@@ -369,8 +371,12 @@ class JobViewSet(
         )
         # Built from what the service returned (the job, its share and team, the
         # submitter, its one ``submitted`` event): re-reading it doubled a submission's cost.
+        # The submitter sees the program: ``job_submit`` accepts only the members and leads
+        # of the job's team and admins, whom ``roles.may_see_program`` shows it to (asking
+        # it again cost two queries per submission).
+        context = {"request": request, "program_visible": True}
         return Response(
-            JobDetailSerializer(job, context={"request": request}).data,
+            JobDetailSerializer(job, context=context).data,
             status=status.HTTP_201_CREATED,
         )
 

@@ -38,13 +38,23 @@ def max_usable_priority(user: AnyUser, team: Team | int | None) -> int | None:
     roles = band_roles(user, team)
     if not roles:
         return None
-    best = (
-        PriorityDefinition.objects.filter(usable_by__overlap=sorted(roles))
-        .order_by("-max_priority")
-        .values_list("max_priority", flat=True)
-        .first()
-    )
-    return best
+    return highest_usable(band_limits(), roles)
+
+
+def band_limits() -> list[tuple[int, list[str]]]:
+    """Every band's ``max_priority`` and ``usable_by``, in one query ([]: no bands; a
+    site has a handful, so a submission reads them all rather than asking twice)."""
+    return [
+        (top, list(usable))
+        for top, usable in PriorityDefinition.objects.order_by().values_list(
+            "max_priority", "usable_by"
+        )
+    ]
+
+
+def highest_usable(bands: list[tuple[int, list[str]]], roles: set[str]) -> int | None:
+    """The highest ``max_priority`` of ``bands`` usable by one of ``roles``; None if none."""
+    return max((top for top, usable in bands if roles & set(usable)), default=None)
 
 
 def allowance_words(user: AnyUser, team: Team | int | None) -> str:

@@ -15,8 +15,9 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any, cast
 
+from django.contrib.postgres.expressions import ArraySubquery
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from governance import roles
@@ -31,7 +32,7 @@ from governance.models import (
     JobKind,
     JobQueue,
     JobState,
-    PriorityDefinition,
+    Membership,
     PriorityException,
     Share,
     ShareLimit,
@@ -87,10 +88,6 @@ def preference_text(pref: dict[str, Any]) -> str:
     return f"{pref.get('count')} x {pref.get('instance_type')}"
 
 
-def _bands_configured() -> bool:
-    return PriorityDefinition.objects.exists()
-
-
 def priority_refusal(
     *,
     user: AnyUser,
@@ -99,6 +96,7 @@ def priority_refusal(
     share_id: int,
     job_id: int | None = None,
     now: datetime | None = None,
+    team_role: Any = roles.UNREAD,
 ) -> str | None:
     """Why ``user`` may not give a job of ``share_id`` this priority, or None if allowed.
 
@@ -106,11 +104,15 @@ def priority_refusal(
     (``selectors.priorities.max_usable_priority``), or when an approved, unexpired
     exception for the share (or for the job itself, when ``job_id`` is given) reaches at
     least that priority. With no priority definitions at all (a fresh installation)
-    there are no bands to enforce and every priority in range is allowed.
+    there are no bands to enforce and every priority in range is allowed. ``team_role``:
+    the user's membership role in the team, when the caller read it (``roles.band_roles``).
     """
-    if not _bands_configured():
+    bands = priority_selectors.band_limits()
+    if not bands:
         return None
-    highest = priority_selectors.max_usable_priority(user, team_id)
+    highest = priority_selectors.highest_usable(
+        bands, roles.band_roles(user, team_id, team_role=team_role)
+    )
     if highest is not None and priority <= highest:
         return None
     now = now or timezone.now()
@@ -461,10 +463,11 @@ def job_submit(
     signature and once where it is stored; the checks between are named steps.
     """
     with transaction.atomic():
-        share_obj = _submit_share(actor, share.pk if isinstance(share, Share) else share)
+        share_obj, share_types = _submit_share(
+            actor, share.pk if isinstance(share, Share) else share
+        )
         errors = Errors()
         _check_submit_basics(errors, share_obj, queue, name, kind)
-        share_plans = {p.name: p for p in CapacityPlan.objects.filter(share=share_obj)}
         now = timezone.now()
         workload_obj = workload_services.clean_job_workload(errors, workload, share_obj.team_id)
         expansion: template_services.Expansion | None = None
@@ -476,12 +479,14 @@ def job_submit(
                 max_cost = max_cost if max_cost is not None else expansion.max_cost
                 if deadline is None and expansion.deadline_offset is not None:
                     deadline = now + timedelta(seconds=expansion.deadline_offset)
+        share_plans = _plans_named(share_obj, preferences, max_cost)
         resolved, override = _check_preferences(
             errors,
             actor,
             share_obj,
             preferences,
             count,
+            share_types=share_types,
             kind=kind,
             share_plans=share_plans,
             workload_obj=workload_obj,
@@ -534,17 +539,40 @@ def job_submit(
     return job
 
 
-def _submit_share(actor: AnyUser, share_id: Any) -> Share:
-    """The share a job is submitted to, when the actor may submit to it."""
+def _submit_share(actor: AnyUser, share_id: Any) -> tuple[Share, list[str]]:
+    """The share a job is submitted to, when the actor may submit to it, and the names
+    of the instance types it has a limit for (sorted).
+
+    One query: the share with its queue and team, the actor's role in its team
+    (``actor_role``, None for a non-member) and its limits' type names (a submission's
+    own cost is mostly its round trips to PostgreSQL;
+    docs/operations.md#submissions-per-second)."""
     share_obj = (
-        Share.objects.select_related("queue", "team").filter(pk=share_id).first()
+        Share.objects.select_related("queue", "team")
+        .annotate(
+            actor_role=Subquery(
+                Membership.objects.filter(
+                    team_id=OuterRef("team_id"), user_id=actor.pk or 0
+                ).values("role")[:1]
+            ),
+            limit_type_names=ArraySubquery(
+                ShareLimit.objects.filter(share_id=OuterRef("pk"))
+                .order_by("instance_type__name")
+                .values("instance_type__name")
+            ),
+        )
+        .filter(pk=share_id)
+        .order_by()
+        .first()
         if limits.valid_id(share_id)
         else None
     )
     if share_obj is None:
         raise ValidationFailed({"share": [f"No share with id {share_id}."]})
     # Membership first: most submitters are members, and it spares the groups query.
-    if not (share_obj.team_id in roles.member_team_ids(actor) or roles.is_admin(actor)):
+    role = share_obj.actor_role
+    is_member = actor.is_authenticated and role is not None
+    if not (is_member or roles.is_admin(actor)):
         raise PermissionDenied(
             {
                 "share": [
@@ -553,7 +581,18 @@ def _submit_share(actor: AnyUser, share_id: Any) -> Share:
                 ]
             }
         )
-    return share_obj
+    return share_obj, list(share_obj.limit_type_names)
+
+
+def _plans_named(share_obj: Share, preferences: Any, max_cost: Any) -> dict[str, CapacityPlan]:
+    """The share's capacity plans by name, read only when the job can need them: a
+    preference naming a plan, or a budget (which prices every plan); {} otherwise."""
+    names_plan = isinstance(preferences, list) and any(
+        isinstance(p, dict) and "plan" in p for p in preferences
+    )
+    if not names_plan and max_cost is None:
+        return {}
+    return {p.name: p for p in CapacityPlan.objects.filter(share=share_obj)}
 
 
 def _check_submit_basics(
@@ -584,20 +623,16 @@ def _check_preferences(
     preferences: Any,
     count: Any,
     *,
+    share_types: list[str],
     kind: Any,
     share_plans: dict[str, CapacityPlan],
     workload_obj: Any,
     certification_override: Any,
     now: datetime,
 ) -> tuple[list[dict[str, Any]], str]:
-    """The preferences resolved against the share's types and plans, and an admin's
-    reason to let them into a certified-only share (the certified-only rule applied when
-    there is none)."""
-    share_types = list(
-        ShareLimit.objects.filter(share=share_obj)
-        .order_by("instance_type__name")
-        .values_list("instance_type__name", flat=True)
-    )
+    """The preferences resolved against the share's types (``share_types``, the names
+    of those it has a limit for) and plans, and an admin's reason to let them into a
+    certified-only share (the certified-only rule applied when there is none)."""
     resolved = (
         _resolve_preferences(
             errors, preferences, count, share_types, kind=kind, share_plans=share_plans
@@ -623,7 +658,11 @@ def _check_submit_priority(errors: Errors, actor: AnyUser, share_obj: Share, pri
     """The priority is in range, and within the submitter's bands or an exception's."""
     if _check_priority_range(errors, priority):
         refusal = priority_refusal(
-            user=actor, team_id=share_obj.team_id, priority=priority, share_id=share_obj.pk
+            user=actor,
+            team_id=share_obj.team_id,
+            priority=priority,
+            share_id=share_obj.pk,
+            team_role=getattr(share_obj, "actor_role", roles.UNREAD),
         )
         if refusal:
             errors.add("priority", refusal)

@@ -48,6 +48,9 @@ def token_create(*, actor: AnyUser, hours: int | None = None, via: str = "page")
     errors.raise_if_any()
     ttl = timedelta(hours=hours if hours is not None else max_token_hours())
     with transaction.atomic():
+        # The user's expired tokens go now: requests no longer look for them
+        # (governance/api/token_auth.py), and each refuses an expired token anyway.
+        AuthToken.objects.filter(user_id=actor.pk, expiry__lt=timezone.now()).delete()
         instance, token = AuthToken.objects.create(user=actor, expiry=ttl)
         audit.record(
             event_type=AuditEvent.TOKEN_CREATED,
