@@ -122,19 +122,21 @@ def recording_end(recording: Recording) -> int:
 
 
 _NEVER = 1 << 62  # the "since" of an accumulator never flushed: every span from it is empty
-_EMPTY: frozenset[str] = frozenset()
 
 
 class _Type:
     """One instance type: its capacity, total usage, and the idle-lendable reading (the
-    idle count and the shares with a pending job that fits it), each since ``since``."""
+    idle count and the shares with a pending job that fits it), each since ``since``.
+    Sets of shares are bit masks (a bit per share, ``_Cell.bit``): the fitting shares
+    are read at every instant, and or-ing a few masks costs less than building a set."""
 
     __slots__ = (
+        "by_low",
         "cap_since",
         "capacity",
         "fitting",
         "idle",
-        "lows",
+        "limited",
         "memo",
         "name",
         "since",
@@ -147,10 +149,11 @@ class _Type:
         self.cap_since = 0
         self.total = 0
         self.idle = 0
-        self.fitting: frozenset[str] = frozenset()
+        self.fitting = 0  # the shares fitting ``idle``
         self.since = 0
-        self.lows: dict[str, int] = {}  # share -> its smallest pending count on the type
-        self.memo: dict[int, frozenset[str]] = {}  # idle count -> the fitting shares
+        self.by_low: dict[int, int] = {}  # smallest pending count -> the shares with it
+        self.limited = 0  # the shares with a limit on the type
+        self.memo: dict[int, int] = {}  # idle count -> the fitting shares
 
 
 class _Cell:
@@ -159,6 +162,7 @@ class _Cell:
     minimum (``low``, None when none is pending)."""
 
     __slots__ = (
+        "bit",
         "counts",
         "i_borrowed",
         "i_own",
@@ -172,8 +176,9 @@ class _Cell:
         "usage",
     )
 
-    def __init__(self, share: str, kind: _Type, limits: Mapping[str, Any]) -> None:
+    def __init__(self, share: str, bit: int, kind: _Type, limits: Mapping[str, Any]) -> None:
         self.share = share
+        self.bit = bit  # the share's bit in the type's masks
         self.type = kind
         self.usage = 0
         self.since = _NEVER
@@ -187,8 +192,23 @@ class _Cell:
         self.set_limits(limits)
 
     def set_limits(self, limits: Mapping[str, Any]) -> None:
-        self.limited = self.type.name in limits  # a limit of 0 counts
-        self.limit = int(limits.get(self.type.name, 0))
+        kind = self.type
+        self.limited = kind.name in limits  # a limit of 0 counts
+        self.limit = int(limits.get(kind.name, 0))
+        kind.limited = kind.limited | self.bit if self.limited else kind.limited & ~self.bit
+
+    def set_low(self, low: int | None) -> None:
+        """The smallest count of the share's pending jobs on the type is now ``low``."""
+        by_low, bit = self.type.by_low, self.bit
+        if self.low is not None:
+            left = by_low[self.low] & ~bit
+            if left:
+                by_low[self.low] = left
+            else:
+                del by_low[self.low]
+        if low is not None:
+            by_low[low] = by_low.get(low, 0) | bit
+        self.low = low
 
 
 class _Shape:
@@ -382,12 +402,15 @@ class _Pass:
         # One cell per (share, type), reached from a job through its share's row.
         kinds, type_names = self.kinds, self.type_names
         rows = {
-            s: {t: _Cell(s, kinds[t], self.limits[s]) for t in type_names} for s in self.share_names
+            s: {t: _Cell(s, 1 << i, kinds[t], self.limits[s]) for t in type_names}
+            for i, s in enumerate(self.share_names)
         }
         for raw in scenario["jobs"]:  # a job of a share the scenario no longer lists
             if raw["share"] not in rows:
-                rows[raw["share"]] = {t: _Cell(raw["share"], kinds[t], {}) for t in type_names}
+                bit = 1 << len(rows)
+                rows[raw["share"]] = {t: _Cell(raw["share"], bit, kinds[t], {}) for t in type_names}
         self.rows = rows
+        self.bits = list(rows)  # the share of each bit
         self.cells = [cell for row in rows.values() for cell in row.values()]
         shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape] = {}
         self.jobs = {str(raw["id"]): _Job(raw, rows, shapes) for raw in scenario["jobs"]}
@@ -395,7 +418,7 @@ class _Pass:
         self.i_capacity: dict[str, float] = defaultdict(float)
         # idle lendable, per type: intervals counted once for a group, so groups are
         # flushed by the set of shares that had a fitting pending job
-        self.i_idle_sets: dict[tuple[str, frozenset[str]], float] = defaultdict(float)
+        self.i_idle_sets: dict[tuple[str, int], float] = defaultdict(float)
         self.dirty: set[_Type] = set()  # types to read again at the end of the instant
         # types whose smallest pending counts (or the shares' limits) changed since their
         # last reading: only then can the fitting shares differ at an unchanged idle count
@@ -623,7 +646,7 @@ class _Pass:
                 counts[n] = counts.get(n, 0) + 1
                 low = cell.low
                 if low is None or n < low:
-                    cell.low = cell.type.lows[cell.share] = n
+                    cell.set_low(n)
                     changed.add(cell.type)
             else:
                 left = counts[n] - 1
@@ -632,11 +655,10 @@ class _Pass:
                     continue
                 del counts[n]
                 if not counts:
-                    cell.low = None
-                    del cell.type.lows[cell.share]
+                    cell.set_low(None)
                     changed.add(cell.type)
                 elif cell.low == n:
-                    cell.low = cell.type.lows[cell.share] = min(counts)
+                    cell.set_low(min(counts))
                     changed.add(cell.type)
 
     def end_instant(self, now: int) -> None:
@@ -668,16 +690,31 @@ class _Pass:
         dirty.clear()
         changed.clear()
 
-    def fitting(self, kind: _Type, idle: int) -> frozenset[str]:
+    def fitting(self, kind: _Type, idle: int) -> int:
         """The shares with a pending job that fits ``idle`` instances of ``kind`` and a
-        limit on it."""
-        if idle <= 0 or not kind.lows:
-            return _EMPTY
-        name = kind.name
-        rows = self.rows
-        return frozenset(
-            [s for s, low in kind.lows.items() if low <= idle and rows[s][name].limited]
-        )
+        limit on it (a mask)."""
+        if idle <= 0:
+            return 0
+        fits = 0
+        for low, shares in kind.by_low.items():
+            if low <= idle:
+                fits |= shares
+        return fits & kind.limited
+
+    def idle_sets(self) -> dict[tuple[str, frozenset[str]], float]:
+        """The idle-lendable integrals by type and set of fitting shares, in the order
+        they were first counted."""
+        bits = self.bits
+        names: dict[int, frozenset[str]] = {}
+        out: dict[tuple[str, frozenset[str]], float] = {}
+        for (type_name, mask), value in self.i_idle_sets.items():
+            shares = names.get(mask)
+            if shares is None:
+                shares = names[mask] = frozenset(
+                    [share for i, share in enumerate(bits) if mask >> i & 1]
+                )
+            out[(type_name, shares)] = value
+        return out
 
 
 class _Answer:
@@ -694,7 +731,7 @@ class _Answer:
             "own": {(c.share, c.type.name): c.i_own for c in cells},
             "borrowed": {(c.share, c.type.name): c.i_borrowed for c in cells},
             "capacity": state.i_capacity,
-            "idle_sets": state.i_idle_sets,
+            "idle_sets": state.idle_sets(),
         }
         self.audit_teams: Counter[tuple[str, str]] = Counter()
         self.audit_all: Counter[str] = Counter()
