@@ -35,6 +35,7 @@ from governance.selectors import scheduling
 from governance.services import audit, notifications
 from governance.services.errors import Errors
 from governance.services.limits import is_int
+from governance.templatetags import figures
 
 MAX_PROMISES = 20
 MAX_WINDOW_DAYS = 365
@@ -300,13 +301,19 @@ def promises_evaluate(
     return [promise for promise, *_ in results]
 
 
+def written(promise: Promise, value: float | None) -> str:
+    """A value of the promise's figure as every page writes what it counts (a wait of
+    10940 s is "3.0 h", a goodput of 0.9 "90.0 %"); the API keeps the raw number."""
+    return figures.figure(value, scheduling.promise_unit(promise.figure))
+
+
 def describe(promise: Promise) -> str:
-    """``wait_to_start.entitled.p90 <= 3600 for share vision (30 days)``."""
+    """``wait_to_start.entitled.p90 <= 60 min for share vision over 30 days``."""
     kind, name = _subject(promise)
     subject = f"{kind} {name}"
     return (
-        f"{promise.figure} {promise.comparison} {promise.threshold:g} for {subject} "
-        f"over {promise.window_days} days"
+        f"{promise.figure} {promise.comparison} {written(promise, promise.threshold)} "
+        f"for {subject} over {promise.window_days} days"
     )
 
 
@@ -317,7 +324,10 @@ def _tell_broken(promise: Promise, value: float | None, start: datetime, stop: d
         key=f"promise.broken:{promise.pk}:{stop.isoformat()}",
         recipients={agreement.owner_id} | notifications.reviewers(),
         title=f"Agreement '{agreement.title}' broke a promise: {describe(promise)}",
-        body=f"The figure was {value:g} over {start:%Y-%m-%d %H:%M} to {stop:%Y-%m-%d %H:%M} UTC.",
+        body=(
+            f"The figure was {written(promise, value)} over {start:%Y-%m-%d %H:%M} to "
+            f"{stop:%Y-%m-%d %H:%M} UTC."
+        ),
         url=reverse("web:agreement", args=[agreement.pk]),
         at=stop,
     )
