@@ -248,34 +248,15 @@ class _Job:
         self,
         raw: Mapping[str, Any],
         rows: Mapping[str, dict[str, _Cell]],
-        shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape],
+        shaped: tuple[_Shape, str | None],
     ) -> None:
         self.share: str = raw["share"]
-        row = self.row = rows[self.share]  # the share's cells by type name
+        self.row = rows[self.share]  # the share's cells by type name
         self.submit: int = int(raw["submit_at"])
         # None: no declared work, only expected run times per preference (the export
         # leaves it out so they decide); it runs until its run completes.
         self.duration: float | None = raw.get("duration")
-        common = raw.get("count")
-        # On-demand preferences only: a plan preference draws on its plan's own pool
-        # (docs/scheduling.md#capacity-plans), never on the idle capacity that
-        # idle_lendable_seconds measures.
-        key = (
-            self.share,
-            tuple(
-                [
-                    (p["instance_type"], int(p.get("count", common) if common is None else common))
-                    for p in raw["preferences"]
-                    if not p.get("plan")
-                ]
-            ),
-        )
-        shape = shapes.get(key)
-        if shape is None:
-            shape = shapes[key] = _Shape(tuple([(row[t], n) for t, n in key[1]]))
-        self.shape = shape
-        first = raw["preferences"][0] if raw["preferences"] else {}
-        self.first_plan: str | None = first.get("plan") or None
+        self.shape, self.first_plan = shaped
         self.on_plan: str | None = None
         self.first_admitted = False
         self.pending = False
@@ -287,6 +268,34 @@ class _Job:
         self.last_run_start = 0
         self.last_event = ""
         self.last_preempted_at = 0
+
+
+def _shaped(
+    raw: Mapping[str, Any],
+    row: Mapping[str, _Cell],
+    shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape],
+) -> tuple[_Shape, str | None]:
+    """A job's on-demand preferences as the shape shared by its share's jobs that have
+    the same, and the plan its first preference names."""
+    common = raw.get("count")
+    # On-demand preferences only: a plan preference draws on its plan's own pool
+    # (docs/scheduling.md#capacity-plans), never on the idle capacity that
+    # idle_lendable_seconds measures.
+    key = (
+        raw["share"],
+        tuple(
+            [
+                (p["instance_type"], int(p.get("count", common) if common is None else common))
+                for p in raw["preferences"]
+                if not p.get("plan")
+            ]
+        ),
+    )
+    shape = shapes.get(key)
+    if shape is None:
+        shape = shapes[key] = _Shape(tuple([(row[t], n) for t, n in key[1]]))
+    first = raw["preferences"][0] if raw["preferences"] else {}
+    return shape, first.get("plan") or None
 
 
 class _Collector:
@@ -412,8 +421,7 @@ class _Pass:
         self.rows = rows
         self.bits = list(rows)  # the share of each bit
         self.cells = [cell for row in rows.values() for cell in row.values()]
-        shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape] = {}
-        self.jobs = {str(raw["id"]): _Job(raw, rows, shapes) for raw in scenario["jobs"]}
+        self.jobs = self._jobs(scenario["jobs"], rows)
         self.plans = _Plans(scenario.get("plans") or [], self.win)
         self.i_capacity: dict[str, float] = defaultdict(float)
         # idle lendable, per type: intervals counted once for a group, so groups are
@@ -425,6 +433,24 @@ class _Pass:
         self.changed: set[_Type] = set()
         self.per_share: dict[str, _Collector] = {s: _Collector() for s in self.share_names}
         self.current: int | None = None  # the instant being applied
+
+    @staticmethod
+    def _jobs(
+        raws: Iterable[Mapping[str, Any]], rows: Mapping[str, dict[str, _Cell]]
+    ) -> dict[str, _Job]:
+        """The jobs by id. Jobs given the same list of preferences (the live recording
+        shares one list between the jobs submitted alike) are shaped once: the lists
+        are alive for the whole pass, so their identities stay distinct."""
+        shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape] = {}
+        seen: dict[tuple[str, int, Any], tuple[_Shape, str | None]] = {}
+        jobs = {}
+        for raw in raws:
+            key = (raw["share"], id(raw["preferences"]), raw.get("count"))
+            shaped = seen.get(key)
+            if shaped is None:
+                shaped = seen[key] = _shaped(raw, rows[raw["share"]], shapes)
+            jobs[str(raw["id"])] = _Job(raw, rows, shaped)
+        return jobs
 
     # ---- the walk
     def replay(self, events: Sequence[Mapping[str, Any]], changes: Sequence[Any]) -> None:
@@ -452,8 +478,8 @@ class _Pass:
     def move_to(self, at: int) -> None:
         """Enter instant ``at``, ending the one before it."""
         if at != self.current:
-            if self.current is not None:
-                self.end_instant(self.current)
+            if self.current is not None and (self.dirty or self.changed):
+                self.end_instant(self.current)  # (nothing to read again otherwise)
             self.current = at
 
     def apply_timed(self, change: tuple[int, int, int, Any]) -> None:
