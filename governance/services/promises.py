@@ -267,6 +267,7 @@ def promises_evaluate(
     results = evaluate(promises, stop=stop)
     now = timezone.now()
     evaluations = []
+    told: set[int] | None = None
     with transaction.atomic():
         # one locking read of the states before and one write of the new ones, whatever
         # the number of promises (a daily pass evaluates every promise in force)
@@ -291,7 +292,9 @@ def promises_evaluate(
             promise.state, promise.value, promise.evaluated_at = state, value, now
             promise.window_start, promise.window_stop = start, stop
             if state == PromiseState.BROKEN and previous != PromiseState.BROKEN:
-                _tell_broken(promise, value, start, stop)
+                if told is None:  # read once for the pass, however many promises break
+                    told = notifications.reviewers()
+                _tell_broken(promise, value, start, stop, told)
         Promise.objects.bulk_update(
             [promise for promise, *_ in results],
             ["state", "value", "evaluated_at", "window_start", "window_stop"],
@@ -317,12 +320,14 @@ def describe(promise: Promise) -> str:
     )
 
 
-def _tell_broken(promise: Promise, value: float | None, start: datetime, stop: datetime) -> None:
+def _tell_broken(
+    promise: Promise, value: float | None, start: datetime, stop: datetime, reviewers: set[int]
+) -> None:
     agreement = promise.agreement
     notifications.tell(
         kind=NotificationKind.PROMISE_BROKEN,
         key=f"promise.broken:{promise.pk}:{stop.isoformat()}",
-        recipients={agreement.owner_id} | notifications.reviewers(),
+        recipients={agreement.owner_id} | reviewers,
         title=f"Agreement '{agreement.title}' broke a promise: {describe(promise)}",
         body=(
             f"The figure was {written(promise, value)} over {start:%Y-%m-%d %H:%M} to "
