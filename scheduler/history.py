@@ -195,18 +195,8 @@ def _export(
     actions = sorted(
         capacity_actions + share_actions + plan_actions + job_actions, key=lambda a: a["at"]
     )
-    scenario = {
-        "version": 1,
-        "description": f"History of queue {queue.name} from {start.isoformat()} "
-        f"to {stop.isoformat()}",
-        "time_unit": "ms",
-        "instance_types": _instance_types(all_types | _limit_types(initial), capacity, factor),
-        "shares": [{"name": name, **initial[pk]} for pk, (name, _, _) in sorted(shares.items())],
-        **({"plans": plans} if plans else {}),
-        "jobs": jobs,
-        "actions": actions,
-        "until": _ms(stop) - clock.t0 - 1,
-    }
+    types = _instance_types(all_types | _limit_types(initial), capacity, factor)
+    scenario = _scenario(queue, start, stop, clock, types, shares, initial, plans, jobs, actions)
     exported: dict[str, Any] = {
         "scenario": scenario,
         "recorded": {"events": [event for _, _, event in recorded], "jobs": job_rows},
@@ -216,6 +206,33 @@ def _export(
     }
     _add_certified(exported, rows)
     return exported
+
+
+def _scenario(
+    queue: JobQueue,
+    start: datetime,
+    stop: datetime,
+    clock: _Clock,
+    types: list[dict[str, Any]],
+    shares: dict[int, tuple[str, str, dict[str, Any]]],
+    initial: dict[int, dict[str, Any]],
+    plans: list[dict[str, Any]],
+    jobs: list[dict[str, Any]],
+    actions: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The scenario file of an export: its parts in the format's order."""
+    return {
+        "version": 1,
+        "description": f"History of queue {queue.name} from {start.isoformat()} "
+        f"to {stop.isoformat()}",
+        "time_unit": "ms",
+        "instance_types": types,
+        "shares": [{"name": name, **initial[pk]} for pk, (name, _, _) in sorted(shares.items())],
+        **({"plans": plans} if plans else {}),
+        "jobs": jobs,
+        "actions": actions,
+        "until": _ms(stop) - clock.t0 - 1,
+    }
 
 
 def _add_certified(exported: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -352,15 +369,7 @@ def _scenario_job(
     reprioritised = [e for e in events if e[2] == "reprioritised" and e[0] >= clock.t0_us]
     if reprioritised and "before" in reprioritised[0][3]:
         priority = reprioritised[0][3]["before"]
-    prefs = [
-        {"plan": p["plan"], "count": int(p["count"])}
-        if p.get("plan")
-        else {"instance_type": p["instance_type"], "count": int(p["count"])}
-        for p in row["preferences"]
-    ]
-    for pref, stored in zip(prefs, row["preferences"], strict=True):
-        if stored.get("runtime") is not None:
-            pref["runtime"] = int(stored["runtime"]) * MS
+    prefs = _scenario_prefs(row["preferences"])
     before_start = row["submitted_us"] < clock.t0_us
     return {
         "id": str(row["id"]),
@@ -396,19 +405,57 @@ def _job_work(
                 done_at = at
             if at < t0_us:
                 running_at_start = None
-    if row["duration"] is not None:
-        work: float = row["duration"] * MS
-    elif last_admit is not None:
-        rate = float(speeds.get(last_admit[1], 1.0)) * factor
-        until = done_at if done_at is not None else clock.end_us
-        work = (until // MS - last_admit[0] // MS) * rate
-        work += 0 if done_at is not None else MS * rate  # to one second past the end
-    else:
-        work = MS * factor  # never ran: what a second of the clock does, past the end
+    work = _work(row["duration"], last_admit, done_at, clock, speeds, factor)
     if row["submitted_us"] < t0_us and running_at_start is not None:
         rate = float(speeds.get(running_at_start[1], 1.0)) * factor
         work -= (clock.t0 - running_at_start[0] // MS) * rate
     return work
+
+
+def _work(
+    declared: int | None,
+    last_admit: tuple[int, str] | None,
+    done_at: int | None,
+    clock: _Clock,
+    speeds: Mapping[str, Any],
+    factor: float,
+) -> float:
+    """A job's work in work-milliseconds: ``declared`` (seconds), or what its last run
+    (admitted at ``last_admit`` = (µs, type)) did by its completion at ``done_at`` (µs),
+    or, still going, by one second past the end; never run, a second of the clock."""
+    if declared is not None:
+        return float(declared * MS)
+    if last_admit is None:
+        return MS * factor  # never ran: what a second of the clock does, past the end
+    rate = float(speeds.get(last_admit[1], 1.0)) * factor
+    until = done_at if done_at is not None else clock.end_us
+    work = (until // MS - last_admit[0] // MS) * rate
+    return work + (0 if done_at is not None else MS * rate)  # to one second past the end
+
+
+def _scenario_prefs(stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A job's stored preferences as the scenario's: a plan or a type with its count, and
+    the expected run time in milliseconds when it has one."""
+    prefs = [
+        {"plan": p["plan"], "count": int(p["count"])}
+        if p.get("plan")
+        else {"instance_type": p["instance_type"], "count": int(p["count"])}
+        for p in stored
+    ]
+    for pref, given in zip(prefs, stored, strict=True):
+        if given.get("runtime") is not None:
+            pref["runtime"] = int(given["runtime"]) * MS
+    return prefs
+
+
+def _set_duration(job: dict[str, Any], declared: int | None, work: float) -> None:
+    """The job's ``duration``: its work in whole work-milliseconds (at least 1), except for
+    a job without declared work whose preferences give expected run times."""
+    job["duration"] = max(1, _whole(work))
+    if declared is None and any("runtime" in p for p in job["preferences"]):
+        # its expected run times decide its deadline and budget (and a replayed run
+        # of it lasts one): a duration made up from the run would override them
+        del job["duration"]
 
 
 def _job_work_fields(
@@ -424,11 +471,7 @@ def _job_work_fields(
     checkpoints, restart overhead, and its interruption class and constrained fallback,
     so a replay keeps them. ``strict``: its share lends its borrowing only to verified
     recovery. True when the job may borrow but its workload is not verified."""
-    job["duration"] = max(1, _whole(_job_work(row, events, clock, speeds, factor)))
-    if row["duration"] is None and any("runtime" in p for p in job["preferences"]):
-        # its expected run times decide its deadline and budget (and a replayed run
-        # of it lasts one): a duration made up from the run would override them
-        del job["duration"]
+    _set_duration(job, row["duration"], _job_work(row, events, clock, speeds, factor))
     if row["max_pending"] is not None:
         job["max_pending"] = row["max_pending"] * MS
     if row["checkpoint_interval"]:
@@ -708,6 +751,174 @@ def _timelines(
     return timeline
 
 
+# ---- the recording a window's signals read (signals_window), read lean: only what the
+# signals and the lending ledger read of the export's jobs and events, as plain tuples
+
+RECORDED_EVENTS = ("admitted", "preempted", "lost", "failed", "completed", "cancelled", "timed_out")
+"""The job events the runner's output form carries (:func:`_recorded_event`)."""
+
+
+def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows
+
+
+def _window_job_rows(
+    queue_id: int, start: datetime, stop: datetime, active_from: datetime
+) -> list[tuple[Any, ...]]:
+    """The listed jobs (:func:`_exported_sql`) as ``(id, share id, submitted µs,
+    preferences as JSON text, declared duration, deadline µs or None, workload id)``,
+    by id. Plain columns: building 100,000 JSON objects costs the server more than
+    sending the rows."""
+    sql = (
+        f"SELECT j.id, j.share_id, {_epoch_us('j.submitted_at')}, j.preferences::text, "
+        f"j.duration, {_epoch_us('j.deadline')}, j.workload_id FROM {Job._meta.db_table} j "
+        f"WHERE j.queue_id = %(queue)s AND {_exported_sql('j', active_from)}"
+    )
+    params = {"queue": queue_id, "start": start, "stop": stop, "active_from": active_from}
+    rows = _fetch(sql, params)
+    rows.sort()  # ids are unique: only they are compared
+    return rows
+
+
+def _window_event_rows(
+    queue_id: int, start: datetime, stop: datetime, active_from: datetime
+) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+    """The listed jobs' events before ``stop`` that the recording carries
+    (:data:`RECORDED_EVENTS`) as ``(at µs, id, job id, type, data as JSON text)`` in the
+    order they happened (time, then id), and their data, decoded in one call."""
+    sql = (
+        f"SELECT {_epoch_us('e.at')}, e.id, e.job_id, e.type, COALESCE(e.data, '{{}}')::text "
+        f"FROM {JobEvent._meta.db_table} e JOIN {Job._meta.db_table} j ON j.id = e.job_id "
+        "WHERE j.queue_id = %(queue)s AND e.at < %(stop)s AND e.type = ANY(%(kinds)s) "
+        f"AND {_exported_sql('j', active_from)}"
+    )
+    params = {
+        "queue": queue_id,
+        "start": start,
+        "stop": stop,
+        "active_from": active_from,
+        "kinds": list(RECORDED_EVENTS),
+    }
+    rows = _fetch(sql, params)
+    rows.sort()  # (at, id) is unique: nothing further is compared
+    data: list[dict[str, Any]] = json.loads("[" + ",".join([row[4] for row in rows]) + "]")
+    return rows, data
+
+
+def _window_recorded(
+    rows: list[tuple[Any, ...]],
+    data: list[dict[str, Any]],
+    keys: Mapping[int, str],
+    clock: _Clock,
+) -> tuple[list[dict[str, Any]], dict[int, tuple[int, str]], dict[int, int]]:
+    """The events of the window in the runner's output form, as :func:`_job_record` adds
+    them to ``recorded``, and each job's last admission ``(µs, type)`` and completion
+    (µs), the work of a job without declared work (:func:`_work`)."""
+    runs: dict[int, tuple[str, int, str | None]] = {}  # each job's run going
+    admits: dict[int, tuple[int, str]] = {}
+    done: dict[int, int] = {}
+    events: list[dict[str, Any]] = []
+    t0_us, stop_us, t0 = clock.t0_us, clock.stop_us, clock.t0
+    for (at, _, job_id, type_, _), datum in zip(rows, data, strict=True):
+        if type_ == "admitted":
+            kind = datum.get("instance_type", "")
+            runs[job_id] = (kind, int(datum.get("count", 0)), datum.get("plan") or None)
+            admits[job_id] = (at, kind)
+        elif type_ == "completed":
+            done[job_id] = at
+        if not t0_us <= at < stop_us:
+            if type_ != "admitted" and type_ != "timed_out":
+                runs.pop(job_id, None)
+            continue
+        event = _recorded_event(keys[job_id], type_, datum, runs.get(job_id))
+        if type_ != "admitted":  # every other recorded event ends the run
+            runs.pop(job_id, None)
+        if event is not None:
+            events.append({"at": at // MS - t0, **event})
+    return events, admits, done
+
+
+def _window_jobs(
+    rows: list[tuple[Any, ...]],
+    names: Mapping[int, str],
+    runs: tuple[dict[int, tuple[int, str]], dict[int, int]],
+    clock: _Clock,
+    speeds: Mapping[str, Any],
+    factor: float,
+) -> list[dict[str, Any]]:
+    """The listed jobs as the scenario's, with what the signals read: id, share,
+    submission, preferences, work (``duration``, from ``runs``: each job's last admission
+    and completion) and deadline. Every job was submitted at or after the recording's
+    start (:func:`signals_window`), so none is listed at 0 with its remaining work. Jobs
+    submitted with the same preferences share one list of them (read only)."""
+    admits, done = runs
+    t0 = clock.t0
+    parsed: dict[str, list[dict[str, Any]]] = {}
+    jobs: list[dict[str, Any]] = []
+    for job_id, share_id, submitted_us, text, declared, deadline_us, _ in rows:
+        prefs = parsed.get(text)
+        if prefs is None:
+            prefs = parsed[text] = _scenario_prefs(json.loads(text))
+        job = {
+            "id": str(job_id),
+            "share": names[share_id],
+            "submit_at": submitted_us // MS - t0,
+            "preferences": prefs,
+        }
+        work = _work(declared, admits.get(job_id), done.get(job_id), clock, speeds, factor)
+        _set_duration(job, declared, work)
+        if deadline_us is not None:
+            job["deadline"] = max(0, deadline_us // MS - t0)
+        jobs.append(job)
+    return jobs
+
+
+def _window_export(
+    queue: JobQueue, start: datetime, stop: datetime, *, now: datetime, active_from: datetime
+) -> dict[str, Any]:
+    """What the signals and the lending ledger read of ``_export(queue, start, stop,
+    now=now, active_from=active_from)``, equal to it: the scenario (its jobs with only
+    id, share, submission, preferences, ``duration`` and ``deadline``, and no job
+    actions), the recorded events, the teams and ``certified``. ``start`` is no later
+    than the submission of every job active at ``active_from``. Read lean: plain rows,
+    no per-job timeline, no job rows of the runner's output."""
+    clock = _Clock.of(start, stop, now)
+    factor = simulated.time_factor(queue)
+    shares = _current_shares(queue)
+    initial, share_actions = _share_history(queue, shares, start, stop, clock)
+    capacity, capacity_actions, all_types = _capacity_history(queue, start, stop, clock)
+    rows = _window_job_rows(queue.pk, start, stop, active_from)
+    keys = {row[0]: str(row[0]) for row in rows}
+    events, admits, done = _window_recorded(
+        *_window_event_rows(queue.pk, start, stop, active_from), keys, clock
+    )
+    speeds = dict(InstanceType.objects.values_list("name", "speed"))
+    names = {pk: name for pk, (name, _, _) in shares.items()}
+    jobs = _window_jobs(rows, names, (admits, done), clock, speeds, factor)
+    named_plans: set[str] = set()
+    for prefs in {id(job["preferences"]): job["preferences"] for job in jobs}.values():
+        all_types.update(p["instance_type"] for p in prefs if "instance_type" in p)
+        named_plans.update(p["plan"] for p in prefs if "plan" in p)
+    plans, plan_actions = _plans(queue, start, stop, named_plans, clock.rel)
+    all_types.update(p["instance_type"] for p in plans)
+    actions = sorted(capacity_actions + share_actions + plan_actions, key=lambda a: a["at"])
+    types = _instance_types(all_types | _limit_types(initial), capacity, factor)
+    exported: dict[str, Any] = {
+        "scenario": _scenario(
+            queue, start, stop, clock, types, shares, initial, plans, jobs, actions
+        ),
+        "recorded": {"events": events},
+        "teams": {name: team for name, team, _ in shares.values()},
+    }
+    certified = certified_runtimes({row[0]: row[6] for row in rows if row[6] is not None})
+    if certified:
+        exported["certified"] = certified
+    return exported
+
+
 def _plans(
     queue: JobQueue,
     start: datetime,
@@ -841,6 +1052,17 @@ class SignalsWindow:
     stop: int
 
 
+def recording_start(queue: JobQueue, start: datetime) -> datetime:
+    """Where the recording of a window starting at ``start`` begins: the submission of the
+    earliest job still active then, or ``start``."""
+    first = (
+        Job.objects.filter(queue=queue, submitted_at__lt=start)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=start))
+        .aggregate(first=Min("submitted_at"))["first"]
+    )
+    return min(start, first) if first is not None else start
+
+
 def signals_window(
     queue: JobQueue, start: datetime, stop: datetime, *, now: datetime
 ) -> SignalsWindow:
@@ -851,13 +1073,8 @@ def signals_window(
     the window, turnarounds run from the real submission and a job's earlier preemptions
     count where its whole life does. Jobs that had ended by ``start`` can change no figure
     of the window, so they are left out: the cost follows the window, not the history."""
-    first = (
-        Job.objects.filter(queue=queue, submitted_at__lt=start)
-        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=start))
-        .aggregate(first=Min("submitted_at"))["first"]
-    )
-    origin = min(start, first) if first is not None else start
-    exported = _export(queue, origin, stop, now=now, active_from=start)
+    origin = recording_start(queue, start)
+    exported = _window_export(queue, origin, stop, now=now, active_from=start)
     t0 = _ms(origin)
     lo, hi = _ms(start) - t0, _ms(stop) - t0
     recording = signals.Recording(

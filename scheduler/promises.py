@@ -51,6 +51,27 @@ def is_fraction(path: str) -> bool:
     return path in FRACTIONS or path.endswith("rate") or path.startswith("utilization.")
 
 
+SECONDS, FRACTION, COUNT, RATIO, MONEY = "seconds", "fraction", "count", "ratio", "money"
+"""What a figure counts (:func:`unit`): the pages write each its own way."""
+DURATIONS = ("wait_to_start", "turnaround", "time_to_restart", "lost_work")
+
+
+def unit(path: str) -> str:
+    """What the figure at ``path`` counts: ``seconds`` (waits, turnarounds, restarts, the
+    time to decide, and lost work in work-seconds), ``fraction`` (a rate, goodput, a
+    utilization), ``money`` (cost), ``ratio`` (preemptions per finished job) or
+    ``count`` (jobs, preemptions, decisions, policy changes)."""
+    if is_fraction(path):
+        return FRACTION
+    if path.startswith("cost."):
+        return MONEY
+    if path.split(".")[0] in DURATIONS or "time_to_decide" in path or "wait_to_start" in path:
+        return SECONDS
+    if path == "preemptions_per_finished_job":
+        return RATIO
+    return COUNT
+
+
 def pick(figures: Mapping[str, Any], path: str) -> float | None:
     """The value at ``path`` in one group's figures; None when it is null or absent."""
     value: Any = figures

@@ -122,19 +122,21 @@ def recording_end(recording: Recording) -> int:
 
 
 _NEVER = 1 << 62  # the "since" of an accumulator never flushed: every span from it is empty
-_EMPTY: frozenset[str] = frozenset()
 
 
 class _Type:
     """One instance type: its capacity, total usage, and the idle-lendable reading (the
-    idle count and the shares with a pending job that fits it), each since ``since``."""
+    idle count and the shares with a pending job that fits it), each since ``since``.
+    Sets of shares are bit masks (a bit per share, ``_Cell.bit``): the fitting shares
+    are read at every instant, and or-ing a few masks costs less than building a set."""
 
     __slots__ = (
+        "by_low",
         "cap_since",
         "capacity",
         "fitting",
         "idle",
-        "lows",
+        "limited",
         "memo",
         "name",
         "since",
@@ -147,10 +149,11 @@ class _Type:
         self.cap_since = 0
         self.total = 0
         self.idle = 0
-        self.fitting: frozenset[str] = frozenset()
+        self.fitting = 0  # the shares fitting ``idle``
         self.since = 0
-        self.lows: dict[str, int] = {}  # share -> its smallest pending count on the type
-        self.memo: dict[int, frozenset[str]] = {}  # idle count -> the fitting shares
+        self.by_low: dict[int, int] = {}  # smallest pending count -> the shares with it
+        self.limited = 0  # the shares with a limit on the type
+        self.memo: dict[int, int] = {}  # idle count -> the fitting shares
 
 
 class _Cell:
@@ -159,6 +162,7 @@ class _Cell:
     minimum (``low``, None when none is pending)."""
 
     __slots__ = (
+        "bit",
         "counts",
         "i_borrowed",
         "i_own",
@@ -172,8 +176,9 @@ class _Cell:
         "usage",
     )
 
-    def __init__(self, share: str, kind: _Type, limits: Mapping[str, Any]) -> None:
+    def __init__(self, share: str, bit: int, kind: _Type, limits: Mapping[str, Any]) -> None:
         self.share = share
+        self.bit = bit  # the share's bit in the type's masks
         self.type = kind
         self.usage = 0
         self.since = _NEVER
@@ -187,8 +192,23 @@ class _Cell:
         self.set_limits(limits)
 
     def set_limits(self, limits: Mapping[str, Any]) -> None:
-        self.limited = self.type.name in limits  # a limit of 0 counts
-        self.limit = int(limits.get(self.type.name, 0))
+        kind = self.type
+        self.limited = kind.name in limits  # a limit of 0 counts
+        self.limit = int(limits.get(kind.name, 0))
+        kind.limited = kind.limited | self.bit if self.limited else kind.limited & ~self.bit
+
+    def set_low(self, low: int | None) -> None:
+        """The smallest count of the share's pending jobs on the type is now ``low``."""
+        by_low, bit = self.type.by_low, self.bit
+        if self.low is not None:
+            left = by_low[self.low] & ~bit
+            if left:
+                by_low[self.low] = left
+            else:
+                del by_low[self.low]
+        if low is not None:
+            by_low[low] = by_low.get(low, 0) | bit
+        self.low = low
 
 
 class _Shape:
@@ -228,34 +248,15 @@ class _Job:
         self,
         raw: Mapping[str, Any],
         rows: Mapping[str, dict[str, _Cell]],
-        shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape],
+        shaped: tuple[_Shape, str | None],
     ) -> None:
         self.share: str = raw["share"]
-        row = self.row = rows[self.share]  # the share's cells by type name
+        self.row = rows[self.share]  # the share's cells by type name
         self.submit: int = int(raw["submit_at"])
         # None: no declared work, only expected run times per preference (the export
         # leaves it out so they decide); it runs until its run completes.
         self.duration: float | None = raw.get("duration")
-        common = raw.get("count")
-        # On-demand preferences only: a plan preference draws on its plan's own pool
-        # (docs/scheduling.md#capacity-plans), never on the idle capacity that
-        # idle_lendable_seconds measures.
-        key = (
-            self.share,
-            tuple(
-                [
-                    (p["instance_type"], int(p.get("count", common) if common is None else common))
-                    for p in raw["preferences"]
-                    if not p.get("plan")
-                ]
-            ),
-        )
-        shape = shapes.get(key)
-        if shape is None:
-            shape = shapes[key] = _Shape(tuple([(row[t], n) for t, n in key[1]]))
-        self.shape = shape
-        first = raw["preferences"][0] if raw["preferences"] else {}
-        self.first_plan: str | None = first.get("plan") or None
+        self.shape, self.first_plan = shaped
         self.on_plan: str | None = None
         self.first_admitted = False
         self.pending = False
@@ -267,6 +268,34 @@ class _Job:
         self.last_run_start = 0
         self.last_event = ""
         self.last_preempted_at = 0
+
+
+def _shaped(
+    raw: Mapping[str, Any],
+    row: Mapping[str, _Cell],
+    shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape],
+) -> tuple[_Shape, str | None]:
+    """A job's on-demand preferences as the shape shared by its share's jobs that have
+    the same, and the plan its first preference names."""
+    common = raw.get("count")
+    # On-demand preferences only: a plan preference draws on its plan's own pool
+    # (docs/scheduling.md#capacity-plans), never on the idle capacity that
+    # idle_lendable_seconds measures.
+    key = (
+        raw["share"],
+        tuple(
+            [
+                (p["instance_type"], int(p.get("count", common) if common is None else common))
+                for p in raw["preferences"]
+                if not p.get("plan")
+            ]
+        ),
+    )
+    shape = shapes.get(key)
+    if shape is None:
+        shape = shapes[key] = _Shape(tuple([(row[t], n) for t, n in key[1]]))
+    first = raw["preferences"][0] if raw["preferences"] else {}
+    return shape, first.get("plan") or None
 
 
 class _Collector:
@@ -382,26 +411,46 @@ class _Pass:
         # One cell per (share, type), reached from a job through its share's row.
         kinds, type_names = self.kinds, self.type_names
         rows = {
-            s: {t: _Cell(s, kinds[t], self.limits[s]) for t in type_names} for s in self.share_names
+            s: {t: _Cell(s, 1 << i, kinds[t], self.limits[s]) for t in type_names}
+            for i, s in enumerate(self.share_names)
         }
         for raw in scenario["jobs"]:  # a job of a share the scenario no longer lists
             if raw["share"] not in rows:
-                rows[raw["share"]] = {t: _Cell(raw["share"], kinds[t], {}) for t in type_names}
+                bit = 1 << len(rows)
+                rows[raw["share"]] = {t: _Cell(raw["share"], bit, kinds[t], {}) for t in type_names}
         self.rows = rows
+        self.bits = list(rows)  # the share of each bit
         self.cells = [cell for row in rows.values() for cell in row.values()]
-        shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape] = {}
-        self.jobs = {str(raw["id"]): _Job(raw, rows, shapes) for raw in scenario["jobs"]}
+        self.jobs = self._jobs(scenario["jobs"], rows)
         self.plans = _Plans(scenario.get("plans") or [], self.win)
         self.i_capacity: dict[str, float] = defaultdict(float)
         # idle lendable, per type: intervals counted once for a group, so groups are
         # flushed by the set of shares that had a fitting pending job
-        self.i_idle_sets: dict[tuple[str, frozenset[str]], float] = defaultdict(float)
+        self.i_idle_sets: dict[tuple[str, int], float] = defaultdict(float)
         self.dirty: set[_Type] = set()  # types to read again at the end of the instant
         # types whose smallest pending counts (or the shares' limits) changed since their
         # last reading: only then can the fitting shares differ at an unchanged idle count
         self.changed: set[_Type] = set()
         self.per_share: dict[str, _Collector] = {s: _Collector() for s in self.share_names}
         self.current: int | None = None  # the instant being applied
+
+    @staticmethod
+    def _jobs(
+        raws: Iterable[Mapping[str, Any]], rows: Mapping[str, dict[str, _Cell]]
+    ) -> dict[str, _Job]:
+        """The jobs by id. Jobs given the same list of preferences (the live recording
+        shares one list between the jobs submitted alike) are shaped once: the lists
+        are alive for the whole pass, so their identities stay distinct."""
+        shapes: dict[tuple[str, tuple[tuple[str, int], ...]], _Shape] = {}
+        seen: dict[tuple[str, int, Any], tuple[_Shape, str | None]] = {}
+        jobs = {}
+        for raw in raws:
+            key = (raw["share"], id(raw["preferences"]), raw.get("count"))
+            shaped = seen.get(key)
+            if shaped is None:
+                shaped = seen[key] = _shaped(raw, rows[raw["share"]], shapes)
+            jobs[str(raw["id"])] = _Job(raw, rows, shaped)
+        return jobs
 
     # ---- the walk
     def replay(self, events: Sequence[Mapping[str, Any]], changes: Sequence[Any]) -> None:
@@ -429,8 +478,8 @@ class _Pass:
     def move_to(self, at: int) -> None:
         """Enter instant ``at``, ending the one before it."""
         if at != self.current:
-            if self.current is not None:
-                self.end_instant(self.current)
+            if self.current is not None and (self.dirty or self.changed):
+                self.end_instant(self.current)  # (nothing to read again otherwise)
             self.current = at
 
     def apply_timed(self, change: tuple[int, int, int, Any]) -> None:
@@ -623,7 +672,7 @@ class _Pass:
                 counts[n] = counts.get(n, 0) + 1
                 low = cell.low
                 if low is None or n < low:
-                    cell.low = cell.type.lows[cell.share] = n
+                    cell.set_low(n)
                     changed.add(cell.type)
             else:
                 left = counts[n] - 1
@@ -632,11 +681,10 @@ class _Pass:
                     continue
                 del counts[n]
                 if not counts:
-                    cell.low = None
-                    del cell.type.lows[cell.share]
+                    cell.set_low(None)
                     changed.add(cell.type)
                 elif cell.low == n:
-                    cell.low = cell.type.lows[cell.share] = min(counts)
+                    cell.set_low(min(counts))
                     changed.add(cell.type)
 
     def end_instant(self, now: int) -> None:
@@ -668,16 +716,31 @@ class _Pass:
         dirty.clear()
         changed.clear()
 
-    def fitting(self, kind: _Type, idle: int) -> frozenset[str]:
+    def fitting(self, kind: _Type, idle: int) -> int:
         """The shares with a pending job that fits ``idle`` instances of ``kind`` and a
-        limit on it."""
-        if idle <= 0 or not kind.lows:
-            return _EMPTY
-        name = kind.name
-        rows = self.rows
-        return frozenset(
-            [s for s, low in kind.lows.items() if low <= idle and rows[s][name].limited]
-        )
+        limit on it (a mask)."""
+        if idle <= 0:
+            return 0
+        fits = 0
+        for low, shares in kind.by_low.items():
+            if low <= idle:
+                fits |= shares
+        return fits & kind.limited
+
+    def idle_sets(self) -> dict[tuple[str, frozenset[str]], float]:
+        """The idle-lendable integrals by type and set of fitting shares, in the order
+        they were first counted."""
+        bits = self.bits
+        names: dict[int, frozenset[str]] = {}
+        out: dict[tuple[str, frozenset[str]], float] = {}
+        for (type_name, mask), value in self.i_idle_sets.items():
+            shares = names.get(mask)
+            if shares is None:
+                shares = names[mask] = frozenset(
+                    [share for i, share in enumerate(bits) if mask >> i & 1]
+                )
+            out[(type_name, shares)] = value
+        return out
 
 
 class _Answer:
@@ -694,7 +757,7 @@ class _Answer:
             "own": {(c.share, c.type.name): c.i_own for c in cells},
             "borrowed": {(c.share, c.type.name): c.i_borrowed for c in cells},
             "capacity": state.i_capacity,
-            "idle_sets": state.i_idle_sets,
+            "idle_sets": state.idle_sets(),
         }
         self.audit_teams: Counter[tuple[str, str]] = Counter()
         self.audit_all: Counter[str] = Counter()

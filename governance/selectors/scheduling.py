@@ -573,6 +573,12 @@ def promise_is_fraction(path: str) -> bool:
     return promises.is_fraction(path)
 
 
+def promise_unit(path: str) -> str:
+    """What the figure at ``path`` counts (``seconds``, ``fraction``, ``count``, ``ratio``
+    or ``money``), so a page writes its value the product's way."""
+    return promises.unit(path)
+
+
 def promise_judge(
     answer: dict[str, Any],
     *,

@@ -35,6 +35,7 @@ from governance.selectors import scheduling
 from governance.services import audit, notifications
 from governance.services.errors import Errors
 from governance.services.limits import is_int
+from governance.templatetags import figures
 
 MAX_PROMISES = 20
 MAX_WINDOW_DAYS = 365
@@ -266,6 +267,7 @@ def promises_evaluate(
     results = evaluate(promises, stop=stop)
     now = timezone.now()
     evaluations = []
+    told: set[int] | None = None
     with transaction.atomic():
         # one locking read of the states before and one write of the new ones, whatever
         # the number of promises (a daily pass evaluates every promise in force)
@@ -290,7 +292,9 @@ def promises_evaluate(
             promise.state, promise.value, promise.evaluated_at = state, value, now
             promise.window_start, promise.window_stop = start, stop
             if state == PromiseState.BROKEN and previous != PromiseState.BROKEN:
-                _tell_broken(promise, value, start, stop)
+                if told is None:  # read once for the pass, however many promises break
+                    told = notifications.reviewers()
+                _tell_broken(promise, value, start, stop, told)
         Promise.objects.bulk_update(
             [promise for promise, *_ in results],
             ["state", "value", "evaluated_at", "window_start", "window_stop"],
@@ -300,24 +304,35 @@ def promises_evaluate(
     return [promise for promise, *_ in results]
 
 
+def written(promise: Promise, value: float | None) -> str:
+    """A value of the promise's figure as every page writes what it counts (a wait of
+    10940 s is "3.0 h", a goodput of 0.9 "90.0 %"); the API keeps the raw number."""
+    return figures.figure(value, scheduling.promise_unit(promise.figure))
+
+
 def describe(promise: Promise) -> str:
-    """``wait_to_start.entitled.p90 <= 3600 for share vision (30 days)``."""
+    """``wait_to_start.entitled.p90 <= 60 min for share vision over 30 days``."""
     kind, name = _subject(promise)
     subject = f"{kind} {name}"
     return (
-        f"{promise.figure} {promise.comparison} {promise.threshold:g} for {subject} "
-        f"over {promise.window_days} days"
+        f"{promise.figure} {promise.comparison} {written(promise, promise.threshold)} "
+        f"for {subject} over {promise.window_days} days"
     )
 
 
-def _tell_broken(promise: Promise, value: float | None, start: datetime, stop: datetime) -> None:
+def _tell_broken(
+    promise: Promise, value: float | None, start: datetime, stop: datetime, reviewers: set[int]
+) -> None:
     agreement = promise.agreement
     notifications.tell(
         kind=NotificationKind.PROMISE_BROKEN,
         key=f"promise.broken:{promise.pk}:{stop.isoformat()}",
-        recipients={agreement.owner_id} | notifications.reviewers(),
+        recipients={agreement.owner_id} | reviewers,
         title=f"Agreement '{agreement.title}' broke a promise: {describe(promise)}",
-        body=f"The figure was {value:g} over {start:%Y-%m-%d %H:%M} to {stop:%Y-%m-%d %H:%M} UTC.",
+        body=(
+            f"The figure was {written(promise, value)} over {start:%Y-%m-%d %H:%M} to "
+            f"{stop:%Y-%m-%d %H:%M} UTC."
+        ),
         url=reverse("web:agreement", args=[agreement.pk]),
         at=stop,
     )

@@ -11,6 +11,10 @@ so a figure reads the same wherever it is shown.
   ``inst_seconds`` the same from instance-seconds.
 - ``money`` (dollars): "$1,234.56", a small amount above zero "under $0.01".
 - ``count``: "1,234". ``percent`` (a fraction): "12.5 %". ``utc``: "2026-12-01 09:00 UTC".
+- ``ratio`` (so many per something): "0.42".
+- ``figure`` (a value and what it counts: ``seconds``, ``fraction``, ``count``, ``ratio``,
+  ``money``): the one of the above that unit takes, e.g. a promise's value and threshold
+  (``{{ value|figure:unit }}``).
 Missing values (None) read "—".
 """
 
@@ -97,8 +101,30 @@ def percent(fraction: Any) -> str:
 
 
 @register.filter
+def ratio(value: Any) -> str:
+    number = _number(value)
+    return DASH if number is None else f"{number:,.2f}"
+
+
+@register.filter
+def figure(value: Any, unit: str) -> str:
+    """``value`` written as what it counts (``unit``: seconds, fraction, count, ratio,
+    money); a unit not known here writes it as a count."""
+    return UNITS.get(unit, count)(value)
+
+
+@register.filter
 def utc(moment: Any) -> str:
     if not isinstance(moment, datetime):
         return DASH
     shown = moment.astimezone(UTC) if moment.tzinfo else moment
     return shown.strftime("%Y-%m-%d %H:%M") + " UTC"
+
+
+UNITS = {
+    "seconds": duration,
+    "fraction": percent,
+    "count": count,
+    "ratio": ratio,
+    "money": money,
+}

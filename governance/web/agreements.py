@@ -6,6 +6,7 @@ consecutive versions, its shares' usage and reclaim counts; edit and create form
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -252,9 +253,17 @@ def promise_context(
         {
             "promise": p,
             "words": promise_services.describe(p),
+            "threshold": promise_services.written(p, p.threshold),
+            "value": promise_services.written(p, p.value),
+            # the numbers as stored (and as the API gives them), for the tooltips
+            "threshold_number": f"{p.threshold:.10g}",
+            "value_number": "" if p.value is None else f"{p.value:.10g}",
             "link": agreement_selectors.promise_link(p),
             "chart": promise_chart(
-                history[p.pk], threshold=p.threshold, title=promise_services.describe(p)
+                history[p.pk],
+                threshold=p.threshold,
+                title=promise_services.describe(p),
+                written=functools.partial(promise_services.written, p),
             ),
             "evaluations": len(history[p.pk]),
         }
@@ -507,6 +516,7 @@ def attention_context(*, share_id: int | None = None, overdue: bool = True) -> d
             {
                 "promise": p,
                 "words": promise_services.describe(p),
+                "value": promise_services.written(p, p.value),
                 "link": agreement_selectors.promise_link(p),
             }
             for p in agreement_selectors.broken_promises(share_id=share_id)

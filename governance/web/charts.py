@@ -9,6 +9,7 @@ lent out (idle entitlement borrowers used), idle and not lent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -176,10 +177,17 @@ PROMISE_WIDTH, PROMISE_HEIGHT = 320, 80
 PROMISE_LEFT, PROMISE_PAD = 40, 8
 
 
-def promise_chart(evaluations: list[Any], *, threshold: float, title: str) -> SafeString:
+def promise_chart(
+    evaluations: list[Any],
+    *,
+    threshold: float,
+    title: str,
+    written: Callable[[float | None], str] = lambda value: f"{value:g}",
+) -> SafeString:
     """A promise's evaluations, oldest first, as a small SVG: the value of each (a dot
     coloured by its state, a hollow one at the threshold when there was no data) joined
-    by a line, and the threshold dashed across."""
+    by a line, and the threshold dashed across; values and the threshold are ``written``
+    as what the figure counts (a duration, a percentage)."""
     if not evaluations:
         return mark_safe("")
     values = [e.value for e in evaluations if e.value is not None]
@@ -201,7 +209,7 @@ def promise_chart(evaluations: list[Any], *, threshold: float, title: str) -> Sa
         f'<line class="threshold" x1="{PROMISE_LEFT}" y1="{y(threshold):.1f}" '
         f'x2="{PROMISE_WIDTH - PROMISE_PAD}" y2="{y(threshold):.1f}"/>',
         f'<text class="tick" x="{PROMISE_LEFT - 4}" y="{y(threshold) + 3:.1f}" '
-        f'text-anchor="end">{threshold:g}</text>',
+        f'text-anchor="end">{escape(written(threshold))}</text>',
     ]
     line = [
         f"{x(i):.1f},{y(e.value):.1f}" for i, e in enumerate(evaluations) if e.value is not None
@@ -210,7 +218,7 @@ def promise_chart(evaluations: list[Any], *, threshold: float, title: str) -> Sa
         parts.append(f'<polyline class="line" points="{" ".join(line)}"/>')
     for i, e in enumerate(evaluations):
         at = y(e.value if e.value is not None else threshold)
-        shown = "no data" if e.value is None else f"{e.value:g}"
+        shown = "no data" if e.value is None else written(e.value)
         parts.append(
             f'<circle class="{escape(e.state)}" cx="{x(i):.1f}" cy="{at:.1f}" r="3">'
             f"<title>{e.window_stop:%Y-%m-%d %H:%M} UTC: {shown} ({escape(e.state)})</title>"

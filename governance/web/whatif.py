@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from governance.models import Agreement, JobQueue, Policy, Share, WhatIf, WhatIfState
 from governance.selectors import capacity as capacity_selectors
+from governance.selectors import scheduling
 from governance.selectors.windows import parse_window
 from governance.services import whatif as whatif_services
 from governance.services.errors import ServiceError
@@ -359,8 +360,14 @@ def _proposal_words(proposal: dict[str, Any]) -> list[tuple[str, str]]:
 STATE_WORDS = {"kept": "kept", "broken": "broken", "no_data": "without data"}
 
 
+def _written(promise: dict[str, Any], value: Any) -> str:
+    """A value of the promise's figure as the pages write what it counts."""
+    return figures.figure(value, scheduling.promise_unit(promise["figure"]))
+
+
 def _promise_text(promise: dict[str, Any]) -> str:
-    return f"“{promise['figure']} {promise['comparison']} {float(promise['threshold']):g}”"
+    threshold = _written(promise, float(promise["threshold"]))
+    return f"“{promise['figure']} {promise['comparison']} {threshold}”"
 
 
 def _team_sentences(result: dict[str, Any]) -> list[str]:
@@ -399,6 +406,9 @@ def _promise_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 **p,
                 "text": _promise_text(p),
+                "threshold_text": _written(p, float(p["threshold"])),
+                "baseline_text": _written(p, p["baseline"]["value"]),
+                "proposed_text": _written(p, p["proposed"]["value"]),
                 "subject": f"{p['group_by']} {p['name']}",
                 "changed": p["baseline"]["state"] != p["proposed"]["state"],
             }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -9,10 +10,17 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from governance.models import Agreement, AgreementVersion
+from governance.models import (
+    Agreement,
+    AgreementVersion,
+    JobEvent,
+    JobState,
+    Notification,
+    NotificationKind,
+)
 from governance.services import agreements as agreement_services
 from governance.services import promises as promise_services
-from tests.factories import make_world
+from tests.factories import make_job, make_world
 
 pytestmark = pytest.mark.django_db
 
@@ -69,7 +77,8 @@ def test_a_promise_is_added_from_a_list_of_figures(world: Any) -> None:
         30,
     )
     detail = client.get(f"/agreements/{world.agreement.pk}/").content.decode()
-    assert "wait_to_start.entitled.p90</code> &lt;= 3600" in detail
+    # the threshold is written as what the figure counts (seconds), the number in its title
+    assert 'wait_to_start.entitled.p90</code> &lt;= <span title="3600">60 min</span>' in detail
     assert "not evaluated yet" in detail
 
 
@@ -210,3 +219,75 @@ def test_broken_promises_and_overdue_reviews_show_where_people_look(world: Any) 
     assert "<ins>jobs_finished.total &gt;= 1 for team red over 7 days</ins>" in (
         page.content.decode()
     )
+
+
+def test_a_promise_is_written_as_what_its_figure_counts(world: Any) -> None:
+    """docs/agreements.md#promises: a wait reads as a duration and a goodput as a
+    percentage on the agreement page, its chart and the notification; the API keeps the
+    number."""
+    now = timezone.now()
+    job = make_job(
+        world.red_share,
+        world.red_lead,
+        name="waited",
+        submitted_at=now - timedelta(hours=4),
+        duration=1800,
+        state=JobState.SUCCEEDED,
+        finished_at=now - timedelta(minutes=30),
+    )
+    admitted = {"instance_type": "ml.g5.xlarge", "count": 1, "preference": 0, "borrowed": 0}
+    JobEvent.objects.create(job=job, at=now - timedelta(hours=1), type="admitted", data=admitted)
+    JobEvent.objects.create(job=job, at=now - timedelta(minutes=30), type="completed", data={})
+    promise = {"share": world.red_share.pk, "window_days": 7}
+    agreement_services.agreement_update(
+        actor=world.admin,
+        agreement=world.agreement,
+        version=1,
+        promises=[
+            {
+                **promise,
+                "figure": "wait_to_start.entitled.p90",
+                "comparison": "<=",
+                "threshold": 3600,
+            },
+            {**promise, "figure": "goodput", "comparison": ">=", "threshold": 0.9},
+        ],
+    )
+    response = client_for(world.reviewer).post(f"/agreements/{world.agreement.pk}/evaluate/")
+    assert response.status_code == 302
+    wait, goodput = world.agreement.promises.order_by("id")
+    assert (wait.state, wait.value) == ("broken", 10800.0)  # 3 h waited, 1 h promised
+    assert (goodput.state, goodput.value) == ("kept", 1.0)
+
+    page = client_for(world.red_member).get(f"/agreements/{world.agreement.pk}/").content.decode()
+    assert '&lt;= <span title="3600">60 min</span>' in page
+    assert '<span class="promise-value" title="10800">3.0 h</span>' in page
+    assert '&gt;= <span title="0.9">90.0 %</span>' in page
+    assert '<span class="promise-value" title="1">100.0 %</span>' in page
+    assert "10800" not in page.replace('title="10800"', "")  # never the raw seconds
+    # the chart: the threshold's tick and each dot's value
+    assert 'text-anchor="end">60 min</text>' in page
+    assert "UTC: 3.0 h (broken)</title>" in page
+    # the overview's broken promises, and the notification the owner got
+    overview = client_for(world.red_member).get("/").content.decode()
+    assert "wait_to_start.entitled.p90 &lt;= 60 min for share" in overview
+    assert re.search(r"; was (<a [^>]*>)?3\.0 h", overview)
+    told = Notification.objects.get(recipient=world.red_lead, kind=NotificationKind.PROMISE_BROKEN)
+    assert "wait_to_start.entitled.p90 <= 60 min for share" in told.title
+    assert told.body.startswith("The figure was 3.0 h over ")
+    # the API keeps the raw numbers
+    answer = client_for(world.red_member).get(f"/api/agreements/{world.agreement.pk}/").json()
+    assert [p["value"] for p in answer["promises"]] == [10800.0, 1.0]
+
+
+def test_each_figure_says_what_it_counts() -> None:
+    from governance.selectors import scheduling
+
+    units = {path: scheduling.promise_unit(path) for path in scheduling.promise_figures()}
+    assert {units[p] for p in ("wait_to_start.entitled.p90", "turnaround.all.p50")} == {"seconds"}
+    assert units["time_to_restart.p90"] == units["lost_work"] == "seconds"
+    assert {units[p] for p in ("goodput", "fallback_rate", "deadlines.rate")} == {"fraction"}
+    assert units["cost.total.own"] == "money"
+    assert units["preemptions_per_finished_job"] == "ratio"
+    assert {units[p] for p in ("jobs_finished.total", "policy_changes.share_edits")} == {"count"}
+    assert units["preemptions_suffered.reclaim"] == units["deadlines.met"] == "count"
