@@ -409,7 +409,7 @@ def start_server(worker_class: str) -> tuple[subprocess.Popen[bytes], int]:
     env = {**os.environ, "DEBUG": "false", "DB_CONN_MAX_AGE": "60"}
     env.pop("CELERY_TASK_ALWAYS_EAGER", None)
     server = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a busy machine starts workers slowly
     while time.monotonic() < deadline:
         if server.poll() is not None:
             sys.exit(f"gunicorn exited with {server.returncode}")
@@ -423,7 +423,7 @@ def start_server(worker_class: str) -> tuple[subprocess.Popen[bytes], int]:
         except OSError:
             time.sleep(0.2)
     stop_server(server)
-    sys.exit("gunicorn did not answer within 30 s")
+    sys.exit("gunicorn did not answer within 120 s")
 
 
 def stop_server(server: subprocess.Popen[bytes]) -> None:
