@@ -3,13 +3,15 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything \\
     BENCH_REDIS_URL=redis://127.0.0.1:6379/13 .venv/bin/python bench/web.py [--quick] [--reuse]
 
-Data. Everything runs in a throwaway database ``bench_web`` on the ``DATABASE_URL`` server
-(dropped and re-created each run; the test and dev databases are never touched). The
-demo world (queues, shares, teams, users, bands, agreements, exceptions) is loaded
-through the services with the scheduler run eagerly, then 50,000 jobs and 500,000 audit
-entries (``--quick``: 5,000 and 50,000) are bulk-created, spread over the demo's shares,
-states, event types, actors and three months. ``--reuse`` keeps the ``bench_web`` of a
-previous run (only migrating it) to measure again without reloading.
+Data. Everything runs in a throwaway database ``bench_web`` (``BENCH_WEB_DB`` names
+another) on the ``DATABASE_URL`` server (dropped and re-created each run; the test and
+dev databases are never touched). The demo world (queues, shares, teams, users, bands,
+agreements, exceptions) is loaded through the services with the scheduler run eagerly,
+then 50,000 jobs and 500,000 audit entries (``--quick``: 5,000 and 50,000) are
+bulk-created, spread over the demo's shares, states, event types, actors and three
+months (written without the audit triggers: the bench's entries are not sealed into
+the hash chains, which no page reads). ``--reuse`` keeps the ``bench_web`` of a previous
+run (only migrating it) to measure again without reloading.
 
 Server. The pages are served as in production: gunicorn on 127.0.0.1 (a free port) with
 ``2 x CPUs + 1`` sync workers (``--worker-class gthread`` for 4 threads each), DEBUG off,
@@ -29,7 +31,20 @@ free worker. With more clients than CPUs it includes waiting for a CPU, as any s
 does. "client" is the wall time the client saw (connect, send, wait for a worker,
 server time, read the body): context only, it grows with the queue in front of the
 workers. "solo" is the server p50 of a first pass with one client alone (uncontended).
-Targets (on the server p95 under 20 clients): pages <= 100 ms, partials <= 30 ms.
+Targets (issue 34; on the server p95 under 20 clients): every page <= 50 ms, every
+partial <= 20 ms, and at least 150 requests/s over the whole run.
+
+Pages. Every page a signed-in user reads (governance/web/urls.py), on the busiest
+objects: the overview (usage, decision feed, open decisions, agreements needing
+attention), queues and a queue, a share, its edit form and its lending ledger, jobs and a
+job on borrowed capacity (its exposure and entitled start), priorities, exceptions and an
+exception, agreements and one with promises, the audit trail, teams and a team,
+a workload (its certifications and runs), an open decision, signals, plans, change
+requests, notifications; and the live partials. Forms that only write, the admins' pages
+and what-if runs (which need a replay first) are left out. Besides the demo, the data
+set holds a decision on one failed job in ten, ten more certifications of every
+workload and a daily evaluation of every promise for three months, and 60% of the jobs
+are runs of one of their team's workloads.
 """
 
 from __future__ import annotations
@@ -48,13 +63,16 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH_DB = "bench_web"
+# BENCH_WEB_DB: another name, for two checkouts measuring on one server at once.
+BENCH_DB = os.environ.get("BENCH_WEB_DB", "bench_web")
 CLIENTS = 20
-PAGE_TARGET_MS = 100.0
-PARTIAL_TARGET_MS = 30.0
+PAGE_TARGET_MS = 50.0
+PARTIAL_TARGET_MS = 20.0
+RATE_TARGET = 150.0  # requests/s under the 20 clients
 TIMING = re.compile(r"\bapp;dur=([0-9.]+)")
 
 
@@ -99,7 +117,8 @@ def load(jobs_total: int, audit_total: int) -> None:
     from django.utils import timezone
 
     from governance import demo
-    from governance.models import AuditEntry, AuditEvent, Job, JobState, Share
+    from governance.models import AuditEntry, AuditEvent, Job, JobState, Share, Workload
+    from governance.models.audit import chain_of_queue
 
     started = time.perf_counter()
     demo.load()
@@ -109,6 +128,9 @@ def load(jobs_total: int, audit_total: int) -> None:
     shares = list(Share.objects.select_related("team", "queue"))
     users = list(get_user_model().objects.all())
     finished = [JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.CANCELLED]
+    workloads: dict[int, list[int]] = {}
+    for workload_id, team_id in Workload.objects.values_list("id", "team_id"):
+        workloads.setdefault(team_id, []).append(workload_id)
 
     started = time.perf_counter()
     batch: list[Job] = []
@@ -133,6 +155,12 @@ def load(jobs_total: int, audit_total: int) -> None:
                 state=JobState.PENDING if pending else rng.choice(finished),
                 submitted_at=submitted,
                 finished_at=None if pending else submitted + timedelta(hours=1),
+                # Most runs are of one of the team's workloads (docs/workloads.md).
+                workload_id=(
+                    rng.choice(workloads[share.team_id])
+                    if workloads.get(share.team_id) and rng.random() < 0.6
+                    else None
+                ),
             )
         )
         if len(batch) == 5000:
@@ -143,6 +171,13 @@ def load(jobs_total: int, audit_total: int) -> None:
     say(f"{jobs_total:,} jobs in {time.perf_counter() - started:.1f} s")
 
     started = time.perf_counter()
+    # The bulk entries skip the audit triggers (their hash chains, sealed row by row at
+    # commit: an hour for 500,000 rows on a busy machine): no page reads the chain, and
+    # this database is thrown away. Each entry is put on its queue's chain all the same.
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
     share_by_id = {s.pk: s for s in shares}
     events = [e.value for e in AuditEvent]
     entries: list[AuditEntry] = []
@@ -162,6 +197,7 @@ def load(jobs_total: int, audit_total: int) -> None:
                 share_id=share_id,
                 job_id=job_id if job_event else None,
                 queue_id=share.queue_id,
+                chain=chain_of_queue(share.queue_id),
                 before={"priority": rng.randint(0, 99)} if rng.random() < 0.5 else None,
                 after={
                     "priority": rng.randint(0, 99),
@@ -178,24 +214,137 @@ def load(jobs_total: int, audit_total: int) -> None:
             AuditEntry.objects.bulk_create(entries)
             entries = []
     AuditEntry.objects.bulk_create(entries)
-    from django.db import connection
-
+    with connection.cursor() as cursor:
+        cursor.execute("RESET session_replication_role")
+    _load_governance(rng, now, users)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     say(f"{audit_total:,} audit entries in {time.perf_counter() - started:.1f} s")
 
 
+def _load_governance(rng: random.Random, now: Any, users: list[Any]) -> None:
+    """What the pages of workloads, decisions and agreements list, at a busy site's size:
+    a decision on 1 failed job in 10 (one in ten of those still open), ten more
+    certifications of every workload (in all states), and a daily evaluation of every
+    promise over the three months."""
+    from decimal import Decimal
+
+    from governance.models import (
+        Certification,
+        CertificationState,
+        Decision,
+        DecisionState,
+        InstanceType,
+        Job,
+        JobState,
+        Promise,
+        PromiseEvaluation,
+        PromiseState,
+        Workload,
+    )
+
+    started = time.perf_counter()
+    failed = Job.objects.filter(
+        state=JobState.FAILED, decision__isnull=True, name__startswith="bulk-"
+    ).values_list("id", "share__team_id", "finished_at")
+    decisions = []
+    closed = [DecisionState.RESUBMITTED, DecisionState.RECLASSIFIED, DecisionState.CLOSED]
+    for job_id, team_id, finished_at in failed:
+        if finished_at is None or rng.random() >= 0.1:
+            continue
+        open_ = rng.random() < 0.1
+        decisions.append(
+            Decision(
+                job_id=job_id,
+                team_id=team_id,
+                state=DecisionState.OPEN if open_ else rng.choice(closed),
+                opened_at=finished_at,
+                due_at=finished_at + timedelta(days=3),
+                decided_at=None if open_ else finished_at + timedelta(hours=5),
+                decided_by=None if open_ else rng.choice(users),
+                note="" if open_ else "bulk",
+            )
+        )
+    Decision.objects.bulk_create(decisions, batch_size=2000)
+
+    types = list(InstanceType.objects.all())
+    certs = []
+    for workload in Workload.objects.all():
+        for i in range(10):
+            state = rng.choice(list(CertificationState))
+            decided = state != CertificationState.PROPOSED
+            certs.append(
+                Certification(
+                    workload=workload,
+                    instance_type=rng.choice(types),
+                    count=rng.randint(1, 4),
+                    runtime=rng.randint(600, 7200),
+                    converged=True,
+                    utilization=Decimal("85.00"),
+                    failure_rate=Decimal("1.50"),
+                    output_valid=True,
+                    notes=f"bulk {i}",
+                    state=state,
+                    proposed_by=rng.choice(users),
+                    proposed_at=now - timedelta(days=rng.randint(5, 80)),
+                    decided_by=rng.choice(users) if decided else None,
+                    decided_at=now - timedelta(days=rng.randint(1, 4)) if decided else None,
+                    expires_at=now + timedelta(days=90) if decided else None,
+                )
+            )
+    Certification.objects.bulk_create(certs)
+
+    evaluations = []
+    for promise in Promise.objects.all():
+        for day in range(90, 0, -1):
+            stop = now - timedelta(days=day)
+            evaluations.append(
+                PromiseEvaluation(
+                    promise=promise,
+                    window_start=stop - timedelta(days=promise.window_days),
+                    window_stop=stop,
+                    value=promise.threshold * rng.uniform(0.8, 1.2),
+                    state=rng.choice([PromiseState.KEPT, PromiseState.BROKEN]),
+                    evaluated_at=stop,
+                )
+            )
+    PromiseEvaluation.objects.bulk_create(evaluations)
+    say(
+        f"{len(decisions):,} decisions, {len(certs):,} certifications, "
+        f"{len(evaluations):,} promise evaluations in {time.perf_counter() - started:.1f} s"
+    )
+
+
 def urls() -> list[tuple[str, str, str]]:
     """(kind, label, url) of every page and live partial, on the busiest objects."""
-    from governance.models import Job, JobQueue, JobState, PriorityException, Share
+    from governance.models import (
+        Agreement,
+        Decision,
+        DecisionState,
+        Job,
+        JobQueue,
+        JobState,
+        PriorityException,
+        Share,
+        Workload,
+    )
 
     fleet = JobQueue.objects.get(name="gpu-fleet")
     share = Share.objects.get(name="vision-training")
-    running = Job.objects.filter(state=JobState.RUNNING).order_by("id").first()
-    job = running or Job.objects.order_by("id").first()
+    running = Job.objects.filter(state=JobState.RUNNING).order_by("id")
+    # A run on borrowed capacity: its page shows its exposure and its entitled start.
+    job = running.filter(borrowed__gt=0).first() or running.first()
+    job = job or Job.objects.order_by("id").first()
     assert job is not None
     exc = PriorityException.objects.order_by("id").first()
     assert exc is not None
+    # The busiest of each: the workload with most runs, an open decision of its team,
+    # the agreement with promises.
+    workload = Workload.objects.filter(team=share.team, name__endswith="/finetune").get()
+    decision = Decision.objects.filter(state=DecisionState.OPEN, team=share.team).first()
+    assert decision is not None
+    agreement = Agreement.objects.filter(promises__isnull=False).order_by("id").first()
+    assert agreement is not None
     return [
         ("page", "overview", "/"),
         ("page", "queues", "/queues/"),
@@ -211,6 +360,16 @@ def urls() -> list[tuple[str, str, str]]:
         ("page", "agreements", "/agreements/"),
         ("page", "audit", "/audit/"),
         ("page", "audit (filtered)", f"/audit/?event_type=share.updated&share={share.pk}"),
+        ("page", "agreement", f"/agreements/{agreement.pk}/"),
+        ("page", "teams", "/teams/"),
+        ("page", "team", f"/teams/{share.team_id}/"),
+        ("page", "workload", f"/workloads/{workload.pk}/"),
+        ("page", "decision", f"/decisions/{decision.pk}/"),
+        ("page", "signals", f"/signals/?queue={fleet.pk}"),
+        ("page", "share ledger", f"/shares/{share.pk}/ledger/"),
+        ("page", "plans", "/plans/"),
+        ("page", "change requests", "/change-requests/"),
+        ("page", "notifications", "/notifications/"),
         ("partial", "overview usage", "/partials/usage/"),
         ("partial", "overview feed", "/partials/feed/"),
         ("partial", "queue usage", f"/queues/{fleet.pk}/partials/usage/"),
@@ -247,10 +406,16 @@ def start_server(worker_class: str) -> tuple[subprocess.Popen[bytes], int]:
     ]
     if worker_class == "gthread":
         command.append("--threads=4")
-    env = {**os.environ, "DEBUG": "false", "DB_CONN_MAX_AGE": "60"}
+    # The 20 clients sign in at once from one address: above the sign-in throttle.
+    env = {
+        **os.environ,
+        "DEBUG": "false",
+        "DB_CONN_MAX_AGE": "60",
+        "THROTTLE_SIGN_IN_RATE": "1000/min",
+    }
     env.pop("CELERY_TASK_ALWAYS_EAGER", None)
     server = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a busy machine starts workers slowly
     while time.monotonic() < deadline:
         if server.poll() is not None:
             sys.exit(f"gunicorn exited with {server.returncode}")
@@ -264,7 +429,7 @@ def start_server(worker_class: str) -> tuple[subprocess.Popen[bytes], int]:
         except OSError:
             time.sleep(0.2)
     stop_server(server)
-    sys.exit("gunicorn did not answer within 30 s")
+    sys.exit("gunicorn did not answer within 120 s")
 
 
 def stop_server(server: subprocess.Popen[bytes]) -> None:
@@ -468,8 +633,13 @@ def main() -> None:
     )
     ok = report(targets, server, client, solo)
     total = sum(len(v) for v in server.values())
-    print(f"\n{total} requests in {wall:.1f} s ({total / wall:.0f} req/s under load)")
-    print("all targets met" if ok else "some targets NOT met")
+    rate = total / wall
+    rate_ok = rate >= RATE_TARGET
+    print(
+        f"\n{total} requests in {wall:.1f} s: {rate:.0f} req/s under load "
+        f"(target >= {RATE_TARGET:.0f}: {'ok' if rate_ok else 'missed'})"
+    )
+    print("all targets met" if ok and rate_ok else "some targets NOT met")
 
 
 if __name__ == "__main__":

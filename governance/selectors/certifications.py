@@ -56,7 +56,9 @@ def completed_runs(workload_id: int) -> list[Run]:
     finished = dict(
         Job.objects.filter(
             workload_id=workload_id, state=JobState.SUCCEEDED, finished_at__isnull=False
-        ).values_list("pk", "finished_at")
+        )
+        .order_by()  # a dict: the default ordering would only sort every run first
+        .values_list("pk", "finished_at")
     )
     last: dict[int, tuple[datetime, dict[str, Any]]] = {}
     for job_id, at, data in (

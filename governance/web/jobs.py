@@ -91,8 +91,9 @@ def _may_submit_any(request: HttpRequest) -> bool:
     return roles.is_admin(request.user) or bool(roles.member_team_ids(request.user))
 
 
-def _job_or_404(job_id: int) -> Job:
-    job = job_selectors.job_with_events(job_id)
+def _job_or_404(job_id: int, *, page: bool = False) -> Job:
+    """The job (``page``: with what only the full page shows, see ``job_with_events``)."""
+    job = job_selectors.job_with_events(job_id, with_decisions=page)
     if job is None:
         raise Http404("No such job.")
     return job
@@ -177,7 +178,7 @@ def job_output(request: HttpRequest, job_id: int) -> HttpResponse:
 
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    return _detail(request, _job_or_404(job_id))
+    return _detail(request, _job_or_404(job_id, page=True))
 
 
 @login_required

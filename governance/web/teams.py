@@ -21,7 +21,8 @@ from governance.web.presenters import teams as team_view
 
 
 def _team_block(team: Team, usage: list[Any], window: str | None) -> dict[str, Any]:
-    pending, pending_total = team_view.pending_jobs(team)
+    fingerprints = team_view.queue_fingerprints()
+    pending, pending_total = team_view.pending_jobs(team, fingerprints)
     history = insight.usage_history(
         queue_id=None, window_key=window, share_ids=team_view.team_share_ids(team)
     )
@@ -30,7 +31,7 @@ def _team_block(team: Team, usage: list[Any], window: str | None) -> dict[str, A
         "share_rows": team_view.share_rows(team, usage),
         "pending": pending,
         "pending_total": pending_total,
-        "borrowed_running": team_view.borrowed_running(team),
+        "borrowed_running": team_view.borrowed_running(team, fingerprints),
         "exceptions": team_view.team_exceptions(team),
         "change_requests": team_view.team_change_requests(team),
         "workloads": workload_selectors.of_team(team.pk),

@@ -194,3 +194,23 @@ def test_job_list_count_is_capped(world, monkeypatch):
     monkeypatch.setattr(job_pages, "COUNT_CAP", 1000)
     body = client_for(world.admin).get("/jobs/").content.decode()
     assert "of more than" not in body
+
+
+def test_job_page_joins_its_decisions_into_the_job_read(world):
+    """The job page's decision and "resubmitted from" lines come with the job (one
+    query, joined), not one query each."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    borrowing_then_reclaim(world)
+    victim = Job.objects.get(name="bg-med")
+    client = client_for(world.lead_vision)
+    client.get(f"/jobs/{victim.pk}/")  # fills the caches
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(f"/jobs/{victim.pk}/").status_code == 200
+    own = [
+        q["sql"]
+        for q in ctx.captured_queries
+        if q["sql"].startswith('SELECT "governance_decision"')
+    ]
+    assert own == []

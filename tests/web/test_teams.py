@@ -83,3 +83,31 @@ def test_other_team_page_and_no_team(world: Any) -> None:
     loner = Client()
     loner.force_login(make_member(TeamFactory(name="solo"), "solo_member"))
     assert "This team has no share yet." in loner.get("/teams/").content.decode()
+
+
+def _team_page_queries(client: Client, team_id: int) -> list[str]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(f"/teams/{team_id}/").status_code == 200
+    return [q["sql"] for q in ctx.captured_queries]
+
+
+def test_team_page_reads_each_queue_state_once_and_does_not_grow(world: Any) -> None:
+    """The team page's reasons, forecasts, entitled starts and exposure are cached under
+    their queue's state digest: one digest query per queue (and one of every queue for
+    the usage), not one per reading; and no query per pending or running job."""
+    client = Client()
+    client.force_login(world.lead)
+    _team_page_queries(client, world.red.pk)  # fills the caches
+    small = _team_page_queries(client, world.red.pk)
+    digests = [sql for sql in small if "md5(concat_ws" in sql]
+    assert len(digests) == 2  # every queue (usage), then the team's one queue
+    share = world.waiting.share
+    for i in range(6):
+        make_job(share, world.lead, name=f"more-{i}", priority=i, duration=50)
+    _team_page_queries(client, world.red.pk)
+    large = _team_page_queries(client, world.red.pk)
+    assert len(large) == len(small)
+    assert len(small) <= 22

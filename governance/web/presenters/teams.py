@@ -98,9 +98,26 @@ def share_rows(team: Team, usage: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def pending_jobs(team: Team) -> tuple[list[dict[str, Any]], int]:
+def queue_fingerprints() -> dict[int, str]:
+    """Queue id -> its ``state_cache.queue_state_fingerprint``, read once on first use: a
+    page hands one to every cached reading of that queue (reasons, forecasts, exposure),
+    which would otherwise each read it again."""
+
+    class Fingerprints(dict[int, str]):
+        def __missing__(self, queue_id: int) -> str:
+            self[queue_id] = state_cache.queue_state_fingerprint(queue_id)
+            return self[queue_id]
+
+    return Fingerprints()
+
+
+def pending_jobs(
+    team: Team, fingerprints: dict[int, str] | None = None
+) -> tuple[list[dict[str, Any]], int]:
     """The team's first ``PENDING_SHOWN`` pending jobs in the cycle's order (priority,
-    then submission, then id) with their reasons and forecast, and how many wait."""
+    then submission, then id) with their reasons and forecast, and how many wait.
+    ``fingerprints``: ``queue_fingerprints()`` shared with the page's other reads."""
+    fingerprints = queue_fingerprints() if fingerprints is None else fingerprints
     jobs_qs = Job.objects.filter(share__team=team, state=JobState.PENDING)
     total = jobs_qs.count()
     jobs = list(
@@ -115,11 +132,12 @@ def pending_jobs(team: Team) -> tuple[list[dict[str, Any]], int]:
     forecasts: dict[int, dict[str, Any]] = {}
     entitled: dict[int, dict[str, Any]] = {}
     for queue_id, ids in by_queue.items():
-        reasons.update(scheduling.explain_jobs(queue_id, ids))
-        found, basis = scheduling.forecast_jobs(queue_id, ids)
+        fingerprint = fingerprints[queue_id]
+        reasons.update(scheduling.explain_jobs(queue_id, ids, fingerprint=fingerprint))
+        found, basis = scheduling.forecast_jobs(queue_id, ids, fingerprint=fingerprint)
         for pk, forecast in found.items():
             forecasts[pk] = {**forecast, "basis": basis}
-        found, basis = scheduling.entitled_forecast_jobs(queue_id, ids)
+        found, basis = scheduling.entitled_forecast_jobs(queue_id, ids, fingerprint=fingerprint)
         for pk, forecast in found.items():
             entitled[pk] = {**forecast, "basis": basis, "words": borrowed.entitled_words(forecast)}
     rows = [
@@ -134,10 +152,13 @@ def pending_jobs(team: Team) -> tuple[list[dict[str, Any]], int]:
     return rows, total
 
 
-def borrowed_running(team: Team) -> list[dict[str, Any]]:
+def borrowed_running(
+    team: Team, fingerprints: dict[int, str] | None = None
+) -> list[dict[str, Any]]:
     """The team's running jobs on borrowed capacity (their share borrows on their type),
     each with its exposure (``selectors.borrowed``), among its first ``PENDING_SHOWN``
     running jobs, the longest running first."""
+    fingerprints = queue_fingerprints() if fingerprints is None else fingerprints
     jobs = list(
         Job.objects.filter(share__team=team, state=JobState.RUNNING)
         .select_related("share", "queue", "instance_type")
@@ -148,7 +169,7 @@ def borrowed_running(team: Team) -> list[dict[str, Any]]:
         by_queue[job.queue_id].append(job.pk)
     exposure: dict[int, dict[str, Any]] = {}
     for queue_id, ids in by_queue.items():
-        exposure.update(scheduling.exposure_jobs(queue_id, ids))
+        exposure.update(scheduling.exposure_jobs(queue_id, ids, fingerprint=fingerprints[queue_id]))
     return [
         {
             "job": job,
