@@ -291,12 +291,18 @@ class _Cycle:
             if count <= room:
                 found.append(cls)  # whatever its first job after the position
             elif prios:
-                # the first job after the position: bisected only here, where its
-                # priority counts (an emptiness test needs only the last key)
-                at = 0 if after is None else bisect_right(keys, after)
-                below = bisect_left(prios, cls.jobs[at].priority)
-                if below and count <= room + sum(pool.counts[share][:below]):
-                    found.append(cls)
+                # the test is monotone in the priority: when the class's first job (its
+                # highest) fails it, so does every job after the position, which is then
+                # not looked for (at a deep backlog most classes fail here)
+                held = pool.counts[share]
+                below = bisect_left(prios, cls.jobs[0].priority)
+                if not below or count > room + sum(held[:below]):
+                    continue
+                if after is not None:
+                    below = bisect_left(prios, cls.jobs[bisect_right(keys, after)].priority)
+                    if not below or count > room + sum(held[:below]):
+                        continue
+                found.append(cls)
             else:
                 break  # no victims of its own: counts ascend, no later class fits either
         if not found and after is None:
