@@ -198,7 +198,8 @@ class _Cycle:
         self.unresolved: set[Pair] = set()
         """Pairs of jobs that could run but were not admitted: the next cycle looks again."""
         self.walked: dict[int, JobClass] = {}
-        self.heap: list[tuple[Key, int, JobClass]] = []
+        self.heap: list[tuple[Key, int, JobClass, int]] = []
+        """(key, seq, class, where the key was in the class when queued)."""
         self.token = object()
         """Marks the classes queued in the current group (``JobClass.mark``)."""
         self.position: Key | None = None
@@ -284,18 +285,24 @@ class _Cycle:
         found = []
         for cls in classes:
             count = cls.count
-            if after is None:
-                at = 0
-            else:
-                at = bisect_right(cls.keys, after)
-                if at >= len(cls.keys):
-                    continue  # nothing after the position: queueing it would do nothing
+            keys = cls.keys
+            if after is not None and (not keys or keys[-1] <= after):
+                continue  # nothing after the position: queueing it would do nothing
             if count <= room:
-                found.append(cls)
+                found.append(cls)  # whatever its first job after the position
             elif prios:
-                below = bisect_left(prios, cls.jobs[at].priority)
-                if below and count <= room + sum(pool.counts[share][:below]):
-                    found.append(cls)
+                # the test is monotone in the priority: when the class's first job (its
+                # highest) fails it, so does every job after the position, which is then
+                # not looked for (at a deep backlog most classes fail here)
+                held = pool.counts[share]
+                below = bisect_left(prios, cls.jobs[0].priority)
+                if not below or count > room + sum(held[:below]):
+                    continue
+                if after is not None:
+                    below = bisect_left(prios, cls.jobs[bisect_right(keys, after)].priority)
+                    if not below or count > room + sum(held[:below]):
+                        continue
+                found.append(cls)
             else:
                 break  # no victims of its own: counts ascend, no later class fits either
         if not found and after is None:
@@ -317,7 +324,7 @@ class _Cycle:
             first = cls.jobs[0].priority
             if checked or not index.covered((cls.pool, cls.share), cls.count, first, cls.own_only):
                 self.seq += 1
-                heap.append((cls.keys[0], self.seq, cls))
+                heap.append((cls.keys[0], self.seq, cls, 0))
                 cls.mark = token
         heapq.heapify(heap)
 
@@ -372,7 +379,7 @@ class _Cycle:
             return  # already queued at its first job after the position
         if index < len(cls.keys):
             self.seq += 1
-            heapq.heappush(self.heap, (cls.keys[index], self.seq, cls))
+            heapq.heappush(self.heap, (cls.keys[index], self.seq, cls, index))
             cls.mark = self.token
 
     def _walk(self, group: int) -> None:
@@ -387,16 +394,23 @@ class _Cycle:
         deferred = self.borrows if group == 0 else {}
         pop = heapq.heappop
         while heap:
-            key, _, cls = pop(heap)
+            key, _, cls, at = pop(heap)
             cls.mark = None
             jobs = cls.jobs
-            at = bisect_left(cls.keys, key)
+            keys = cls.keys
             end = len(jobs)
+            # keys are unique, so the key found where it was queued is where it is now
+            # (or one before, its class's job just admitted): no bisection then
+            if not (at < end and keys[at] is key):
+                if 0 < at <= end and keys[at - 1] is key:
+                    at -= 1
+                else:
+                    at = bisect_left(keys, key)
             while at < end and (jobs[at].id in done or deferred.get(jobs[at].id, False)):
                 at += 1  # its turn is over, or (first group) it waits for the second
             if at >= end:
                 continue
-            if cls.keys[at] != key:
+            if keys[at] != key:
                 self._push_at(cls, at)  # its next job comes later: keep the merge order
                 continue
             job = jobs[at]
