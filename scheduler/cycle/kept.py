@@ -31,7 +31,19 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from governance.models import CycleChange, CycleMark, JobQueue, JobState, Workload
+from governance.models import (
+    CapacityPlan,
+    CycleChange,
+    CycleMark,
+    InstanceType,
+    JobQueue,
+    JobState,
+    QueueCapacity,
+    Share,
+    ShareLimit,
+    Team,
+    Workload,
+)
 from governance.models import RecoveryStatus as Recovery
 from scheduler import engine as eng
 from scheduler.cycle import read
@@ -54,7 +66,10 @@ class Kept:
     """The cycle's ``CycleMark`` token: another one stored means another cycle ran."""
     snapshot: QueueSnapshot
     """The engine as the cycle's decisions left it, and the rows it holds."""
-    setting_key: tuple[Any, ...]
+    fingerprint: str
+    """``fingerprint`` of the setting, taken before the engine's setting was read."""
+    plans: dict[int, tuple[str, datetime]]
+    """Every plan of the queue then: id -> (name, end), to tell which the engine must know."""
     strict: set[int]
     verified: set[int]
     disabled: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -142,12 +157,48 @@ def consume(queue_id: int) -> set[int | None]:
         return {job_id for (job_id,) in cursor.fetchall()}
 
 
-def from_read(found: read.Read, token: int) -> Kept:
-    """What to keep of a full read."""
+_CAPACITY, _SHARE, _TEAM = QueueCapacity._meta.db_table, Share._meta.db_table, Team._meta.db_table
+_LIMIT, _PLAN, _TYPE = (
+    ShareLimit._meta.db_table,
+    CapacityPlan._meta.db_table,
+    InstanceType._meta.db_table,
+)
+_FINGERPRINT = f"""
+SELECT md5(concat_ws('#',
+    (SELECT string_agg(c::text, '|' ORDER BY c.id) FROM {_CAPACITY} c WHERE c.queue_id = %(q)s),
+    (SELECT string_agg(s::text || t::text, '|' ORDER BY s.id)
+        FROM {_SHARE} s JOIN {_TEAM} t ON t.id = s.team_id WHERE s.queue_id = %(q)s),
+    (SELECT string_agg(l::text, '|' ORDER BY l.id)
+        FROM {_LIMIT} l JOIN {_SHARE} s ON s.id = l.share_id WHERE s.queue_id = %(q)s),
+    (SELECT string_agg(p::text, '|' ORDER BY p.id) FROM {_PLAN} p WHERE p.queue_id = %(q)s),
+    (SELECT string_agg(it::text, '|' ORDER BY it.id) FROM {_TYPE} it)
+)),
+(SELECT array_agg(ARRAY[p.id::text, p.name] ORDER BY p.id) FROM {_PLAN} p WHERE p.queue_id = %(q)s),
+(SELECT array_agg(p."end" ORDER BY p.id) FROM {_PLAN} p WHERE p.queue_id = %(q)s)
+"""
+
+
+def fingerprint(queue_id: int) -> tuple[str, dict[int, tuple[str, datetime]]]:
+    """A digest of every stored row the setting is read from (the queue's capacity,
+    shares and their teams, limits and plans, and every instance type: each row whole,
+    so any edit shows), and the queue's plans (id -> name, end). Taken before a full
+    read: a change committed between the two makes the next cycle's digest differ."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FINGERPRINT, {"q": queue_id})
+        digest, names, ends = cursor.fetchone()
+    plans = {int(pk): (name, end) for (pk, name), end in zip(names or [], ends or [], strict=True)}
+    return digest, plans
+
+
+def full_read(queue: JobQueue, now: datetime, executor: Executor) -> tuple[read.Read, Kept]:
+    """A full read of the cycle (rows locked), and what to keep of it."""
+    digest, plans = fingerprint(queue.pk)
+    found = read.read_all(queue, now, lock=True, executor=executor)
     kept = Kept(
-        token=token,
+        token=0,
         snapshot=found.snapshot,
-        setting_key=found.setting.key(),
+        fingerprint=digest,
+        plans=plans,
         strict=found.strict,
         verified=found.verified,
     )
@@ -159,7 +210,7 @@ def from_read(found: read.Read, token: int) -> Kept:
             kept.disabled[key] = row
         elif row["state"] == JobState.RUNNING and row["run_started_at"] is None:
             kept.dirty.add(row["id"])
-    return kept
+    return found, kept
 
 
 def refresh(
@@ -183,22 +234,53 @@ def refresh(
     active = [row for row in fresh if row["state"] in ACTIVE]
     for row in active:
         kept.count(row)
-    setting = read.read_setting(queue, now, kept.facts())
-    if setting.key() != kept.setting_key:
+    if not _same_setting(kept, queue.pk, now):
         return None
-    snapshot = read.new_snapshot(queue, now, setting)
     if kept.strict and _verified(kept) != kept.verified:
         return None
+    was = kept.snapshot
+    snapshot = QueueSnapshot(
+        queue=queue,
+        engine=engine,
+        now=now,
+        jobs=ActiveJobs(rows, verify=_Verify(queue.pk, rows, ids)),
+        shares=was.shares,
+        type_ids=was.type_ids,
+        speeds=was.speeds,
+        capacity=was.capacity,
+        plans=was.plans,
+    )
     context = read.RowContext(snapshot, kept.strict, kept.verified)
     try:
         for row in active:
             _restore(kept, context, row, snapshot, executor)
     except (KeyError, ValueError):  # a row the kept setting does not know: read in full
         return None
-    snapshot.engine = engine
-    snapshot.jobs = ActiveJobs(rows, verify=_Verify(queue.pk, rows, ids))
     kept.snapshot = snapshot
     return snapshot
+
+
+def _same_setting(kept: Kept, queue_id: int, now: datetime) -> bool:
+    """Whether a full read now would read the setting the kept engine was built from:
+    the same stored rows (``fingerprint``), the same plans known (``read.read_setting``:
+    not ended, or named or run on by an active job) and the same types (the setting's
+    own, and those active jobs ran on)."""
+    digest, plans = fingerprint(queue_id)
+    if digest != kept.fingerprint:
+        return False
+    was = kept.snapshot
+    facts = kept.facts()
+    known = {
+        pk
+        for pk, (name, end) in plans.items()
+        if end > now or name in facts.named or pk in facts.on_plans
+    }
+    if known != {plan.pk for plan in was.plans.values()}:
+        return False
+    own = {plan.instance_type_id for plan in was.plans.values()}
+    own.update(limit.instance_type_id for s in was.shares.values() for limit in s.limits.all())
+    own.update(was.type_ids[name] for name in was.capacity)
+    return set(was.type_ids.values()) == own | facts.on_types
 
 
 def _verified(kept: Kept) -> set[int]:

@@ -252,29 +252,6 @@ class Setting:
     plans: list[CapacityPlan]
     types: dict[str, InstanceType] = field(default_factory=dict)
 
-    def key(self) -> tuple[Any, ...]:
-        """Every stored value of the setting (each row's concrete fields), to tell whether
-        a setting read now is the one a kept engine was built from: any difference, even
-        one the engine would not see, means a full reload (``scheduler.cycle.kept``)."""
-        capacity = tuple(
-            (name, count, _fields(itype)) for name, (count, itype) in sorted(self.capacity.items())
-        )
-        shares = tuple(
-            (
-                _fields(share),
-                _fields(share.team),
-                tuple(sorted(_fields(limit) for limit in share.limits.all())),
-            )
-            for share in self.shares
-        )
-        plans = tuple(_fields(plan) for plan in self.plans)
-        types = tuple((name, _fields(itype)) for name, itype in sorted(self.types.items()))
-        return capacity, shares, plans, types
-
-
-def _fields(row: Any) -> tuple[Any, ...]:
-    return tuple(getattr(row, f.attname) for f in row._meta.concrete_fields)
-
 
 @dataclass
 class RowFacts:

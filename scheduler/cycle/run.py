@@ -22,7 +22,7 @@ from governance import metrics
 from governance.models import DecisionRule, JobQueue
 from governance.services import hooks
 from scheduler import engine as eng
-from scheduler.cycle import apply, decide, kept, read, usage
+from scheduler.cycle import apply, decide, kept, usage
 from scheduler.cycle.result import CycleResult
 from scheduler.cycle.snapshot import MS, QueueSnapshot, StaleRead, to_ms
 from scheduler.executors.base import Executor
@@ -118,9 +118,8 @@ def _phases(
         result.read = "kept"
     else:
         # 2. read: the queue as the engine sees it (runs the executor finished found)
-        found = read.read_all(queue, now, lock=True, executor=executor)
+        found, next_kept = kept.full_read(queue, now, executor)
         snapshot = found.snapshot
-        next_kept = kept.from_read(found, 0)
         if usable is not None:
             result.read = "full: the setting changed"
     result.completed = apply.complete_finished(snapshot)

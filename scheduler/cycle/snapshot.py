@@ -101,7 +101,8 @@ class QueueSnapshot:
     plans: dict[str, CapacityPlan] = field(default_factory=dict)
     """The queue's capacity plans the engine knows, by name (docs/scheduling.md#capacity-plans)."""
     disabled_pending: list[Job] = field(default_factory=list)
-    """Pending jobs of disabled shares: not in the engine, nothing starts them."""
+    """Pending jobs of disabled shares: not in the engine, nothing starts them (filled by
+    a full read; a cycle on a kept engine, which never needs them, leaves it empty)."""
     completions: list[tuple[Job, datetime]] = field(default_factory=list)
     """Runs the executor finished by itself by ``now`` (the simulated fleet), with when:
     not in the engine; the cycle completes them first."""

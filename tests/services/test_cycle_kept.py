@@ -459,3 +459,30 @@ def test_the_change_log_trigger_watches_every_column_the_cycle_reads() -> None:
         (world.queue.pk, job.pk),
         (world.queue.pk, job.pk),
     ]
+
+
+def test_edits_outside_the_services_reach_the_next_cycle(checked: list[str]) -> None:
+    """A type's speed, a workload's verification and a job row changed by plain
+    updates (an admin's shell, a migration) are seen as a full read would see them."""
+    from governance.models import InstanceType, RecoveryStatus, Workload
+
+    world = World()
+    Share.objects.filter(pk=world.shares[0].pk).update(borrow_requires_verified_recovery=True)
+    workload = Workload.objects.create(team=world.shares[0].team, name="w")
+    job = jobs_svc.job_submit(
+        actor=world.leads[0],
+        share=world.shares[0].pk,
+        name="j",
+        preferences=[{"instance_type": P4, "count": 3}],
+        workload=workload.pk,
+    )
+    run_cycle(world.queue.pk)
+    assert run_cycle(world.queue.pk).read == "kept"
+    InstanceType.objects.filter(name=G5).update(speed=2.0)
+    assert run_cycle(world.queue.pk).read == "full: the setting changed"
+    assert run_cycle(world.queue.pk).read == "kept"
+    Workload.objects.filter(pk=workload.pk).update(recovery_status=RecoveryStatus.VERIFIED)
+    assert run_cycle(world.queue.pk).read == "full: the setting changed"
+    Job.objects.filter(pk=job.pk).update(priority=5, may_borrow=False)
+    assert run_cycle(world.queue.pk).read == "kept"
+    assert len(checked) == 6
