@@ -522,6 +522,9 @@ WHATIF_MAX_PER_USER = env_int("WHATIF_MAX_PER_USER", 2)
 if WHATIF_MAX_PER_USER < 1:
     raise ImproperlyConfigured("WHATIF_MAX_PER_USER: must be 1 or more")
 SCHEDULER_SAFETY_NET_SECONDS = env_float("SCHEDULER_SAFETY_NET_SECONDS", 5.0)
+# Each worker keeps the engine a queue's last committed cycle left and reads only what
+# changed since (docs/architecture.md#a-cycle); false: every cycle reads the whole queue.
+SCHEDULER_INCREMENTAL_CYCLE = env_bool("SCHEDULER_INCREMENTAL_CYCLE", True)
 # External agents heartbeat this often; a run silent for 1.5 intervals is declared lost.
 AGENT_HEARTBEAT_SECONDS = env_float("AGENT_HEARTBEAT_SECONDS", 10.0)
 # /metrics (Prometheus): a scraper sends "Authorization: Bearer <METRICS_TOKEN>"; without

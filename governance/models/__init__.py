@@ -22,6 +22,7 @@ from governance.models.certifications import (
     TemplateEntry,
 )
 from governance.models.change_requests import ChangeRequestState, ShareChangeRequest
+from governance.models.cycle_log import CycleChange, CycleMark
 from governance.models.decisions import Decision, DecisionState
 from governance.models.exceptions import ExceptionState, PriorityException
 from governance.models.idempotency import IdempotencyKey
@@ -59,6 +60,8 @@ __all__ = [
     "Certification",
     "CertificationState",
     "ChangeRequestState",
+    "CycleChange",
+    "CycleMark",
     "Decision",
     "DecisionRule",
     "DecisionState",

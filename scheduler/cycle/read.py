@@ -74,19 +74,35 @@ _JOB_ROWS = (
     f"SELECT {', '.join(JOB_FIELDS)} FROM {Job._meta.db_table}"
     " WHERE queue_id = %s AND state IN (%s, %s) ORDER BY id"
 )
+_CHANGED_ROWS = (
+    f"SELECT {', '.join(JOB_FIELDS)} FROM {Job._meta.db_table}"
+    " WHERE queue_id = %s AND id = ANY(%s) ORDER BY id FOR UPDATE"
+)
 
 
 def _job_rows(queue_id: int, *, lock: bool) -> list[dict[str, Any]]:
     """The queue's pending and running jobs as rows of ``JOB_FIELDS`` (``lock``: the
     cycle's row locks), read as the driver gives them: in a deep queue the ORM's per-value
-    conversions cost more than the rest of a load. Rows whose preferences read alike
-    share one parsed list (read it, never change it)."""
+    conversions cost more than the rest of a load."""
     with connection.cursor() as cursor:
         cursor.execute(
             _JOB_ROWS + (" FOR UPDATE" if lock else ""),
             [queue_id, JobState.PENDING, JobState.RUNNING],
         )
-        fetched = cursor.fetchall()
+        return _rows(cursor.fetchall())
+
+
+def changed_rows(queue_id: int, ids: Iterable[int]) -> list[dict[str, Any]]:
+    """The rows of jobs ``ids`` still in the queue, whatever their state, locked as the
+    cycle's full read locks its rows (the incremental cycle, ``scheduler.cycle.kept``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CHANGED_ROWS, [queue_id, sorted(ids)])
+        return _rows(cursor.fetchall())
+
+
+def _rows(fetched: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Fetched values as rows of ``JOB_FIELDS``. Rows whose preferences read alike share
+    one parsed list (read it, never change it)."""
     parsed: dict[str, Any] = {}
     rows = []
     for values in fetched:
@@ -204,6 +220,9 @@ def _engine_job(
         preemptible=row["preemptible"],
         deadline=to_ms(row["deadline"]) if row["deadline"] is not None else None,
         max_cost=eng.exact(Fraction(row["max_cost"])) if row["max_cost"] is not None else None,
+        # Ties broken by id, so a job re-read alone (``scheduler.cycle.kept``) sits where
+        # a full read puts it (``Engine.restore(keep_seq=True)``).
+        seq=row["id"],
     )
     if row["state"] == JobState.RUNNING and row["instance_type_id"] is not None:
         ej.state = eng.JobState.RUNNING
@@ -225,7 +244,7 @@ def _engine_job(
 
 
 @dataclass
-class _Setting:
+class Setting:
     """What the queue's jobs are read against: its capacity, shares, plans and types."""
 
     capacity: dict[str, tuple[int, InstanceType]]
@@ -234,7 +253,33 @@ class _Setting:
     types: dict[str, InstanceType] = field(default_factory=dict)
 
 
-def _setting(queue: JobQueue, now: datetime, rows: list[dict[str, Any]]) -> _Setting:
+@dataclass
+class RowFacts:
+    """What the setting read depends on in the active rows: the plans their preferences
+    name, the plans and the types their runs are on."""
+
+    named: set[str] = field(default_factory=set)
+    on_plans: set[int] = field(default_factory=set)
+    on_types: set[int] = field(default_factory=set)
+
+
+def row_facts(rows: Iterable[dict[str, Any]]) -> RowFacts:
+    facts = RowFacts()
+    for row in rows:
+        facts.named.update(plan_names(row))
+        if row["plan_id"] is not None:
+            facts.on_plans.add(row["plan_id"])
+        if row["instance_type_id"] is not None:
+            facts.on_types.add(row["instance_type_id"])
+    return facts
+
+
+def plan_names(row: dict[str, Any]) -> set[str]:
+    """The plans a row's preferences name."""
+    return {p["plan"] for p in row["preferences"] if isinstance(p, dict) and p.get("plan")}
+
+
+def read_setting(queue: JobQueue, now: datetime, facts: RowFacts) -> Setting:
     """The queue's capacity, shares, the plans the engine must know and every type the
     engine counts on: those of its capacity, of its shares' limits, of its plans, and
     those running jobs sit on (a type the queue no longer lists has capacity 0 now)."""
@@ -253,20 +298,13 @@ def _setting(queue: JobQueue, now: datetime, rows: list[dict[str, Any]]) -> _Set
     # The plans the engine must know: those not ended yet (their start or end is still
     # to come), those active jobs name (a pending job may name one that just ended) and
     # those running jobs are on (their end stops them as plan_ended).
-    named = {
-        p["plan"]
-        for row in rows
-        for p in row["preferences"]
-        if isinstance(p, dict) and p.get("plan")
-    }
-    on_plans = {row["plan_id"] for row in rows if row["plan_id"] is not None}
     plans = list(
         CapacityPlan.objects.filter(queue=queue)
-        .filter(Q(end__gt=now) | Q(name__in=named) | Q(pk__in=on_plans))
+        .filter(Q(end__gt=now) | Q(name__in=facts.named) | Q(pk__in=facts.on_plans))
         .select_related("share", "instance_type")
         .order_by("start", "id")
     )
-    setting = _Setting(capacity, shares, plans)
+    setting = Setting(capacity, shares, plans)
     types = setting.types
     types.update({name: itype for name, (_, itype) in capacity.items()})
     for share in shares:
@@ -274,11 +312,24 @@ def _setting(queue: JobQueue, now: datetime, rows: list[dict[str, Any]]) -> _Set
             types.setdefault(limit.instance_type.name, limit.instance_type)
     for plan in plans:  # a plan's type needs no capacity of the queue
         types.setdefault(plan.instance_type.name, plan.instance_type)
-    known = {itype.pk for itype in types.values()}
-    unknown = {r["instance_type_id"] for r in rows if r["instance_type_id"] is not None} - known
-    for itype in InstanceType.objects.filter(pk__in=unknown):
-        types[itype.name] = itype
+    unknown = facts.on_types - {itype.pk for itype in types.values()}
+    if unknown:
+        for itype in InstanceType.objects.filter(pk__in=unknown):
+            types[itype.name] = itype
     return setting
+
+
+@dataclass
+class Read:
+    """A full read: the snapshot, and what a cycle keeps to read only changes next time
+    (``scheduler.cycle.kept``): the setting, every active row (those of disabled shares
+    too), the shares that lend only to verified recovery and the verified workloads."""
+
+    snapshot: QueueSnapshot
+    setting: Setting
+    rows: list[dict[str, Any]]
+    strict: set[int]
+    verified: set[int]
 
 
 def load(
@@ -294,24 +345,29 @@ def load(
     ``executor``: the queue's (``executor_for``) unless given. ``verified_rule`` (share id
     -> bool) overrides the shares' stored "borrowing requires verified recovery", for a
     preview of that change."""
+    return read_all(queue, now, lock=lock, executor=executor, verified_rule=verified_rule).snapshot
+
+
+def read_all(
+    queue: JobQueue,
+    now: datetime,
+    *,
+    lock: bool,
+    executor: Executor | None = None,
+    verified_rule: dict[int, bool] | None = None,
+) -> Read:
+    """``load``, with what a cycle keeps of it."""
     executor = executor if executor is not None else executor_for(queue)
     rows = _job_rows(queue.pk, lock=lock)
-    setting = _setting(queue, now, rows)
-    itypes = setting.types
-    snapshot = QueueSnapshot(
-        queue=queue,
-        engine=None,  # type: ignore[arg-type]  # built below, from what the jobs hold
-        now=now,
-        jobs=ActiveJobs({}),
-        shares={s.name: s for s in setting.shares},
-        type_ids={name: itype.pk for name, itype in itypes.items()},
-        speeds={name: float(itype.speed) for name, itype in itypes.items()},
-        capacity={name: count for name, (count, _) in setting.capacity.items()},
-        plans={plan.name: plan for plan in setting.plans},
-    )
-    jobs, usage, plan_usage = _jobs(snapshot, rows, executor, verified_rule or {})
+    setting = read_setting(queue, now, row_facts(rows))
+    snapshot = new_snapshot(queue, now, setting)
+    strict = strict_shares(snapshot, verified_rule or {})
+    verified = verified_workloads(strict, rows)
+    context = RowContext(snapshot, strict, verified)
+    jobs, usage, plan_usage = _jobs(snapshot, rows, executor, context)
     # Build with room for what runs now, then shrink (``decide.play_instant``): a drop
     # below usage is the engine's capacity_lost rule, never a second implementation here.
+    itypes = setting.types
     types = [
         eng.InstanceType(
             name=name,
@@ -333,32 +389,86 @@ def load(
         ],
         hour=eng.HOUR_MS,  # the engine counts in milliseconds here
     )
-    engine.restore(jobs, now=to_ms(now))
+    engine.restore(jobs, now=to_ms(now), keep_seq=True)
     snapshot.engine = engine
-    return snapshot
+    return Read(snapshot, setting, rows, strict, verified)
+
+
+def new_snapshot(queue: JobQueue, now: datetime, setting: Setting) -> QueueSnapshot:
+    """A snapshot of the setting with no job yet (and no engine: the caller's)."""
+    itypes = setting.types
+    return QueueSnapshot(
+        queue=queue,
+        engine=None,  # type: ignore[arg-type]  # the caller's, built from what the jobs hold
+        now=now,
+        jobs=ActiveJobs({}),
+        shares={s.name: s for s in setting.shares},
+        type_ids={name: itype.pk for name, itype in itypes.items()},
+        speeds={name: float(itype.speed) for name, itype in itypes.items()},
+        capacity={name: count for name, (count, _) in setting.capacity.items()},
+        plans={plan.name: plan for plan in setting.plans},
+    )
+
+
+def strict_shares(snapshot: QueueSnapshot, verified_rule: dict[int, bool]) -> set[int]:
+    """Shares that lend their borrowing only to verified recovery (docs/workloads.md)."""
+    return {
+        s.pk
+        for s in snapshot.shares.values()
+        if verified_rule.get(s.pk, s.borrow_requires_verified_recovery)
+    }
+
+
+class RowContext:
+    """What turning an active row into an engine job needs besides the row: the
+    snapshot's names for ids, and who may borrow."""
+
+    def __init__(self, snapshot: QueueSnapshot, strict: set[int], verified: set[int]) -> None:
+        self.share_by_id = {s.pk: s for s in snapshot.shares.values()}
+        self.type_names = {pk: name for name, pk in snapshot.type_ids.items()}
+        self.plan_names = {plan.pk: plan.name for plan in snapshot.plans.values()}
+        self.plan_types = {plan.name: plan.instance_type.name for plan in snapshot.plans.values()}
+        self.strict = strict
+        self.verified = verified
+        # Jobs submitted alike share their preferences (``_rows``): made once for them.
+        self._prefs: dict[int, tuple[eng.Preference, ...]] = {}
+
+    def preferences(self, row: dict[str, Any]) -> tuple[eng.Preference, ...]:
+        prefs = self._prefs.get(id(row["preferences"]))
+        if prefs is None:
+            prefs = tuple(_preference(p, self.plan_types) for p in row["preferences"])
+            self._prefs[id(row["preferences"])] = prefs
+        return prefs
+
+    def engine_job(
+        self, row: dict[str, Any], now: datetime, executor: Executor, speeds: dict[str, float]
+    ) -> eng.Job:
+        """The engine's job of an active row whose running names are filled in
+        (``type_name``, ``plan_name``)."""
+        return _engine_job(
+            row,
+            self.share_by_id[row["share_id"]].name,
+            now,
+            executor,
+            speeds,
+            self.preferences(row),
+            may_borrow=may_borrow(row, self.strict, self.verified),
+        )
 
 
 def _jobs(
     snapshot: QueueSnapshot,
     rows: list[dict[str, Any]],
     executor: Executor,
-    verified_rule: dict[int, bool],
+    context: RowContext,
 ) -> tuple[list[eng.Job], dict[str, int], dict[str, int]]:
     """The active rows as engine jobs, filling ``snapshot.jobs``, its completions (runs
     the executor finished by itself by now) and its disabled pending jobs; with what runs
     on each type and on each plan."""
     now = snapshot.now
-    share_by_id = {s.pk: s for s in snapshot.shares.values()}
-    type_names = {pk: name for name, pk in snapshot.type_ids.items()}
-    plan_names = {plan.pk: plan.name for plan in snapshot.plans.values()}
-    plan_types = {plan.name: plan.instance_type.name for plan in snapshot.plans.values()}
-    # Shares that lend their borrowing only to verified recovery (docs/workloads.md).
-    strict = {
-        pk
-        for pk, s in share_by_id.items()
-        if verified_rule.get(pk, s.borrow_requires_verified_recovery)
-    }
-    verified = verified_workloads(strict, rows)
+    share_by_id = context.share_by_id
+    type_names = context.type_names
+    plan_names = context.plan_names
     usage: dict[str, int] = {}
     plan_usage: dict[str, int] = {}
     active = snapshot.jobs.rows
@@ -366,8 +476,6 @@ def _jobs(
     runs_itself = executor.runs_itself
     engine_jobs: list[eng.Job] = []
     disabled: list[int] = []
-    # Jobs submitted alike share their preferences (``_job_rows``): made once for them.
-    engine_prefs: dict[int, tuple[eng.Preference, ...]] = {}
     for row in rows:
         if row["state"] == JobState.RUNNING and row["instance_type_id"] is not None:
             name = row["type_name"] = type_names[row["instance_type_id"]]
@@ -388,21 +496,7 @@ def _jobs(
             disabled.append(row["id"])
             continue
         active[str(row["id"])] = row
-        prefs = engine_prefs.get(id(row["preferences"]))
-        if prefs is None:
-            prefs = tuple(_preference(p, plan_types) for p in row["preferences"])
-            engine_prefs[id(row["preferences"])] = prefs
-        engine_jobs.append(
-            _engine_job(
-                row,
-                share_by_id[row["share_id"]].name,
-                now,
-                executor,
-                speeds,
-                prefs,
-                may_borrow=may_borrow(row, strict, verified),
-            )
-        )
+        engine_jobs.append(context.engine_job(row, now, executor, speeds))
     if disabled:
         snapshot.disabled_pending = list(
             Job.objects.filter(pk__in=disabled).select_related("share").order_by("id")

@@ -20,6 +20,9 @@ class CycleResult:
     next_event_in: float | None = None
     """Seconds until the next time-driven event (a simulated completion, a timeout)."""
     now: datetime | None = None
+    read: str = ""
+    """How the cycle read the queue: ``kept`` (only what changed, on the engine this
+    process kept, ``scheduler.cycle.kept``), or ``full`` with why when not the first."""
     levels: list[insight.Level] = field(default_factory=list)
     """What the cycle leaves running, for the usage history."""
 

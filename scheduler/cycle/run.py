@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from datetime import datetime
+from functools import partial
 
 from django.db import transaction
 from django.utils import timezone
@@ -21,9 +22,9 @@ from governance import metrics
 from governance.models import DecisionRule, JobQueue
 from governance.services import hooks
 from scheduler import engine as eng
-from scheduler.cycle import apply, decide, read, usage
+from scheduler.cycle import apply, decide, kept, usage
 from scheduler.cycle.result import CycleResult
-from scheduler.cycle.snapshot import MS, QueueSnapshot, to_ms
+from scheduler.cycle.snapshot import MS, QueueSnapshot, StaleRead, to_ms
 from scheduler.executors.base import Executor
 from scheduler.executors.registry import executor_for
 
@@ -48,28 +49,90 @@ def run_cycle(
         executor.before_cycle(queue)
         started = time.perf_counter()
         now = now or timezone.now()
-        # 2. read: the queue as the engine sees it (runs the executor finished found)
-        snapshot = read.load(queue, now, lock=True, executor=executor)
-        result = CycleResult(queue_id=queue_id, now=now)
-        result.completed = apply.complete_finished(snapshot)
-        # 3. decide: the engine plays the instant; 4. apply: through services/runs.py
-        decisions = decide.decide(snapshot)
-        apply.apply(snapshot, decisions)
-        # 5. what the executor commits with the decisions
-        executor.within_cycle(snapshot, decisions)
-        # 6. usage: what the cycle leaves running, for the usage history
-        result.levels = usage.levels(snapshot)
-        if not executor.defers_usage:
-            usage.record(queue_id, result.levels, now)
+        # What this process kept of the queue's last cycle, if it is still the last one
+        # and nothing but jobs changed since (``scheduler.cycle.kept``).
+        found = kept.take(queue_id)
+        last_token, token = kept.swap_token(queue_id)
+        changed = kept.consume(queue_id)
+        keeping = kept.enabled() and not executor.runs_itself
+        usable, why = _usable(found, last_token, changed, executor)
+        result = CycleResult(queue_id=queue_id, now=now, read=why)
+        if usable is None:
+            snapshot, decisions, next_kept = _phases(queue, now, executor, result, None, set())
+        else:
+            try:
+                with transaction.atomic():  # a savepoint: a stale read rolls back to here
+                    snapshot, decisions, next_kept = _phases(
+                        queue, now, executor, result, usable, {c for c in changed if c}
+                    )
+            except StaleRead:
+                result = CycleResult(queue_id=queue_id, now=now, read="full: stale read")
+                snapshot, decisions, next_kept = _phases(queue, now, executor, result, None, set())
         kinds = Counter(d.kind for d in decisions)
         result.admitted = kinds[eng.DecisionKind.ADMITTED]
         result.preempted = kinds[eng.DecisionKind.PREEMPTED]
         result.timed_out = kinds[eng.DecisionKind.TIMED_OUT]
         result.next_event_in = _next_event_in(snapshot, executor)
+        if keeping and next_kept is not None:
+            next_kept.token = token
+            next_kept.dirty |= {int(d.job) for d in decisions}
+            transaction.on_commit(partial(kept.keep, queue_id, next_kept))
     _count(decisions, time.perf_counter() - started)
     # 7. committed: the executor tells the outside world
     executor.after_commit(result)
     return result
+
+
+def _usable(
+    found: kept.Kept | None, last_token: int | None, changed: set[int | None], executor: Executor
+) -> tuple[kept.Kept | None, str]:
+    """The kept state if the cycle may build on it; else None and why it reads in full."""
+    if not kept.enabled():
+        return None, "full: switched off (SCHEDULER_INCREMENTAL_CYCLE)"
+    if executor.runs_itself:
+        return None, "full: the executor runs jobs itself"
+    if found is None:
+        return None, "full: nothing kept"
+    if found.token != last_token:
+        return None, "full: another cycle ran"
+    if None in changed:
+        return None, "full: logged as changed in full"
+    return found, ""
+
+
+def _phases(
+    queue: JobQueue,
+    now: datetime,
+    executor: Executor,
+    result: CycleResult,
+    usable: kept.Kept | None,
+    changed: set[int],
+) -> tuple[QueueSnapshot, list[eng.Decision], kept.Kept | None]:
+    """Read (the kept engine brought up to date, or in full), decide, apply, usage: the
+    phases a stale read runs again. Returns what to keep if the cycle commits."""
+    snapshot = None
+    if usable is not None:
+        snapshot = kept.refresh(usable, queue, now, executor, changed)
+    if snapshot is not None:
+        next_kept: kept.Kept | None = usable
+        result.read = "kept"
+    else:
+        # 2. read: the queue as the engine sees it (runs the executor finished found)
+        found, next_kept = kept.full_read(queue, now, executor)
+        snapshot = found.snapshot
+        if usable is not None:
+            result.read = "full: the setting changed"
+    result.completed = apply.complete_finished(snapshot)
+    # 3. decide: the engine plays the instant; 4. apply: through services/runs.py
+    decisions = decide.decide(snapshot)
+    apply.apply(snapshot, decisions)
+    # 5. what the executor commits with the decisions
+    executor.within_cycle(snapshot, decisions)
+    # 6. usage: what the cycle leaves running, for the usage history
+    result.levels = usage.levels(snapshot)
+    if not executor.defers_usage:
+        usage.record(queue.pk, result.levels, now)
+    return snapshot, decisions, next_kept
 
 
 def _count(decisions: list[eng.Decision], seconds: float) -> None:

@@ -8,7 +8,7 @@ at speed 1.0 (docs/scheduling.md, "Work and lost work").
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -31,20 +31,36 @@ def row_job(row: dict[str, Any]) -> Job:
     )
 
 
+class StaleRead(Exception):  # a condition the cycle handles, not an error
+    """A job a kept engine decided about changed after the cycle read the queue: the
+    cycle rolls its phases back and runs them again on a full read."""
+
+
 class ActiveJobs:
     """The queue's active jobs: ``rows`` (every pending and running job as read, a dict
     of column values per job id as a string, the engine's key) and, on demand, their
-    model instances, fetched only for the jobs decisions touch (their rows are already
-    locked by the cycle's ``SELECT ... FOR UPDATE``). A model reflects what the apply
-    phase wrote; a row is the job as the cycle read it."""
+    model instances, fetched only for the jobs decisions touch. A model reflects what the
+    apply phase wrote; a row is the job as the cycle read it.
 
-    def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
+    A full read locks every row (``SELECT ... FOR UPDATE``). A cycle on a kept engine
+    (``scheduler.cycle.kept``) locked only the rows it re-read: ``verify`` locks the
+    others a decision touches before their models are fetched, and raises
+    :class:`StaleRead` if one is no longer as read."""
+
+    def __init__(
+        self,
+        rows: dict[str, dict[str, Any]],
+        verify: Callable[[set[int]], None] | None = None,
+    ) -> None:
         self.rows = rows
+        self.verify = verify
         self._models: dict[str, Job] = {}
 
     def prefetch(self, keys: Iterable[str]) -> None:
         missing = {int(k) for k in keys if k in self.rows and k not in self._models}
         if missing:
+            if self.verify is not None:
+                self.verify(missing)
             for job in Job.objects.filter(pk__in=missing).select_related(
                 "instance_type", "share__team"
             ):
@@ -85,7 +101,8 @@ class QueueSnapshot:
     plans: dict[str, CapacityPlan] = field(default_factory=dict)
     """The queue's capacity plans the engine knows, by name (docs/scheduling.md#capacity-plans)."""
     disabled_pending: list[Job] = field(default_factory=list)
-    """Pending jobs of disabled shares: not in the engine, nothing starts them."""
+    """Pending jobs of disabled shares: not in the engine, nothing starts them (filled by
+    a full read; a cycle on a kept engine, which never needs them, leaves it empty)."""
     completions: list[tuple[Job, datetime]] = field(default_factory=list)
     """Runs the executor finished by itself by ``now`` (the simulated fleet), with when:
     not in the engine; the cycle completes them first."""

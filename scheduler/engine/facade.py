@@ -203,7 +203,7 @@ class Engine:
         while self._deadlines:
             deadline, _, job_id = self._deadlines[0]
             job = self._state.jobs.get(job_id)
-            if job is not None and job.state is JobState.PENDING and job.started_at is None:
+            if _waits_for(job, deadline):
                 found = deadline if found is None else min(deadline, found)
                 break
             heapq.heappop(self._deadlines)
@@ -257,8 +257,12 @@ class Engine:
 
     # ------------------------------------------------------------------ changes
 
-    def submit(self, job: Job) -> None:
-        """Add a new pending job (or, from ``restore``, one in any state)."""
+    def submit(self, job: Job, *, keep_seq: bool = False) -> None:
+        """Add a new pending job (or, from ``restore``, one in any state).
+
+        ``keep_seq``: the job carries its own ``seq`` (a positive number no other job
+        has), for a caller that adds and re-adds jobs in any order yet wants the ties
+        broken as if they had come in that order (the live cycle: the job's id)."""
         st = self._state
         if job.id in st.jobs:
             raise ValueError(f"job {job.id!r} exists")
@@ -273,8 +277,13 @@ class Engine:
                 raise ValueError(f"running job {job.id!r} runs on unknown plan {job.plan!r}")
             if job.run_started_at is None:
                 raise ValueError(f"running job {job.id!r} needs run_started_at")
-        st.seq += 1
-        job.seq = st.seq
+        if keep_seq:
+            if job.seq <= 0:
+                raise ValueError(f"job {job.id!r} needs a positive seq")
+            st.seq = max(st.seq, job.seq)
+        else:
+            st.seq += 1
+            job.seq = st.seq
         st.jobs[job.id] = job
         if job.state is JobState.RUNNING:
             if job.progress_at is None:
@@ -285,15 +294,30 @@ class Engine:
             st.add_pending(job)
             self._register_deadline(job)
 
-    def restore(self, jobs: Iterable[Job], now: int | None = None) -> None:
+    def restore(
+        self, jobs: Iterable[Job], now: int | None = None, *, keep_seq: bool = False
+    ) -> None:
         """Load jobs in any state (live bridge): RUNNING ones must carry their placement
         (``instance_type``, ``count``, ``preference``, ``run_started_at``). ``now``: the
         instant the caller will schedule next, if known (eligibility of pending jobs is
-        then judged from it at once)."""
+        then judged from it at once). ``keep_seq``: as :meth:`submit`."""
         if now is not None and self._state.now is None:
             self._state.hint = now
         for job in jobs:
-            self.submit(job)
+            self.submit(job, keep_seq=keep_seq)
+
+    def forget(self, job_id: str) -> None:
+        """Drop a job in any state, as if it had never been submitted (a live caller
+        that re-reads a changed job removes it and restores it from its new record).
+        Running, it frees its instances like a completion; unknown, nothing happens."""
+        st = self._state
+        job = st.jobs.pop(job_id, None)
+        if job is None:
+            return
+        if job.state is JobState.RUNNING and job.instance_type is not None:
+            st.stop_running(job)
+        elif job.state is JobState.PENDING:
+            st.remove_pending(job)
 
     def report_progress(
         self, job_id: str, now: int, work_done: Work, last_checkpoint: Work | None = None
@@ -448,9 +472,9 @@ class Engine:
         late: dict[str, Job] = {}
         max_pending: set[str] = set()
         while self._deadlines and self._deadlines[0][0] <= now:
-            _, _, job_id = heapq.heappop(self._deadlines)
+            deadline, _, job_id = heapq.heappop(self._deadlines)
             job = st.jobs.get(job_id)
-            if job is None or job.state is not JobState.PENDING or job.started_at is not None:
+            if job is None or not _waits_for(job, deadline):
                 continue
             late[job.id] = job
             max_pending.add(job.id)
@@ -519,3 +543,16 @@ class Engine:
             for p in job.preferences
         ):
             heapq.heappush(self._deadlines, (job.submitted_at + job.max_pending, job.seq, job.id))
+
+
+def _waits_for(job: Job | None, deadline: int) -> bool:
+    """Whether a max-pending deadline entry still stands: the job is pending, never
+    started, and the entry is its own (a job forgotten and restored with another max
+    pending time leaves a stale one)."""
+    return (
+        job is not None
+        and job.state is JobState.PENDING
+        and job.started_at is None
+        and job.max_pending is not None
+        and job.submitted_at + job.max_pending == deadline
+    )

@@ -1,0 +1,341 @@
+"""The incremental read: each worker process keeps, per queue, the engine its last
+committed cycle of the queue left, and the next cycle reads only the jobs that changed
+since (docs/architecture.md#a-cycle).
+
+What changed: a trigger on the job table logs every write to an active job in the
+writer's transaction (``governance.models.CycleChange``); the cycle takes its queue's
+log under the queue's lock (``DELETE ... RETURNING``), so a change committed later is
+found by the next cycle, never lost between two. Whatever else a decision depends on
+(capacity, shares and their limits, plans, types, teams, verified workloads) is read
+again each cycle: it is small, and any difference from what the kept engine was built
+from means a full read.
+
+A full read instead, whenever anything is in doubt: nothing kept (a new worker, or the
+last cycle rolled back: an engine is kept only once its cycle commits), another process
+ran a cycle of the queue since (``governance.models.CycleMark``: a token per committed
+cycle), an executor that runs jobs itself (their progress moves with the clock, so every
+running job changes each cycle), a kept job a decision touches that changed since it
+was read (``snapshot.StaleRead``: the phases are rolled back and run again), or the
+switch ``SCHEDULER_INCREMENTAL_CYCLE`` off.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from governance.models import (
+    CapacityPlan,
+    CycleChange,
+    CycleMark,
+    InstanceType,
+    JobQueue,
+    JobState,
+    QueueCapacity,
+    Share,
+    ShareLimit,
+    Team,
+    Workload,
+)
+from governance.models import RecoveryStatus as Recovery
+from scheduler import engine as eng
+from scheduler.cycle import read
+from scheduler.cycle.snapshot import ActiveJobs, QueueSnapshot, StaleRead
+from scheduler.executors.base import Executor
+
+ACTIVE = (JobState.PENDING, JobState.RUNNING)
+
+
+def enabled() -> bool:
+    """Whether cycles keep their engine (``SCHEDULER_INCREMENTAL_CYCLE``)."""
+    return bool(getattr(settings, "SCHEDULER_INCREMENTAL_CYCLE", True))
+
+
+@dataclass
+class Kept:
+    """One queue's state at the end of a committed cycle, in this process."""
+
+    token: int
+    """The cycle's ``CycleMark`` token: another one stored means another cycle ran."""
+    snapshot: QueueSnapshot
+    """The engine as the cycle's decisions left it, and the rows it holds."""
+    fingerprint: str
+    """``fingerprint`` of the setting, taken before the engine's setting was read."""
+    plans: dict[int, tuple[str, datetime]]
+    """Every plan of the queue then: id -> (name, end), to tell which the engine must know."""
+    strict: set[int]
+    verified: set[int]
+    disabled: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Active rows not in the engine: pending jobs of disabled shares."""
+    dirty: set[int] = field(default_factory=set)
+    """Jobs to read again whether logged or not: those the cycle decided about (the
+    engine played its decisions; the stored rows say what was written), and running
+    rows without a run start (read as the cycle's instant)."""
+    named: Counter[str] = field(default_factory=Counter)
+    on_plans: Counter[int] = field(default_factory=Counter)
+    on_types: Counter[int] = field(default_factory=Counter)
+    workloads: Counter[tuple[int, int]] = field(default_factory=Counter)
+    """(share id, workload id) of the active rows naming a workload."""
+
+    def count(self, row: dict[str, Any], sign: int = 1) -> None:
+        """Add (or, ``sign`` -1, take away) what a row holds of ``read.RowFacts``."""
+        _tally(self.named, read.plan_names(row), sign)
+        _tally(self.on_plans, _present(row["plan_id"]), sign)
+        _tally(self.on_types, _present(row["instance_type_id"]), sign)
+        _tally(self.workloads, _workload(row), sign)
+
+    def facts(self) -> read.RowFacts:
+        return read.RowFacts(set(self.named), set(self.on_plans), set(self.on_types))
+
+
+def _tally(counter: Counter[Any], keys: Iterable[Any], sign: int) -> None:
+    for key in keys:
+        counter[key] += sign
+        if not counter[key]:
+            del counter[key]
+
+
+def _present(value: Any) -> tuple[Any, ...]:
+    return (value,) if value else ()
+
+
+def _workload(row: dict[str, Any]) -> tuple[tuple[int, int], ...]:
+    return ((row["share_id"], row["workload_id"]),) if row["workload_id"] else ()
+
+
+_KEPT: dict[int, Kept] = {}
+
+
+def take(queue_id: int) -> Kept | None:
+    """This process's kept state of the queue, removed: a cycle that does not commit
+    leaves nothing kept (``keep`` runs only on commit)."""
+    return _KEPT.pop(queue_id, None)
+
+
+def keep(queue_id: int, kept: Kept) -> None:
+    """Keep a committed cycle's state (``transaction.on_commit``)."""
+    _KEPT[queue_id] = kept
+
+
+def forget_all() -> None:
+    """Drop every kept state (tests, and a worker that wants a clean start)."""
+    _KEPT.clear()
+
+
+_SWAP = (
+    f"WITH old AS (SELECT token FROM {CycleMark._meta.db_table} WHERE queue_id = %s)"
+    f" INSERT INTO {CycleMark._meta.db_table} (queue_id, token) VALUES (%s, %s)"
+    " ON CONFLICT (queue_id) DO UPDATE SET token = EXCLUDED.token"
+    " RETURNING (SELECT token FROM old)"
+)
+_CONSUME = f"DELETE FROM {CycleChange._meta.db_table} WHERE queue_id = %s RETURNING job_id"
+
+
+def swap_token(queue_id: int) -> tuple[int | None, int]:
+    """Store a new token for this cycle (under the queue's lock); returns the token the
+    last committed cycle left (None: none yet) and the new one."""
+    token = secrets.randbits(62) + 1
+    with connection.cursor() as cursor:
+        cursor.execute(_SWAP, [queue_id, queue_id, token])
+        found = cursor.fetchone()
+    return (found[0] if found else None), token
+
+
+def consume(queue_id: int) -> set[int | None]:
+    """The jobs logged as changed since the queue's last cycle, taken off the log (None:
+    a change that is not one job's). Called before either read, so a change committed
+    after it stays in the log for the next cycle."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CONSUME, [queue_id])
+        return {job_id for (job_id,) in cursor.fetchall()}
+
+
+_CAPACITY, _SHARE, _TEAM = QueueCapacity._meta.db_table, Share._meta.db_table, Team._meta.db_table
+_LIMIT, _PLAN, _TYPE = (
+    ShareLimit._meta.db_table,
+    CapacityPlan._meta.db_table,
+    InstanceType._meta.db_table,
+)
+_FINGERPRINT = f"""
+SELECT md5(concat_ws('#',
+    (SELECT string_agg(c::text, '|' ORDER BY c.id) FROM {_CAPACITY} c WHERE c.queue_id = %(q)s),
+    (SELECT string_agg(s::text || t::text, '|' ORDER BY s.id)
+        FROM {_SHARE} s JOIN {_TEAM} t ON t.id = s.team_id WHERE s.queue_id = %(q)s),
+    (SELECT string_agg(l::text, '|' ORDER BY l.id)
+        FROM {_LIMIT} l JOIN {_SHARE} s ON s.id = l.share_id WHERE s.queue_id = %(q)s),
+    (SELECT string_agg(p::text, '|' ORDER BY p.id) FROM {_PLAN} p WHERE p.queue_id = %(q)s),
+    (SELECT string_agg(it::text, '|' ORDER BY it.id) FROM {_TYPE} it)
+)),
+(SELECT array_agg(ARRAY[p.id::text, p.name] ORDER BY p.id) FROM {_PLAN} p WHERE p.queue_id = %(q)s),
+(SELECT array_agg(p."end" ORDER BY p.id) FROM {_PLAN} p WHERE p.queue_id = %(q)s)
+"""
+
+
+def fingerprint(queue_id: int) -> tuple[str, dict[int, tuple[str, datetime]]]:
+    """A digest of every stored row the setting is read from (the queue's capacity,
+    shares and their teams, limits and plans, and every instance type: each row whole,
+    so any edit shows), and the queue's plans (id -> name, end). Taken before a full
+    read: a change committed between the two makes the next cycle's digest differ."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FINGERPRINT, {"q": queue_id})
+        digest, names, ends = cursor.fetchone()
+    plans = {int(pk): (name, end) for (pk, name), end in zip(names or [], ends or [], strict=True)}
+    return digest, plans
+
+
+def full_read(queue: JobQueue, now: datetime, executor: Executor) -> tuple[read.Read, Kept]:
+    """A full read of the cycle (rows locked), and what to keep of it."""
+    digest, plans = fingerprint(queue.pk)
+    found = read.read_all(queue, now, lock=True, executor=executor)
+    kept = Kept(
+        token=0,
+        snapshot=found.snapshot,
+        fingerprint=digest,
+        plans=plans,
+        strict=found.strict,
+        verified=found.verified,
+    )
+    rows = found.snapshot.jobs.rows
+    for row in found.rows:
+        kept.count(row)
+        key = str(row["id"])
+        if key not in rows:
+            kept.disabled[key] = row
+        elif row["state"] == JobState.RUNNING and row["run_started_at"] is None:
+            kept.dirty.add(row["id"])
+    return found, kept
+
+
+def refresh(
+    kept: Kept, queue: JobQueue, now: datetime, executor: Executor, changed: set[int]
+) -> QueueSnapshot | None:
+    """The kept engine brought to ``now``: the changed jobs (and the dirty ones)
+    forgotten and restored from their rows, read and locked now. None: the setting
+    changed, or a row does not fit the kept engine; read in full (``kept`` is spent
+    either way)."""
+    ids = changed | kept.dirty
+    kept.dirty = set()
+    fresh = read.changed_rows(queue.pk, ids) if ids else []
+    engine = kept.snapshot.engine
+    rows = kept.snapshot.jobs.rows
+    for job_id in ids:
+        key = str(job_id)
+        old = rows.pop(key, None) or kept.disabled.pop(key, None)
+        if old is not None:
+            kept.count(old, -1)
+            engine.forget(key)
+    active = [row for row in fresh if row["state"] in ACTIVE]
+    for row in active:
+        kept.count(row)
+    if not _same_setting(kept, queue.pk, now):
+        return None
+    if kept.strict and _verified(kept) != kept.verified:
+        return None
+    was = kept.snapshot
+    snapshot = QueueSnapshot(
+        queue=queue,
+        engine=engine,
+        now=now,
+        jobs=ActiveJobs(rows, verify=_Verify(queue.pk, rows, ids)),
+        shares=was.shares,
+        type_ids=was.type_ids,
+        speeds=was.speeds,
+        capacity=was.capacity,
+        plans=was.plans,
+    )
+    context = read.RowContext(snapshot, kept.strict, kept.verified)
+    try:
+        for row in active:
+            _restore(kept, context, row, snapshot, executor)
+    except (KeyError, ValueError):  # a row the kept setting does not know: read in full
+        return None
+    kept.snapshot = snapshot
+    return snapshot
+
+
+def _same_setting(kept: Kept, queue_id: int, now: datetime) -> bool:
+    """Whether a full read now would read the setting the kept engine was built from:
+    the same stored rows (``fingerprint``), the same plans known (``read.read_setting``:
+    not ended, or named or run on by an active job) and the same types (the setting's
+    own, and those active jobs ran on)."""
+    digest, plans = fingerprint(queue_id)
+    if digest != kept.fingerprint:
+        return False
+    was = kept.snapshot
+    facts = kept.facts()
+    known = {
+        pk
+        for pk, (name, end) in plans.items()
+        if end > now or name in facts.named or pk in facts.on_plans
+    }
+    if known != {plan.pk for plan in was.plans.values()}:
+        return False
+    own = {plan.instance_type_id for plan in was.plans.values()}
+    own.update(limit.instance_type_id for s in was.shares.values() for limit in s.limits.all())
+    own.update(was.type_ids[name] for name in was.capacity)
+    return set(was.type_ids.values()) == own | facts.on_types
+
+
+def _verified(kept: Kept) -> set[int]:
+    """The verified workloads among those the strict shares' active rows name, now."""
+    named = {workload for share, workload in kept.workloads if share in kept.strict}
+    if not named:
+        return set()
+    return set(
+        Workload.objects.filter(pk__in=named, recovery_status=Recovery.VERIFIED).values_list(
+            "pk", flat=True
+        )
+    )
+
+
+def _restore(
+    kept: Kept,
+    context: read.RowContext,
+    row: dict[str, Any],
+    snapshot: QueueSnapshot,
+    executor: Executor,
+) -> None:
+    """One active row into the kept engine, as ``read._jobs`` reads it in a full read."""
+    key = str(row["id"])
+    if row["state"] == JobState.RUNNING and row["instance_type_id"] is not None:
+        row["type_name"] = context.type_names[row["instance_type_id"]]
+        if row["plan_id"] is not None:
+            row["plan_name"] = context.plan_names[row["plan_id"]]
+        if row["run_started_at"] is None:
+            kept.dirty.add(row["id"])
+    elif not context.share_by_id[row["share_id"]].enabled:
+        kept.disabled[key] = row
+        return
+    kept.snapshot.jobs.rows[key] = row
+    job: eng.Job = context.engine_job(row, snapshot.now, executor, snapshot.speeds)
+    kept.snapshot.engine.submit(job, keep_seq=True)
+
+
+class _Verify:
+    """``ActiveJobs.verify`` of a cycle on a kept engine: the rows a decision touches
+    that this cycle has not read yet are locked now and must still be as kept."""
+
+    def __init__(self, queue_id: int, rows: dict[str, dict[str, Any]], locked: set[int]) -> None:
+        self.queue_id = queue_id
+        self.rows = rows
+        self.locked = set(locked)
+
+    def __call__(self, ids: set[int]) -> None:
+        todo = ids - self.locked
+        if not todo:
+            return
+        fresh = {row["id"]: row for row in read.changed_rows(self.queue_id, todo)}
+        for job_id in todo:
+            now_row, was = fresh.get(job_id), self.rows.get(str(job_id))
+            if now_row is None or was is None:
+                raise StaleRead(job_id)
+            if any(now_row[name] != was[name] for name in read.JOB_FIELDS):
+                raise StaleRead(job_id)
+        self.locked |= todo
