@@ -6,10 +6,10 @@
 
 Runs in a throwaway database ``bench_cycle_<name>`` on the ``DATABASE_URL`` server
 (dropped and re-created each run); the cycles' metrics go to ``BENCH_REDIS_URL`` (never
-flushed). Two queues run by agents (the executor does not run jobs itself), built as
-``bench/live.py`` builds its cycle queue: 20 shares, one with 100 pending and 50 running
-jobs, one with 10,000 pending and 5,000 running. For each, with the kept engine and
-with ``SCHEDULER_INCREMENTAL_CYCLE`` off:
+flushed). Two queues run by agents (the executor does not run jobs itself), built by
+:func:`build` (``bench/live.py`` builds its cycle queue with it too): 20 shares, one with
+100 pending and 50 running jobs, one with 10,000 pending and 5,000 running. For each,
+with the kept engine and with ``SCHEDULER_INCREMENTAL_CYCLE`` off:
 
 - a pass that changes nothing: median of ``--repeat`` cycles in a row, nothing
   changed in between (target <= 10 ms at 10,000 + 5,000 with the kept engine; and about

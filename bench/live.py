@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import random
 import signal
 import socket
 import statistics
@@ -129,71 +128,15 @@ def _share(queue: object, team_name: str, limits: dict[str, int], **fields: obje
 
 
 def bench_cycle() -> None:
-    from django.db import connection
-    from django.utils import timezone
+    from cycle import build  # bench/cycle.py: the same queue its full-read figures use
 
     from governance.models import Job, JobState, QueueCapacity
     from scheduler.cycle.run import run_cycle
 
     heading("1. persisted cycle: 10,000 pending + 5,000 running")
-    rng = random.Random(1)
     shares_n, g5_each, p4_each = 20, 150, 100
-    queue = _queue("bench-cycle", {G5: shares_n * g5_each, P4: shares_n * p4_each}, "agent")
+    queue = build("bench-cycle", 500, g5_each, p4_each)
     types = _types()
-    user = _user("bench")
-    policies = ["RESERVE", "LEND", "LEND_AND_BORROW"]
-    now = timezone.now()
-    rows: list[Job] = []
-    for i in range(shares_n):
-        policy = policies[i % 3]
-        share = _share(
-            queue,
-            f"team-{i:02d}",
-            {G5: g5_each, P4: p4_each + 25},
-            policy=policy,
-            borrow_limit=100 if policy == "LEND_AND_BORROW" else None,
-            in_share_preemption=False,
-        )
-        for type_name, n in ((G5, g5_each), (P4, p4_each)):
-            for k in range(n):
-                started = now - timedelta(seconds=rng.randint(10, 3600))
-                rows.append(
-                    Job(
-                        queue=queue,
-                        share=share,
-                        submitter=user,
-                        name=f"run-{i}-{type_name}-{k}",
-                        priority=rng.randint(0, 500),
-                        preferences=[{"instance_type": type_name, "count": 1}],
-                        state=JobState.RUNNING,
-                        instance_type=types[type_name],
-                        preference=0,
-                        run=1,
-                        submitted_at=started,
-                        started_at=started,
-                        run_started_at=started,
-                    )
-                )
-        for k in range(500):
-            prefs = [
-                {"instance_type": t, "count": rng.randint(1, 2)}
-                for t in rng.sample([G5, P4], rng.randint(1, 2))
-            ]
-            rows.append(
-                Job(
-                    queue=queue,
-                    share=share,
-                    submitter=user,
-                    name=f"wait-{i}-{k}",
-                    priority=rng.randint(0, 500),
-                    preferences=prefs,
-                    submitted_at=now - timedelta(seconds=rng.randint(0, 3600)),
-                    max_pending=None,
-                )
-            )
-    Job.objects.bulk_create(rows, batch_size=2000)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
     counts = {s: Job.objects.filter(queue=queue, state=s).count() for s in JobState.values}
     print(f"  jobs: {counts[JobState.PENDING]} pending, {counts[JobState.RUNNING]} running")
 
