@@ -17,11 +17,17 @@ submission asks for a cycle while it has none pending (scheduler/triggers.py), s
 often a queue gets one is what the workers can give.
 
 For each worker count, the workers (``celery worker --pool solo``, as deployed, no beat)
-run for ``--seconds`` of submissions; each cycle is read from the workers' logs (the
-task's end and run time). Prints, per worker count, the cycles per second per queue
-(mean, lowest and highest queue), the longest wait of a queue between the end of one
-cycle and the start of its next, submit-to-admitted percentiles and anything not
-admitted; then the speed-up of two workers over one. Targets (docs/operations.md,
+first warm up (cycles are asked for until every worker has run one of every queue: its
+first reads the whole queue and keeps the engine, scheduler/cycle/kept.py, as a worker
+that has been up a while has), then run for ``--seconds`` of submissions; each cycle is
+read from the workers' logs (the task's end, run time and how it read the queue).
+Prints, per worker count, the cycles per second per queue (mean, lowest and highest
+queue), how many cycles read only what changed, the share of the window the busiest
+worker spent in cycles, the longest wait of a queue between the end of one cycle and
+the start of its next, submit-to-admitted percentiles and anything not admitted; then
+the speed-up of two workers over one. That ratio measures capacity only when one worker
+is busy all the time: one with time to spare already runs every cycle the queues ask
+for, and the bench says so instead of judging the ratio. Targets (docs/operations.md,
 "Several hosts"): 2 workers >= 1.7x the cycles per second of 1; no busy queue waits
 more than 2 s between cycles. Prints the scale it ran at: at the full scale (20 queues
 of 5,000 pending) the setup writes 100,000 jobs.
@@ -40,6 +46,7 @@ import time
 from contextlib import ExitStack
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 from live import (
     G5,
@@ -58,10 +65,12 @@ from throwaway import django_on_throwaway
 RUNNING_P4 = 10  # per queue: the instances the backlog waits for, held all run long
 STEADY_G5 = 40  # per queue: free instances for the steady submissions
 
-# Celery's line for a finished cycle task: its end (local time, ms) and run time.
+# Celery's line for a finished cycle task: its end (local time, ms), run time, queue and
+# how it read the queue (``CycleResult.read``).
 _CYCLE_LINE = re.compile(
     r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): INFO/[^\]]*\] Task "
     r"scheduler\.tasks\.schedule_queue\[[^\]]+\] succeeded in ([\d.e-]+)s: \{'queue': (\d+)"
+    r"[^}]*'read': '([^']*)'"
 )
 
 
@@ -184,19 +193,47 @@ def _drain(tag: str, seconds: float) -> None:
         time.sleep(0.5)
 
 
-def _cycles(logs: list[Path]) -> dict[int, list[tuple[float, float]]]:
-    """Every cycle in the workers' logs: queue id -> [(start, end)] in epoch seconds."""
-    found: dict[int, list[tuple[float, float]]] = {}
-    for log in logs:
+class Cycle(NamedTuple):
+    start: float
+    end: float
+    worker: int
+    kept: bool
+    """Read only what changed (``CycleResult.read`` "kept"), not the whole queue."""
+
+
+def _cycles(logs: list[Path]) -> dict[int, list[Cycle]]:
+    """Every cycle in the workers' logs: queue id -> its cycles, in epoch seconds."""
+    found: dict[int, list[Cycle]] = {}
+    for worker, log in enumerate(logs):
         for line in log.read_text(errors="replace").splitlines():
             match = _CYCLE_LINE.search(line)
             if match is None:
                 continue
             end = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            found.setdefault(int(match[3]), []).append((end - float(match[2]), end))
+            cycle = Cycle(end - float(match[2]), end, worker, match[4] == "kept")
+            found.setdefault(int(match[3]), []).append(cycle)
     for spans in found.values():
         spans.sort()
     return found
+
+
+def _warm(queue_ids: list[int], logs: list[Path], seconds: float = 180.0) -> None:
+    """Until every worker has run a cycle of every queue (its first reads the whole queue
+    and keeps the engine, as a worker that has been up a while has): cycles are asked
+    for all queues again and again, each worker taking what it takes. A long-running
+    deployment is in this state; the window measures it, not the workers' first reads."""
+    from scheduler import triggers
+
+    deadline = time.monotonic() + seconds
+    wanted = {(w, q) for w in range(len(logs)) for q in queue_ids}
+    while time.monotonic() < deadline:
+        seen = {(c.worker, q) for q, cycles in _cycles(logs).items() for c in cycles}
+        if wanted <= seen:
+            return
+        for queue_id in queue_ids:
+            triggers.request_cycle(queue_id)
+        time.sleep(0.5)
+    print(f"  warm-up: {len(wanted - seen)} (worker, queue) pairs never ran in {seconds:.0f} s")
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -210,13 +247,13 @@ def run_phase(
     args: argparse.Namespace,
     env: dict[str, str],
     logs_dir: Path,
-) -> float:
-    """One worker count: returns the mean cycles per second per queue."""
+) -> tuple[float, float]:
+    """One worker count: returns the mean cycles per second per queue, and the share of
+    the window the busiest worker spent in cycles."""
     import redis
     from django.db import connections
 
     from governance.models import Job, JobEvent
-    from scheduler import triggers
 
     heading(f"{workers} worker process{'es' if workers > 1 else ''}")
     redis.Redis.from_url(env["REDIS_URL"]).flushdb()
@@ -230,8 +267,14 @@ def run_phase(
             stack.enter_context(process(_info(worker_command(name)), worker_env, log))
         for name in names:
             wait_for_worker(name)
-        for queue_id, _, _ in targets:
-            triggers.request_cycle(queue_id)
+        warming = time.perf_counter()
+        _warm([queue_id for queue_id, _, _ in targets], logs)
+        print(
+            f"  warm-up (each worker's first cycle of each queue): "
+            f"{time.perf_counter() - warming:.0f} s",
+            flush=True,
+        )
+        time.sleep(1.0)
         window = (time.time(), 0.0)
         late = _submit(targets, args.rate, args.seconds, tag)
         window = (window[0], time.time())
@@ -240,11 +283,12 @@ def run_phase(
     start, stop = window
     span = stop - start
     queue_ids = [queue_id for queue_id, _, _ in targets]
-    rates = [sum(1 for s, e in cycles.get(q, []) if start <= e <= stop) / span for q in queue_ids]
+    within = [c for q in queue_ids for c in cycles.get(q, []) if start <= c.end <= stop]
+    rates = [sum(1 for c in cycles.get(q, []) if start <= c.end <= stop) / span for q in queue_ids]
     waits: list[float] = []
     worst = (0.0, 0)
     for q in queue_ids:
-        spans = [(s, e) for s, e in cycles.get(q, []) if e >= start and s <= stop]
+        spans = [(c.start, c.end) for c in cycles.get(q, []) if c.end >= start and c.start <= stop]
         # The wait before the first cycle counts too, from the start of the submissions.
         ends = [start, *(e for _, e in spans)]
         starts = [s for s, _ in spans] + [stop]
@@ -252,7 +296,11 @@ def run_phase(
             waits.append(began - ended)
             if began - ended > worst[0]:
                 worst = (began - ended, q)
-    durations = [e - s for q in queue_ids for s, e in cycles.get(q, []) if start <= e <= stop]
+    durations = [c.end - c.start for c in within]
+    busy = max(
+        (sum(c.end - c.start for c in within if c.worker == w) / span for w in range(workers)),
+        default=0.0,
+    )
     figure("cycles per second per queue (mean)", f"{statistics.mean(rates):.2f}")
     figure("  lowest / highest queue", f"{min(rates):.2f} / {max(rates):.2f}")
     figure("cycles per second, all queues", f"{sum(rates):.1f}")
@@ -261,6 +309,8 @@ def run_phase(
             "cycle run time p50 / p95",
             f"{_pct(durations, 50) * 1000:.0f} / {_pct(durations, 95) * 1000:.0f} ms",
         )
+    figure("cycles that read only what changed", f"{sum(c.kept for c in within)} of {len(within)}")
+    figure("busiest worker: time in cycles", f"{busy:.0%}")
     figure(
         "longest wait between two cycles",
         f"{worst[0]:.2f} s",
@@ -288,7 +338,7 @@ def run_phase(
         figure("submit-to-admitted p95", f"{_pct(latencies, 95):.0f} ms")
         figure("submit-to-admitted max", f"{latencies[-1]:.0f} ms")
     figure("never admitted", str(len(submitted) - len(admitted)))
-    return statistics.mean(rates)
+    return statistics.mean(rates), busy
 
 
 def _info(command: list[str]) -> list[str]:
@@ -337,10 +387,22 @@ def main() -> None:
     targets = _fixtures(args.queues, args.pending)
     print(f"  fixtures in {time.perf_counter() - started:.0f} s", flush=True)
     results = {w: run_phase(w, targets, args, env, logs_dir) for w in args.workers or [1, 2]}
-    if 1 in results and 2 in results and results[1] > 0:
+    if 1 in results and 2 in results and results[1][0] > 0:
         heading("two workers against one")
-        ratio = results[2] / results[1]
-        figure("cycles per second, 2 workers / 1", f"{ratio:.2f}x", ">= 1.7x", ratio >= 1.7)
+        (one, one_busy), (two, _) = results[1], results[2]
+        ratio = two / one
+        if one_busy < 0.9:
+            # Cycles come when asked for: one worker with time to spare already gives
+            # every queue all the cycles its changes ask for, and a second has no more
+            # to run. The ratio then measures the demand, not the capacity.
+            figure("cycles per second, 2 workers / 1", f"{ratio:.2f}x")
+            print(
+                f"  one worker was busy {one_busy:.0%} of the time: it kept up with every "
+                "queue's requests, so a second one has nothing more to run (raise --rate to "
+                "saturate one worker and measure the ratio)"
+            )
+        else:
+            figure("cycles per second, 2 workers / 1", f"{ratio:.2f}x", ">= 1.7x", ratio >= 1.7)
     print(f"  (logs in {logs_dir}; load now {os.getloadavg()[0]:.1f})")
 
 

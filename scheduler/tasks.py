@@ -40,6 +40,7 @@ def schedule_queue(queue_id: int) -> dict[str, object]:
         "preempted": result.preempted,
         "completed": result.completed,
         "timed_out": result.timed_out,
+        "read": result.read,
     }
 
 

@@ -22,7 +22,7 @@ from governance.models.certifications import (
     TemplateEntry,
 )
 from governance.models.change_requests import ChangeRequestState, ShareChangeRequest
-from governance.models.cycle_log import CycleChange, CycleMark
+from governance.models.cycle_log import CycleChange, CycleLog
 from governance.models.decisions import Decision, DecisionState
 from governance.models.exceptions import ExceptionState, PriorityException
 from governance.models.idempotency import IdempotencyKey
@@ -61,7 +61,7 @@ __all__ = [
     "CertificationState",
     "ChangeRequestState",
     "CycleChange",
-    "CycleMark",
+    "CycleLog",
     "Decision",
     "DecisionRule",
     "DecisionState",

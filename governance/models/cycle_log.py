@@ -6,9 +6,12 @@ worker that kept the queue's engine reads only what changed (docs/architecture.m
   transaction (migration ``0034_inc_cycle_changes``), so no writer can forget it and an
   uncommitted change is simply read by the next cycle. The cycle consumes its queue's rows
   under the queue's lock (``DELETE ... RETURNING``).
-- :class:`CycleMark`: a random token each committed cycle of a queue leaves; a worker
-  whose kept engine carries another token knows another process (or a rolled-back
-  cycle's successor) ran the queue since, and reloads in full.
+- :class:`CycleLog`: one row per committed cycle of a queue, numbered (``seq``, under the
+  queue's lock) and carrying a random token and the jobs it took off the change log. A
+  worker whose kept engine is from cycle ``seq`` reads the rows after it to learn what
+  other processes' cycles saw change since, and catches up on those jobs alone; a gap
+  (the rows are kept for the last ``KEPT_CYCLES`` cycles) or another token at its
+  ``seq`` (a database restored, a rolled-back cycle's successor) means a full read.
 
 Plain integer columns, no foreign keys: a row must never hold up a job's or a queue's
 deletion, and a stale row costs the next cycle one look-up.
@@ -16,6 +19,7 @@ deletion, and a stale row costs the next cycle one look-up.
 
 from __future__ import annotations
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 
@@ -29,9 +33,23 @@ class CycleChange(models.Model):
         return f"queue {self.queue_id}: job {self.job_id}"
 
 
-class CycleMark(models.Model):
-    queue_id = models.BigIntegerField(primary_key=True)
+class CycleLog(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    queue_id = models.BigIntegerField()
+    seq = models.BigIntegerField()
+    """The cycle's number within its queue: the last one's plus one."""
     token = models.BigIntegerField()
+    """Random: tells this cycle from another that once had the same number."""
+    jobs = ArrayField(models.BigIntegerField(), default=list)
+    """The jobs the cycle took off the change log (``CycleChange``)."""
+    whole = models.BooleanField(default=False)
+    """Something other than one job was logged as changed: a kept engine from before
+    this cycle reads in full."""
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["queue_id", "seq"], name="cyclelog_queue_seq"),
+        ]
 
     def __str__(self) -> str:
-        return f"queue {self.queue_id}: cycle {self.token}"
+        return f"queue {self.queue_id}: cycle {self.seq}"

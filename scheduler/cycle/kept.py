@@ -10,13 +10,21 @@ found by the next cycle, never lost between two. Whatever else a decision depend
 again each cycle: it is small, and any difference from what the kept engine was built
 from means a full read.
 
+Several workers: each cycle stores its number, a token and the jobs it took off the
+log in ``governance.models.CycleLog``, so a worker whose kept engine is a few cycles
+old (other processes ran the queue since) catches up on the jobs those cycles saw
+change, instead of reading everything again.
+
+An executor that runs jobs itself (the simulated fleet) moves every running job's
+progress with the clock: its running jobs are read again each cycle (the pending ones,
+usually most of the queue, are kept).
+
 A full read instead, whenever anything is in doubt: nothing kept (a new worker, or the
-last cycle rolled back: an engine is kept only once its cycle commits), another process
-ran a cycle of the queue since (``governance.models.CycleMark``: a token per committed
-cycle), an executor that runs jobs itself (their progress moves with the clock, so every
-running job changes each cycle), a kept job a decision touches that changed since it
-was read (``snapshot.StaleRead``: the phases are rolled back and run again), or the
-switch ``SCHEDULER_INCREMENTAL_CYCLE`` off.
+last cycle rolled back: an engine is kept only once its cycle commits), the kept cycle
+no longer in the log as kept (more than ``KEPT_CYCLES`` cycles ago, or another history
+under its number), a change logged in full, a kept job a decision touches that changed
+since it was read (``snapshot.StaleRead``: the phases are rolled back and run again),
+or the switch ``SCHEDULER_INCREMENTAL_CYCLE`` off.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from django.db import connection
 from governance.models import (
     CapacityPlan,
     CycleChange,
-    CycleMark,
+    CycleLog,
     InstanceType,
     JobQueue,
     JobState,
@@ -45,9 +53,10 @@ from governance.models import (
     Workload,
 )
 from governance.models import RecoveryStatus as Recovery
+from governance.services.insight import Level
 from scheduler import engine as eng
 from scheduler.cycle import read
-from scheduler.cycle.snapshot import ActiveJobs, QueueSnapshot, StaleRead
+from scheduler.cycle.snapshot import ActiveJobs, QueueSnapshot, StaleRead, row_job
 from scheduler.executors.base import Executor
 
 ACTIVE = (JobState.PENDING, JobState.RUNNING)
@@ -62,18 +71,22 @@ def enabled() -> bool:
 class Kept:
     """One queue's state at the end of a committed cycle, in this process."""
 
+    seq: int
+    """The cycle's number in its queue's ``CycleLog``."""
     token: int
-    """The cycle's ``CycleMark`` token: another one stored means another cycle ran."""
+    """The cycle's token there: another one under ``seq`` means another history."""
     snapshot: QueueSnapshot
     """The engine as the cycle's decisions left it, and the rows it holds."""
     fingerprint: str
-    """``fingerprint`` of the setting, taken before the engine's setting was read."""
+    """The setting's fingerprint (``_FINGERPRINT``), taken before the engine's setting was
+    read."""
     plans: dict[int, tuple[str, datetime]]
     """Every plan of the queue then: id -> (name, end), to tell which the engine must know."""
     strict: set[int]
     verified: set[int]
     disabled: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Active rows not in the engine: pending jobs of disabled shares."""
+    """Active rows not in the engine: pending jobs of disabled shares, and runs the
+    executor finished by itself (the cycle completes them)."""
     dirty: set[int] = field(default_factory=set)
     """Jobs to read again whether logged or not: those the cycle decided about (the
     engine played its decisions; the stored rows say what was written), and running
@@ -83,6 +96,10 @@ class Kept:
     on_types: Counter[int] = field(default_factory=Counter)
     workloads: Counter[tuple[int, int]] = field(default_factory=Counter)
     """(share id, workload id) of the active rows naming a workload."""
+    recorded: tuple[list[Level], datetime] | None = None
+    """The usage levels this process last recorded for the queue, and when: a cycle
+    that leaves the same levels within the same minute need not record
+    (``usage.unchanged``). None: not known (another process may have recorded since)."""
 
     def count(self, row: dict[str, Any], sign: int = 1) -> None:
         """Add (or, ``sign`` -1, take away) what a row holds of ``read.RowFacts``."""
@@ -129,40 +146,17 @@ def forget_all() -> None:
     _KEPT.clear()
 
 
-_SWAP = (
-    f"WITH old AS (SELECT token FROM {CycleMark._meta.db_table} WHERE queue_id = %s)"
-    f" INSERT INTO {CycleMark._meta.db_table} (queue_id, token) VALUES (%s, %s)"
-    " ON CONFLICT (queue_id) DO UPDATE SET token = EXCLUDED.token"
-    " RETURNING (SELECT token FROM old)"
-)
-_CONSUME = f"DELETE FROM {CycleChange._meta.db_table} WHERE queue_id = %s RETURNING job_id"
-
-
-def swap_token(queue_id: int) -> tuple[int | None, int]:
-    """Store a new token for this cycle (under the queue's lock); returns the token the
-    last committed cycle left (None: none yet) and the new one."""
-    token = secrets.randbits(62) + 1
-    with connection.cursor() as cursor:
-        cursor.execute(_SWAP, [queue_id, queue_id, token])
-        found = cursor.fetchone()
-    return (found[0] if found else None), token
-
-
-def consume(queue_id: int) -> set[int | None]:
-    """The jobs logged as changed since the queue's last cycle, taken off the log (None:
-    a change that is not one job's). Called before either read, so a change committed
-    after it stays in the log for the next cycle."""
-    with connection.cursor() as cursor:
-        cursor.execute(_CONSUME, [queue_id])
-        return {job_id for (job_id,) in cursor.fetchall()}
-
-
 _CAPACITY, _SHARE, _TEAM = QueueCapacity._meta.db_table, Share._meta.db_table, Team._meta.db_table
 _LIMIT, _PLAN, _TYPE = (
     ShareLimit._meta.db_table,
     CapacityPlan._meta.db_table,
     InstanceType._meta.db_table,
 )
+# The setting's fingerprint: a digest of every stored row the setting is read from (the
+# queue's capacity, shares and their teams, limits and plans, and every instance type:
+# each row whole, so any edit shows), and the queue's plans (id -> name, end). Taken
+# with the cycle's log (``advance``), before a full read: a change committed between the
+# two makes the next cycle's digest differ.
 _FINGERPRINT = f"""
 SELECT md5(concat_ws('#',
     (SELECT string_agg(c::text, '|' ORDER BY c.id) FROM {_CAPACITY} c WHERE c.queue_id = %(q)s),
@@ -178,23 +172,101 @@ SELECT md5(concat_ws('#',
 """
 
 
-def fingerprint(queue_id: int) -> tuple[str, dict[int, tuple[str, datetime]]]:
-    """A digest of every stored row the setting is read from (the queue's capacity,
-    shares and their teams, limits and plans, and every instance type: each row whole,
-    so any edit shows), and the queue's plans (id -> name, end). Taken before a full
-    read: a change committed between the two makes the next cycle's digest differ."""
+def _setting(
+    digest: str, names: list[list[str]] | None, ends: list[datetime] | None
+) -> tuple[str, dict[int, tuple[str, datetime]]]:
+    """The fingerprint's columns as (digest, plans by id)."""
+    return digest, {
+        int(pk): (name, end) for (pk, name), end in zip(names or [], ends or [], strict=True)
+    }
+
+
+KEPT_CYCLES = 100
+"""How many of a queue's latest cycles ``CycleLog`` holds: a kept engine more cycles
+behind than this reads in full."""
+
+_LOG, _CHANGES = CycleLog._meta.db_table, CycleChange._meta.db_table
+# One round trip, under the queue's lock: this cycle's number and token stored with the
+# jobs it takes off the change log, the log's oldest rows pruned, and what the cycles
+# after the kept one (``%(kept)s``) took (the statement's reads see the rows as they were
+# before it: the new row is not among them, the pruned ones still are).
+_ADVANCE = f"""
+WITH last AS (
+    SELECT seq, token FROM {_LOG} WHERE queue_id = %(q)s ORDER BY seq DESC LIMIT 1
+), taken AS (
+    DELETE FROM {_CHANGES} WHERE queue_id = %(q)s RETURNING job_id
+), added AS (
+    INSERT INTO {_LOG} (queue_id, seq, token, jobs, whole)
+    SELECT %(q)s, COALESCE((SELECT seq FROM last), 0) + 1, %(token)s,
+        COALESCE(array_agg(DISTINCT job_id) FILTER (WHERE job_id IS NOT NULL), '{{}}'),
+        COALESCE(bool_or(job_id IS NULL), false)
+    FROM taken
+    RETURNING seq, jobs, whole
+), pruned AS (
+    DELETE FROM {_LOG} WHERE queue_id = %(q)s
+        AND seq <= COALESCE((SELECT seq FROM last), 0) + 1 - %(keep)s
+)
+SELECT added.seq, added.jobs, added.whole,
+    (SELECT token FROM {_LOG} WHERE queue_id = %(q)s AND seq = %(kept)s),
+    (SELECT count(*) FROM {_LOG} WHERE queue_id = %(q)s AND seq > %(kept)s),
+    (SELECT COALESCE(bool_or(whole), false) FROM {_LOG} WHERE queue_id = %(q)s AND seq > %(kept)s),
+    (SELECT array_agg(DISTINCT job) FROM {_LOG}, unnest(jobs) AS job
+        WHERE queue_id = %(q)s AND seq > %(kept)s),
+    setting.*
+FROM added, ({_FINGERPRINT}) AS setting
+"""
+
+
+@dataclass
+class Advance:
+    """What the cycle learned storing its place in the queue's ``CycleLog``."""
+
+    seq: int
+    token: int
+    changed: set[int]
+    """The jobs to read again: those logged as changed since the kept engine's cycle
+    (by this cycle's take and by the other processes' cycles in between)."""
+    whole: bool
+    """Something was logged as changed in full since: read in full."""
+    behind: int | None
+    """How many other processes' cycles ran since the kept one; None: the kept one is not
+    in the log as kept (no kept engine, pruned, or another cycle under its number)."""
+    setting: tuple[str, dict[int, tuple[str, datetime]]]
+    """The setting's fingerprint now (``_FINGERPRINT``), and the queue's plans."""
+
+
+def advance(queue_id: int, found: Kept | None) -> Advance:
+    """Number this cycle and take its queue's change log (under the queue's lock, before
+    either read, so a change committed after it stays in the log for the next cycle);
+    with ``found``, the kept engine, also what the cycles since it saw change. One round
+    trip: a cycle that changes nothing makes few."""
+    token = secrets.randbits(62) + 1
+    kept_seq = found.seq if found is not None else -1
     with connection.cursor() as cursor:
-        cursor.execute(_FINGERPRINT, {"q": queue_id})
-        digest, names, ends = cursor.fetchone()
-    plans = {int(pk): (name, end) for (pk, name), end in zip(names or [], ends or [], strict=True)}
-    return digest, plans
+        cursor.execute(
+            _ADVANCE, {"q": queue_id, "token": token, "keep": KEPT_CYCLES, "kept": kept_seq}
+        )
+        found_row = cursor.fetchone()
+    seq, taken, whole, kept_token, between, whole_between, jobs_between = found_row[:7]
+    changed = set(taken) | set(jobs_between or ())
+    behind = None
+    if found is not None and kept_token == found.token and between == seq - 1 - found.seq:
+        behind = between
+    return Advance(seq, token, changed, whole or whole_between, behind, _setting(*found_row[7:]))
 
 
-def full_read(queue: JobQueue, now: datetime, executor: Executor) -> tuple[read.Read, Kept]:
-    """A full read of the cycle (rows locked), and what to keep of it."""
-    digest, plans = fingerprint(queue.pk)
+def full_read(
+    queue: JobQueue,
+    now: datetime,
+    executor: Executor,
+    setting: tuple[str, dict[int, tuple[str, datetime]]],
+) -> tuple[read.Read, Kept]:
+    """A full read of the cycle (rows locked), and what to keep of it (``setting``: the
+    fingerprint ``advance`` took before it)."""
+    digest, plans = setting
     found = read.read_all(queue, now, lock=True, executor=executor)
     kept = Kept(
+        seq=0,
         token=0,
         snapshot=found.snapshot,
         fingerprint=digest,
@@ -214,14 +286,20 @@ def full_read(queue: JobQueue, now: datetime, executor: Executor) -> tuple[read.
 
 
 def refresh(
-    kept: Kept, queue: JobQueue, now: datetime, executor: Executor, changed: set[int]
+    kept: Kept, queue: JobQueue, now: datetime, executor: Executor, log: Advance
 ) -> QueueSnapshot | None:
-    """The kept engine brought to ``now``: the changed jobs (and the dirty ones)
-    forgotten and restored from their rows, read and locked now. None: the setting
+    """The kept engine brought to ``now``: the jobs ``log`` says changed (and the dirty
+    ones) forgotten and restored from their rows, read and locked now. None: the setting
     changed, or a row does not fit the kept engine; read in full (``kept`` is spent
     either way)."""
-    ids = changed | kept.dirty
+    ids = log.changed | kept.dirty
     kept.dirty = set()
+    if executor.runs_itself:  # their progress moved with the clock: read them again
+        ids |= {
+            row["id"]
+            for row in kept.snapshot.jobs.rows.values()
+            if row["state"] == JobState.RUNNING
+        }
     fresh = read.changed_rows(queue.pk, ids) if ids else []
     engine = kept.snapshot.engine
     rows = kept.snapshot.jobs.rows
@@ -234,7 +312,7 @@ def refresh(
     active = [row for row in fresh if row["state"] in ACTIVE]
     for row in active:
         kept.count(row)
-    if not _same_setting(kept, queue.pk, now):
+    if not _same_setting(kept, log.setting, now):
         return None
     if kept.strict and _verified(kept) != kept.verified:
         return None
@@ -260,12 +338,14 @@ def refresh(
     return snapshot
 
 
-def _same_setting(kept: Kept, queue_id: int, now: datetime) -> bool:
+def _same_setting(
+    kept: Kept, setting: tuple[str, dict[int, tuple[str, datetime]]], now: datetime
+) -> bool:
     """Whether a full read now would read the setting the kept engine was built from:
-    the same stored rows (``fingerprint``), the same plans known (``read.read_setting``:
+    the same stored rows (the fingerprint), the same plans known (``read.read_setting``:
     not ended, or named or run on by an active job) and the same types (the setting's
     own, and those active jobs ran on)."""
-    digest, plans = fingerprint(queue_id)
+    digest, plans = setting
     if digest != kept.fingerprint:
         return False
     was = kept.snapshot
@@ -302,10 +382,18 @@ def _restore(
     snapshot: QueueSnapshot,
     executor: Executor,
 ) -> None:
-    """One active row into the kept engine, as ``read._jobs`` reads it in a full read."""
+    """One active row into the kept engine, as ``read._jobs`` reads it in a full read
+    (a run the executor finished by itself goes to the snapshot's completions)."""
     key = str(row["id"])
     if row["state"] == JobState.RUNNING and row["instance_type_id"] is not None:
-        row["type_name"] = context.type_names[row["instance_type_id"]]
+        name = row["type_name"] = context.type_names[row["instance_type_id"]]
+        if executor.runs_itself:
+            model = row_job(row)
+            done_at = executor.finish(model, snapshot.speeds[name])
+            if done_at is not None and done_at <= snapshot.now:
+                snapshot.completions.append((model, done_at))
+                kept.disabled[key] = row
+                return
         if row["plan_id"] is not None:
             row["plan_name"] = context.plan_names[row["plan_id"]]
         if row["run_started_at"] is None:

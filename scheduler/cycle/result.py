@@ -23,6 +23,8 @@ class CycleResult:
     read: str = ""
     """How the cycle read the queue: ``kept`` (only what changed, on the engine this
     process kept, ``scheduler.cycle.kept``), or ``full`` with why when not the first."""
+    caught_up: int = 0
+    """Cycles other processes ran since the kept engine's, whose changes this one read."""
     levels: list[insight.Level] = field(default_factory=list)
     """What the cycle leaves running, for the usage history."""
 

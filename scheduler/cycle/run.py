@@ -49,32 +49,33 @@ def run_cycle(
         executor.before_cycle(queue)
         started = time.perf_counter()
         now = now or timezone.now()
-        # What this process kept of the queue's last cycle, if it is still the last one
-        # and nothing but jobs changed since (``scheduler.cycle.kept``).
+        # What this process kept of the last cycle of the queue it ran, and what changed
+        # since: in jobs only, the kept engine catches up on them (``scheduler.cycle.kept``).
         found = kept.take(queue_id)
-        last_token, token = kept.swap_token(queue_id)
-        changed = kept.consume(queue_id)
-        keeping = kept.enabled() and not executor.runs_itself
-        usable, why = _usable(found, last_token, changed, executor)
+        log = kept.advance(queue_id, found)
+        usable, why = _usable(found, log)
         result = CycleResult(queue_id=queue_id, now=now, read=why)
         if usable is None:
-            snapshot, decisions, next_kept = _phases(queue, now, executor, result, None, set())
+            snapshot, decisions, next_kept = _phases(queue, now, executor, result, None, log)
         else:
+            result.caught_up = log.behind or 0
+            if log.behind:  # another process's cycle may have recorded the usage since
+                usable.recorded = None
             try:
                 with transaction.atomic():  # a savepoint: a stale read rolls back to here
                     snapshot, decisions, next_kept = _phases(
-                        queue, now, executor, result, usable, {c for c in changed if c}
+                        queue, now, executor, result, usable, log
                     )
             except StaleRead:
                 result = CycleResult(queue_id=queue_id, now=now, read="full: stale read")
-                snapshot, decisions, next_kept = _phases(queue, now, executor, result, None, set())
+                snapshot, decisions, next_kept = _phases(queue, now, executor, result, None, log)
         kinds = Counter(d.kind for d in decisions)
         result.admitted = kinds[eng.DecisionKind.ADMITTED]
         result.preempted = kinds[eng.DecisionKind.PREEMPTED]
         result.timed_out = kinds[eng.DecisionKind.TIMED_OUT]
         result.next_event_in = _next_event_in(snapshot, executor)
-        if keeping and next_kept is not None:
-            next_kept.token = token
+        if kept.enabled() and next_kept is not None:
+            next_kept.seq, next_kept.token = log.seq, log.token
             next_kept.dirty |= {int(d.job) for d in decisions}
             transaction.on_commit(partial(kept.keep, queue_id, next_kept))
     _count(decisions, time.perf_counter() - started)
@@ -83,19 +84,15 @@ def run_cycle(
     return result
 
 
-def _usable(
-    found: kept.Kept | None, last_token: int | None, changed: set[int | None], executor: Executor
-) -> tuple[kept.Kept | None, str]:
+def _usable(found: kept.Kept | None, log: kept.Advance) -> tuple[kept.Kept | None, str]:
     """The kept state if the cycle may build on it; else None and why it reads in full."""
     if not kept.enabled():
         return None, "full: switched off (SCHEDULER_INCREMENTAL_CYCLE)"
-    if executor.runs_itself:
-        return None, "full: the executor runs jobs itself"
     if found is None:
         return None, "full: nothing kept"
-    if found.token != last_token:
-        return None, "full: another cycle ran"
-    if None in changed:
+    if log.behind is None:
+        return None, "full: the kept cycle is no longer in the log"
+    if log.whole:
         return None, "full: logged as changed in full"
     return found, ""
 
@@ -106,19 +103,19 @@ def _phases(
     executor: Executor,
     result: CycleResult,
     usable: kept.Kept | None,
-    changed: set[int],
+    log: kept.Advance,
 ) -> tuple[QueueSnapshot, list[eng.Decision], kept.Kept | None]:
     """Read (the kept engine brought up to date, or in full), decide, apply, usage: the
     phases a stale read runs again. Returns what to keep if the cycle commits."""
     snapshot = None
     if usable is not None:
-        snapshot = kept.refresh(usable, queue, now, executor, changed)
+        snapshot = kept.refresh(usable, queue, now, executor, log)
     if snapshot is not None:
         next_kept: kept.Kept | None = usable
         result.read = "kept"
     else:
         # 2. read: the queue as the engine sees it (runs the executor finished found)
-        found, next_kept = kept.full_read(queue, now, executor)
+        found, next_kept = kept.full_read(queue, now, executor, log.setting)
         snapshot = found.snapshot
         if usable is not None:
             result.read = "full: the setting changed"
@@ -130,8 +127,14 @@ def _phases(
     executor.within_cycle(snapshot, decisions)
     # 6. usage: what the cycle leaves running, for the usage history
     result.levels = usage.levels(snapshot)
-    if not executor.defers_usage:
-        usage.record(queue.pk, result.levels, now)
+    recorded = next_kept.recorded if next_kept is not None else None
+    if (
+        not executor.defers_usage
+        and not usage.unchanged(recorded, result.levels, now)
+        and usage.record(queue.pk, result.levels, now)
+        and next_kept is not None
+    ):
+        next_kept.recorded = (result.levels, now)
     return snapshot, decisions, next_kept
 
 

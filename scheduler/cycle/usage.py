@@ -12,6 +12,7 @@ from datetime import datetime
 
 from django.db import DatabaseError, transaction
 
+from governance.models import UsageRollup
 from governance.services import insight
 from scheduler.cycle.snapshot import QueueSnapshot
 from scheduler.engine import accounting
@@ -55,14 +56,37 @@ def levels(snapshot: QueueSnapshot) -> list[insight.Level]:
     return out
 
 
-def record(queue_id: int, found: Sequence[insight.Level], now: datetime) -> None:
+def unchanged(
+    recorded: tuple[list[insight.Level], datetime] | None,
+    found: Sequence[insight.Level],
+    now: datetime,
+) -> bool:
+    """Whether recording ``found`` at ``now`` may wait: the levels this process last
+    recorded for the queue (``recorded``: levels and when, None when not known) are the
+    same and ``now`` is in the same minute. Recording later credits the same levels over
+    the same interval; the first cycle of each minute still records, so the rollups lag
+    the cycle by at most a minute, as ``insight.usage_record`` promises."""
+    if recorded is None:
+        return False
+    levels, at = recorded
+    return (
+        levels == list(found)
+        and now >= at
+        and insight.bucket_start(at, UsageRollup.MINUTE)
+        == insight.bucket_start(now, UsageRollup.MINUTE)
+    )
+
+
+def record(queue_id: int, found: Sequence[insight.Level], now: datetime) -> bool:
     """Record ``found`` (``levels``) at ``now``, in the caller's transaction; the history
     row's own lock keeps it right (a cycle recorded meanwhile for a later moment makes
-    this one skip, never credit an interval twice)."""
+    this one skip, never credit an interval twice). False: it could not be recorded."""
     try:
         insight.usage_record(queue_id=queue_id, levels=found, now=now)
     except DatabaseError:
         log.exception("usage history of queue %s not recorded", queue_id)
+        return False
+    return True
 
 
 def record_alone(queue_id: int, found: Sequence[insight.Level], now: datetime) -> None:
