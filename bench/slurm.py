@@ -2,7 +2,8 @@
 
     ./scripts/slurm/start
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything SLURM_CONF=var/slurm/slurm.conf \\
-        .venv/bin/python bench/slurm.py [--a-jobs 480] [--a-repeat 1] [--b-jobs 2000] [--no-hook]
+        .venv/bin/python bench/slurm.py [--a-jobs 480] [--a-repeat 1] [--b-jobs 2000] [--no-hook] \\
+        [--busy]
 
 Runs in a throwaway database ``bench_slurm_<name>`` (dropped and re-created). The product
 side drives the slurm executor's passes (``pass_.sync_queue``: what beat's ``slurm-sync``
@@ -29,6 +30,10 @@ node (docs/slurm.md). Prints:
     first reused; Slurm's own end/start times, 1 s resolution), p50/p95, for both runs
     of (a).
 
+Targets: (a) at most 1.15 x on a quiet machine and at most 1.25 x with ``--busy`` (a
+second process keeps one core busy throughout, on both sides), (b) p95 at most 3 s, (c)
+p95 at most 1 s.
+
 With ``--a-repeat N``, (a) and (c) run N times one after the other, and the median, lowest
 and highest ratio follow: on a small shared machine one run's ratio moves by several
 percent from run to run.
@@ -37,6 +42,7 @@ percent from run to run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import random
@@ -48,6 +54,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -428,7 +435,14 @@ def main() -> None:
         default=None,
         help="seconds between executor passes (default: SLURM_POLL_SECONDS, as beat runs them)",
     )
+    parser.add_argument(
+        "--busy",
+        action="store_true",
+        help="run a second process that keeps one core busy throughout (target 1.25 x)",
+    )
     args = parser.parse_args()
+    global BUSY
+    BUSY = args.busy
     _setup()
     from django.conf import settings
 
@@ -445,6 +459,8 @@ def main() -> None:
     hook = None if args.no_hook else Hook()
     how = "polling only" if args.no_hook else "the completion hook and polling"
     print(f"the product: an executor pass every {POLL:g} s, {how}")
+    if args.busy:
+        print("a second process keeps one core busy throughout")
     try:
         run(args, cli, hook)
     finally:
@@ -466,16 +482,44 @@ def side_by_side(cli: Any, hook: Hook | None, jobs: int) -> float:
     print(
         f"    the product:  makespan {product:.1f} s, overhead per job start "
         f"{per_start_p:.3f} s ({passes} executor passes); ratio {product / alone:.2f} "
-        "(target <= 1.2)"
+        f"(target <= {_target()})"
     )
     print("(c) completion to next start (Slurm's end and start times, 1 s resolution)")
     for label, times in (("Slurm alone", alone_times), ("the product", product_times)):
         g = gaps(times)
-        print(f"    {label}: p50 {fmt(pct(g, 50))} s, p95 {fmt(pct(g, 95))} s (target p95 <= 2)")
+        print(f"    {label}: p50 {fmt(pct(g, 50))} s, p95 {fmt(pct(g, 95))} s (target p95 <= 1)")
     return product / alone
 
 
+BUSY = False
+
+
+def _target() -> str:
+    """The ratio (a) aims at: 1.15 on a quiet machine, 1.25 beside a busy process."""
+    return "1.25, beside a busy process" if BUSY else "1.15 on a quiet machine"
+
+
+@contextlib.contextmanager
+def busy_process(on: bool) -> Iterator[None]:
+    """A second process keeping one core busy (a plain Python loop) while the runs go on,
+    both sides alike: the machine as a shared host would have it."""
+    if not on:
+        yield
+        return
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def run(args: argparse.Namespace, cli: Any, hook: Hook | None) -> None:
+    with busy_process(args.busy):
+        _run(args, cli, hook)
+
+
+def _run(args: argparse.Namespace, cli: Any, hook: Hook | None) -> None:
     if args.a_jobs:
         print(f"(a) {args.a_jobs} one-second single-GPU jobs on {GPUS} GPUs")
         ratios = []
@@ -486,7 +530,7 @@ def run(args: argparse.Namespace, cli: Any, hook: Hook | None) -> None:
         if len(ratios) > 1:
             print(
                 f"    ratio over {len(ratios)} runs: median {statistics.median(ratios):.2f}, "
-                f"min {min(ratios):.2f}, max {max(ratios):.2f} (target <= 1.2)"
+                f"min {min(ratios):.2f}, max {max(ratios):.2f} (target <= {_target()})"
             )
     if args.b_jobs:
         if hook is not None:
