@@ -6,7 +6,7 @@ swaps only the results."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -17,7 +17,7 @@ from django.utils import timezone
 from governance.selectors import capacity as capacity_selectors
 from governance.selectors import scheduling
 from governance.selectors.filters import Links
-from governance.selectors.windows import parse_group_by, parse_month, parse_window
+from governance.selectors.windows import Window, parse_group_by, parse_month, parse_window
 from governance.services.errors import ValidationFailed
 from governance.web.presenters import signals as sel
 
@@ -27,6 +27,10 @@ PRESETS.append(("30d", "Last 30 days", 30))
 
 @login_required
 def signals_page(request: HttpRequest) -> HttpResponse:
+    """A preset window ("last day") or one whose end is not 5 minutes past shows the
+    answer kept for it, as of its time (docs/signals.md#windows-that-end-now): the
+    recording up to now costs seconds of work on a busy queue. While the first answer of
+    a window is being computed elsewhere, the results say so and poll (htmx)."""
     params = request.GET
     queues = list(capacity_selectors.queues().values_list("pk", "name"))
     context: dict[str, Any] = {"queues": queues, "presets": PRESETS, "errors": {}}
@@ -39,12 +43,11 @@ def signals_page(request: HttpRequest) -> HttpResponse:
     window_params = {"from": params.get("from"), "to": params.get("to")}
     preset = params.get("preset") or ("" if params.get("from") else "1d")
     now = timezone.now()
+    span: timedelta | None = None
     for key, _, days in PRESETS:
         if preset == key:
-            window_params = {
-                "from": (now - timedelta(days=days)).isoformat(),
-                "to": now.isoformat(),
-            }
+            span = timedelta(days=days)
+            window_params = {"from": (now - span).isoformat(), "to": now.isoformat()}
     context.update(
         {
             "queue": queue,
@@ -52,6 +55,7 @@ def signals_page(request: HttpRequest) -> HttpResponse:
             "group_by": params.get("group_by") or "share",
             "from_value": params.get("from") or "",
             "to_value": params.get("to") or "",
+            "poll_query": request.GET.urlencode(),
         }
     )
     if queue is None:
@@ -64,22 +68,41 @@ def signals_page(request: HttpRequest) -> HttpResponse:
         except ValidationFailed as exc:
             context["errors"] = exc.errors
         else:
-            answer = scheduling.queue_signals(queue, window.start, window.stop, group_by=group_by)
-            links = Links(queue.pk, window.start, window.stop)
-            month = parse_month(None, now=window.start)
-            context.update(
-                {
-                    "window": window,
-                    "answer": answer,
-                    "charts": sel.charts(answer, links, queue.pk),
-                    "figures": sel.figure_rows(answer, links, queue.pk),
-                    "columns": [label for label, _ in sel.group_scopes(answer, queue.pk)],
-                    "api_query": f"queue={queue.pk}&from={window.start.isoformat()}"
-                    f"&to={window.stop.isoformat()}&group_by={group_by}",
-                    "month": month.start.strftime("%Y-%m"),
-                    "chargeback": scheduling.chargeback(month.start, month.stop),
-                }
-            )
+            context.update(_results(queue, window, group_by, span))
     if request.headers.get("HX-Request"):
         return render(request, "signals/page.html#results", context)
     return render(request, "signals/page.html", context)
+
+
+def _results(queue: Any, window: Window, group_by: str, span: timedelta | None) -> dict[str, Any]:
+    """The results' context: the answer (as of its time when the window ends now), its
+    charts and figures, and the month's chargeback; ``computing`` while the first answer
+    of the window is computed elsewhere."""
+    live = scheduling.queue_signals_as_of(
+        queue, window.start, window.stop, group_by=group_by, span=span
+    )
+    if live.answer is None:
+        return {"computing": True, "window": window}
+    answer = live.answer
+    # the window the answer counts (a rolling window ends at its "as of")
+    window = Window(
+        datetime.fromisoformat(answer["window"]["from"]),
+        datetime.fromisoformat(answer["window"]["to"]),
+    )
+    links = Links(queue.pk, window.start, window.stop)
+    month = parse_month(None, now=window.start)
+    chargeback = scheduling.chargeback_as_of(month.start, month.stop)
+    return {
+        "window": window,
+        "answer": answer,
+        "as_of": live.as_of,
+        "charts": sel.charts(answer, links, queue.pk),
+        "figures": sel.figure_rows(answer, links, queue.pk),
+        "columns": [label for label, _ in sel.group_scopes(answer, queue.pk)],
+        "api_query": f"queue={queue.pk}&from={window.start.isoformat()}"
+        f"&to={window.stop.isoformat()}&group_by={group_by}",
+        "month": month.start.strftime("%Y-%m"),
+        "chargeback": (chargeback.answer or {}).get("rows", []),
+        "chargeback_computing": chargeback.answer is None,
+        "chargeback_as_of": chargeback.as_of,
+    }
