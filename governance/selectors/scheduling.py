@@ -485,9 +485,17 @@ def with_now(window: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
 
 
 def lending_now(share: Share) -> dict[str, Any]:
-    """The ledger's ``now``: who holds the share's idle entitlement and whose it holds, and
-    what its pending jobs would reclaim, read from the live state."""
-    return readings.lending_now(share)
+    """The ledger page's ``now``: who holds the share's idle entitlement and whose it
+    holds, and what its pending jobs would reclaim, read from the live state; cached as
+    the reasons are (under the queue's stored state, at most EXPLAIN_MAX_AGE, one client
+    computing it at a time), its ``at`` saying when it was read. The API's ledger reads
+    it afresh (``share_ledger``)."""
+    fingerprint = state_cache.queue_state_fingerprint(share.queue_id)
+    return state_cache.cached(
+        f"lending-now:{fingerprint}:{share.pk}",
+        lambda: readings.lending_now(share),
+        EXPLAIN_MAX_AGE,
+    )
 
 
 def share_ledger_as_of(

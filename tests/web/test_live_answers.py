@@ -205,3 +205,29 @@ def test_an_expired_reading_is_served_from_the_kept_one_while_another_recomputes
     assert computed == [1]
     state_cache.release_lock("test:state-b:lock", lock)
     assert scheduling._per_job_cached("test", 1, [7], "state-b", compute)[0] == {7: "reading 2"}
+
+
+def test_the_ledger_page_reads_now_once_per_stored_state(
+    recorded: Any, monkeypatch: pytest.MonkeyPatch, django_assert_num_queries: Any
+) -> None:
+    """The page's "now" (an engine reading of the live state) is cached under the queue's
+    stored state like the reasons jobs wait: the second view asks the engine nothing, in
+    seven queries (the user, the share, the queue's fingerprint, the navigation's), none
+    of them the engine's read of every active job."""
+    from scheduler import readings
+
+    calls: list[int] = []
+    real = readings.lending_now
+
+    def counted(share: Any) -> dict[str, Any]:
+        calls.append(share.pk)
+        return real(share)
+
+    monkeypatch.setattr(readings, "lending_now", counted)
+    client = Client()
+    client.force_login(recorded.red_lead)
+    url = f"/shares/{recorded.beta.pk}/ledger/"
+    assert client.get(url).status_code == 200
+    with django_assert_num_queries(7):
+        assert client.get(url).status_code == 200
+    assert calls == [recorded.beta.pk]
