@@ -58,6 +58,7 @@ __all__ = [
     "engine_usage",
     "entitled_forecast_jobs",
     "explain_generation",
+    "explain_generations",
     "explain_job",
     "explain_jobs",
     "exposure_jobs",
@@ -124,10 +125,18 @@ def explain_generation(queue_id: int, fingerprint: str) -> str | None:
     """A token naming the reasons ``explain_jobs`` serves for the queue in the state
     ``fingerprint`` now (a new one each time the engine is asked again); None when none
     are cached. What is rendered from the reasons may be cached under it."""
-    base = f"explain:{fingerprint}"
-    found = state_cache.cache_get_many([f"{base}:ok", f"{base}:kept"])
-    token = found.get(f"{base}:ok", found.get(f"{base}:kept"))
-    return token if isinstance(token, str) else None
+    return explain_generations({queue_id: fingerprint})[queue_id]
+
+
+def explain_generations(fingerprints: dict[int, str]) -> dict[int, str | None]:
+    """``explain_generation`` of several queues (id -> fingerprint), in one cache read."""
+    keys = [f"explain:{fp}:{end}" for fp in fingerprints.values() for end in ("ok", "kept")]
+    found = state_cache.cache_get_many(keys)
+    out: dict[int, str | None] = {}
+    for queue_id, fp in fingerprints.items():
+        token = found.get(f"explain:{fp}:ok", found.get(f"explain:{fp}:kept"))
+        out[queue_id] = token if isinstance(token, str) else None
+    return out
 
 
 def explain_job(job: Job) -> list[dict[str, Any]]:
