@@ -6,9 +6,11 @@ swaps only the results."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -19,6 +21,7 @@ from governance.selectors import scheduling
 from governance.selectors.filters import Links
 from governance.selectors.windows import Window, parse_group_by, parse_month, parse_window
 from governance.services.errors import ValidationFailed
+from governance.web import regions
 from governance.web.presenters import signals as sel
 
 PRESETS = [("1h", "Last hour", 1 / 24), ("1d", "Last day", 1), ("7d", "Last 7 days", 7)]
@@ -69,9 +72,53 @@ def signals_page(request: HttpRequest) -> HttpResponse:
             context["errors"] = exc.errors
         else:
             context.update(_results(queue, window, group_by, span))
+    key = context.pop("results_key", None)
+    if key is not None:
+        # a kept answer: its results are the same HTML until it is recomputed
+        results = regions.template_region(
+            key, RESULTS, lambda: {**context, **_shapes(queue, context)}, RESULTS_SECONDS
+        )
+    else:
+        shapes = _shapes(queue, context) if "answer" in context else {}
+        results = regions.fill(regions.render_with_slots(RESULTS, {**context, **shapes}))
     if request.headers.get("HX-Request"):
-        return render(request, "signals/page.html#results", context)
-    return render(request, "signals/page.html", context)
+        return HttpResponse(results)
+    return render(request, "signals/page.html", {**context, "results_html": results})
+
+
+# The results of a kept answer (a window that ends now) are rendered once per answer: the
+# answer is named by its queue, grouping, window and "as of", the chargeback's likewise
+# (web/regions.py: relative times are slots written at each serving).
+RESULTS = "signals/page.html#results"
+RESULTS_VERSION = 1
+RESULTS_SECONDS = 15 * 60.0
+
+
+def _results_key(
+    queue_id: int,
+    group_by: str,
+    window: Window,
+    live: Any,
+    month: Window,
+    chargeback: Any,
+) -> str:
+    """The results' cache key: what names their answer and their chargeback's."""
+    text = (
+        f"{settings.DATABASES['default']['NAME']}|{queue_id}|{group_by}|{window.start}|"
+        f"{window.stop}|{live.as_of}|{month.start}|{chargeback.as_of}|{chargeback.answer is None}"
+    )
+    return f"signals-results:{RESULTS_VERSION}:{hashlib.sha256(text.encode()).hexdigest()}"
+
+
+def _shapes(queue: Any, context: dict[str, Any]) -> dict[str, Any]:
+    """What the results draw from the answer: charts, the figures table, its columns."""
+    answer, window = context["answer"], context["window"]
+    links = Links(queue.pk, window.start, window.stop)
+    return {
+        "charts": sel.charts(answer, links, queue.pk),
+        "figures": sel.figure_rows(answer, links, queue.pk),
+        "columns": [label for label, _ in sel.group_scopes(answer, queue.pk)],
+    }
 
 
 def _results(queue: Any, window: Window, group_by: str, span: timedelta | None) -> dict[str, Any]:
@@ -89,16 +136,16 @@ def _results(queue: Any, window: Window, group_by: str, span: timedelta | None) 
         datetime.fromisoformat(answer["window"]["from"]),
         datetime.fromisoformat(answer["window"]["to"]),
     )
-    links = Links(queue.pk, window.start, window.stop)
     month = parse_month(None, now=window.start)
     chargeback = scheduling.chargeback_as_of(month.start, month.stop)
+    kept = live.as_of is not None and (chargeback.answer is None or chargeback.as_of is not None)
     return {
+        "results_key": _results_key(queue.pk, group_by, window, live, month, chargeback)
+        if kept
+        else None,
         "window": window,
         "answer": answer,
         "as_of": live.as_of,
-        "charts": sel.charts(answer, links, queue.pk),
-        "figures": sel.figure_rows(answer, links, queue.pk),
-        "columns": [label for label, _ in sel.group_scopes(answer, queue.pk)],
         "api_query": f"queue={queue.pk}&from={window.start.isoformat()}"
         f"&to={window.stop.isoformat()}&group_by={group_by}",
         "month": month.start.strftime("%Y-%m"),

@@ -231,3 +231,20 @@ def test_the_ledger_page_reads_now_once_per_stored_state(
     with django_assert_num_queries(7):
         assert client.get(url).status_code == 200
     assert calls == [recorded.beta.pk]
+
+
+def test_the_results_of_a_kept_answer_are_rendered_once(
+    recorded: Any, django_assert_num_queries: Any
+) -> None:
+    """The Signals page's results of a window that ends now are rendered once per kept
+    answer: a second view draws no chart (reads no share to link its figures) and shows
+    the same results, their relative times written as of the view."""
+    client = Client()
+    client.force_login(recorded.red_lead)
+    first = client.get("/signals/", {"queue": recorded.queue.pk}, HTTP_HX_REQUEST="true")
+    recorded.clock.now = at(430)
+    with django_assert_num_queries(3):  # the session's user, the queues, the queue
+        again = client.get("/signals/", {"queue": recorded.queue.pk}, HTTP_HX_REQUEST="true")
+    html = again.content.decode()
+    assert html.count('class="hbars"') == 4 and "As of 2025-03-03 08:06 UTC" in html
+    assert html == first.content.decode()
