@@ -127,11 +127,13 @@ def wait_for(keys: list[str], ready: str, seconds: float | None = None) -> dict[
     """``cache_get_many(keys)`` once ``ready`` (one of them) is there, polling while another
     caller computes it; what is there after ``seconds`` (``WAIT_SECONDS``) otherwise."""
     deadline = time.monotonic() + (WAIT_SECONDS if seconds is None else seconds)
+    pause = POLL_SECONDS / 8  # most answers take milliseconds: look again soon, then less often
     while True:
         found = cache_get_many(keys)
         if ready in found or time.monotonic() >= deadline:
             return found
-        time.sleep(POLL_SECONDS)
+        time.sleep(pause)
+        pause = min(POLL_SECONDS, pause * 2)
 
 
 def cached(key: str, compute: Callable[[], T], timeout: float = 60.0) -> T:
