@@ -516,7 +516,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout"
 # other tasks stay on Celery's default queue.
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 WHATIF_QUEUE = env_str("WHATIF_QUEUE", "whatif")
-CELERY_TASK_ROUTES = {"scheduler.tasks.run_whatif": {"queue": WHATIF_QUEUE}}
+# The pages' answers of windows that end now (scheduler/live_answers.py) read the recorded
+# history as replays do, for seconds: the same queue, never in front of a cycle.
+CELERY_TASK_ROUTES = {
+    "scheduler.tasks.run_whatif": {"queue": WHATIF_QUEUE},
+    "scheduler.tasks.refresh_live_answer": {"queue": WHATIF_QUEUE},
+}
 # What-if runs one user may have queued or running at once (more: 429).
 WHATIF_MAX_PER_USER = env_int("WHATIF_MAX_PER_USER", 2)
 if WHATIF_MAX_PER_USER < 1:

@@ -15,7 +15,7 @@ from governance.selectors.capacity import queue_ids
 from governance.services import runs
 from governance.services import whatif as whatif_services
 from governance.services.exceptions import exception_close_moot, exception_expire_due
-from scheduler import history, signal_store, triggers, whatif
+from scheduler import history, live_answers, signal_store, triggers, whatif
 from scheduler.cycle.result import CycleResult
 from scheduler.cycle.run import run_cycle
 
@@ -127,3 +127,13 @@ def run_whatif(whatif_id: int) -> None:
         whatif_services.whatif_fail(whatif_id=run.pk, error=f"{type(exc).__name__}: {exc}")
         return
     whatif_services.whatif_finish(whatif_id=run.pk, result=result)
+
+
+@shared_task(ignore_result=True)
+def refresh_live_answer(kind: str, params: dict[str, object], token: str | None = None) -> None:
+    """Recompute a page's answer of a window that ends now (``scheduler/live_answers.py``)
+    and release the lock it was queued under. What each kind computes is registered by
+    ``governance.selectors.scheduling``, imported here for that."""
+    from governance.selectors import scheduling  # noqa: F401  (registers the kinds)
+
+    live_answers.refresh(kind, dict(params), token)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -36,6 +36,7 @@ from scheduler import (
     estimates,
     history,
     ledger,
+    live_answers,
     promises,
     readings,
     signal_store,
@@ -53,13 +54,16 @@ __all__ = [
     "accounting",
     "change_request_preview",
     "chargeback",
+    "chargeback_as_of",
     "engine_usage",
     "entitled_forecast_jobs",
     "explain_generation",
+    "explain_generations",
     "explain_job",
     "explain_jobs",
     "exposure_jobs",
     "forecast_jobs",
+    "lending_now",
     "never_starting",
     "preview_share_change",
     "promise_figures",
@@ -67,12 +71,15 @@ __all__ = [
     "promise_judge",
     "queue_history",
     "queue_signals",
+    "queue_signals_as_of",
     "replay",
     "share_change_warnings",
     "share_ledger",
+    "share_ledger_as_of",
     "signals_rows",
     "start_blockers",
     "whatif_replay",
+    "with_now",
 ]
 
 
@@ -84,7 +91,9 @@ __all__ = [
 # is cached under a fingerprint of those rows (``state_cache.queue_state_fingerprint``), for
 # as long as ``scheduler.readings.explain_queue`` says it holds, at most EXPLAIN_MAX_AGE. A page
 # therefore never shows reasons for a state other than the stored one. Entries are per
-# job, so a page reads only its own 50.
+# job, so a page reads only its own 50. When an answer expires, one client asks the
+# engine again while the others serve the answer of the same state kept KEPT_FOR longer
+# (or wait for the new one): 20 clients of the team page no longer ask at once.
 EXPLAIN_MAX_AGE = 30.0
 
 
@@ -100,34 +109,34 @@ def explain_jobs(
     caller passes the queue's ``state_cache.queue_state_fingerprint`` it already read.
     ``generation``, when given, receives the cached answer's token (explain_generation)
     if the answer served is a cached one."""
-    wanted = list(job_ids)
-    base = f"explain:{fingerprint or state_cache.queue_state_fingerprint(queue_id)}"
-    keys = {f"{base}:{pk}": pk for pk in wanted}
-    found = state_cache.cache_get_many([f"{base}:ok", *keys])
-    if f"{base}:ok" in found:
-        if generation is not None and isinstance(found[f"{base}:ok"], str):
-            generation.append(found[f"{base}:ok"])
-        return {keys[key]: value for key, value in found.items() if key in keys}
-    reasons, valid_for = readings.explain_queue(queue_id)
-    ttl = min(EXPLAIN_MAX_AGE, valid_for if valid_for is not None else EXPLAIN_MAX_AGE)
-    if ttl >= 1:
-        state_cache.cache_set_many({f"{base}:{pk}": value for pk, value in reasons.items()}, ttl)
-        # Last: never half an answer. Its value names this answer (explain_generation).
-        token = uuid.uuid4().hex
-        state_cache.cache_set_many({f"{base}:ok": token}, ttl)
-        if generation is not None:
-            generation.append(token)
-    wanted_set = set(wanted)
-    return {pk: value for pk, value in reasons.items() if pk in wanted_set}
+
+    def compute() -> tuple[dict[int, Any], str, float | None]:
+        reasons, valid_for = readings.explain_queue(queue_id)
+        # Its note names this answer (explain_generation).
+        return reasons, uuid.uuid4().hex, valid_for
+
+    found, token, cached = _per_job_cached("explain", queue_id, list(job_ids), fingerprint, compute)
+    if generation is not None and cached:
+        generation.append(token)
+    return found
 
 
 def explain_generation(queue_id: int, fingerprint: str) -> str | None:
     """A token naming the reasons ``explain_jobs`` serves for the queue in the state
     ``fingerprint`` now (a new one each time the engine is asked again); None when none
     are cached. What is rendered from the reasons may be cached under it."""
-    key = f"explain:{fingerprint}:ok"
-    token = state_cache.cache_get_many([key]).get(key)
-    return token if isinstance(token, str) else None
+    return explain_generations({queue_id: fingerprint})[queue_id]
+
+
+def explain_generations(fingerprints: dict[int, str]) -> dict[int, str | None]:
+    """``explain_generation`` of several queues (id -> fingerprint), in one cache read."""
+    keys = [f"explain:{fp}:{end}" for fp in fingerprints.values() for end in ("ok", "kept")]
+    found = state_cache.cache_get_many(keys)
+    out: dict[int, str | None] = {}
+    for queue_id, fp in fingerprints.items():
+        token = found.get(f"explain:{fp}:ok", found.get(f"explain:{fp}:kept"))
+        out[queue_id] = token if isinstance(token, str) else None
+    return out
 
 
 def explain_job(job: Job) -> list[dict[str, Any]]:
@@ -292,28 +301,51 @@ def never_starting(jobs: Iterable[Job]) -> dict[int, list[dict[str, Any]]]:
 # (``scheduler/estimates.py``) to measure the forecast error later.
 
 
+# An answer of the same state kept this much longer than it holds, served while one
+# client computes the next (single flight: state_cache's module docstring).
+KEPT_FOR = 60.0
+
+
 def _per_job_cached(
     prefix: str,
     queue_id: int,
     wanted: list[int],
     fingerprint: str | None,
     compute: Callable[[], tuple[dict[int, Any], str, float | None]],
-) -> tuple[dict[int, Any], str]:
+) -> tuple[dict[int, Any], str, bool]:
     """A per-job reading of the queue (``compute``: values by job id, a note such as the
     basis, and for how long it holds), cached as the reasons are: under the queue's
-    stored state, per job, with the note written last (never half an answer)."""
+    stored state, per job, with the note written last (never half an answer); and
+    whether the answer served is in the cache (served from it, or stored). Computed by
+    one client at a time: the others serve the answer of the same state kept
+    ``KEPT_FOR`` longer, or wait for it."""
     base = f"{prefix}:{fingerprint or state_cache.queue_state_fingerprint(queue_id)}"
     keys = {f"{base}:{pk}": pk for pk in wanted}
-    found = state_cache.cache_get_many([f"{base}:ok", *keys])
-    if f"{base}:ok" in found:
-        return {keys[k]: v for k, v in found.items() if k in keys}, str(found[f"{base}:ok"])
-    values, note, valid_for = compute()
-    ttl = min(EXPLAIN_MAX_AGE, valid_for if valid_for is not None else EXPLAIN_MAX_AGE)
-    if ttl >= 1:
-        state_cache.cache_set_many({f"{base}:{pk}": value for pk, value in values.items()}, ttl)
-        state_cache.cache_set_many({f"{base}:ok": note}, ttl)
+    ready, kept, lock = f"{base}:ok", f"{base}:kept", f"{base}:lock"
+    found = state_cache.cache_get_many([ready, kept, *keys])
+    token = None
+    if ready not in found:
+        token = state_cache.take_lock(lock)
+        if token is None and kept in found:
+            ready = kept  # another client computes the next answer: serve the kept one
+        elif token is None:
+            found = state_cache.wait_for([ready, *keys], ready)
+    if ready in found:
+        return {keys[k]: v for k, v in found.items() if k in keys}, str(found[ready]), True
+    try:
+        values, note, valid_for = compute()
+        ttl = min(EXPLAIN_MAX_AGE, valid_for if valid_for is not None else EXPLAIN_MAX_AGE)
+        stored = ttl >= 1
+        if stored:
+            entries = {f"{base}:{pk}": value for pk, value in values.items()}
+            state_cache.cache_set_many(entries, ttl + KEPT_FOR)
+            state_cache.cache_set_many({kept: note}, ttl + KEPT_FOR)
+            state_cache.cache_set_many({ready: note}, ttl)
+    finally:
+        if token is not None:
+            state_cache.release_lock(lock, token)
     wanted_set = set(wanted)
-    return {pk: value for pk, value in values.items() if pk in wanted_set}, note
+    return {pk: value for pk, value in values.items() if pk in wanted_set}, note, stored
 
 
 def forecast_jobs(
@@ -326,7 +358,7 @@ def forecast_jobs(
     if not wanted:
         return {}, ""  # nothing asked: no playback (and no first estimates recorded)
 
-    found, basis = _per_job_cached(
+    found, basis, _ = _per_job_cached(
         "forecast",
         queue_id,
         wanted,
@@ -346,7 +378,7 @@ def entitled_forecast_jobs(
     wanted = list(job_ids)
     if not wanted:
         return {}, ""
-    found, basis = _per_job_cached(
+    found, basis, _ = _per_job_cached(
         "entitled",
         queue_id,
         wanted,
@@ -449,8 +481,62 @@ def share_ledger(share: Share, start: datetime, stop: datetime) -> dict[str, Any
     """The lending ledger of ``share``: ``now`` (``readings.lending_now``) and the window
     ``[start, stop)``: instance-seconds lent per borrowing share and type, borrowed per
     lender (or source) and type, the reclaims the share's jobs made and those its jobs
-    suffered, with the work lost."""
+    suffered, with the work lost. Exact: computed for the call (the API's answer)."""
+    window = ledger_window(share, start, stop, now=timezone.now())
+    return with_now(window, readings.lending_now(share))
+
+
+def with_now(window: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """A ledger's window part with its ``now``, in the answer's order (docs/ledger.md)."""
+    answer = {"share": window.get("share"), "window": window.get("window"), "now": now}
+    answer.update(window)
+    return answer
+
+
+def lending_now(share: Share) -> dict[str, Any]:
+    """The ledger page's ``now``: who holds the share's idle entitlement and whose it
+    holds, and what its pending jobs would reclaim, read from the live state; cached as
+    the reasons are (under the queue's stored state, at most EXPLAIN_MAX_AGE, one client
+    computing it at a time), its ``at`` saying when it was read. The API's ledger reads
+    it afresh (``share_ledger``)."""
+    fingerprint = state_cache.queue_state_fingerprint(share.queue_id)
+    return state_cache.cached(
+        f"lending-now:{fingerprint}:{share.pk}",
+        lambda: readings.lending_now(share),
+        EXPLAIN_MAX_AGE,
+    )
+
+
+def share_ledger_as_of(
+    share: Share, start: datetime, stop: datetime, *, span: timedelta | None = None
+) -> live_answers.Live:
+    """The window part of ``share_ledger`` for a page (everything but ``now``, which the
+    page reads live): exact when the window has closed; for a window that ends now, the
+    kept answer as of its time (``scheduler/live_answers.py``), ``span`` naming a rolling
+    window (``[as_of - span, as_of)``) rather than the fixed ``[start, stop)``."""
     now = timezone.now()
+    if span is None and signal_store.is_closed(stop, now):
+        return live_answers.Live(ledger_window(share, start, stop, now=now), None)
+    return live_answers.serve("ledger", {"share": share.pk, **_window_params(start, stop, span)})
+
+
+def _window_params(start: datetime, stop: datetime, span: timedelta | None) -> dict[str, Any]:
+    if span is not None:
+        return {"span": span.total_seconds()}
+    return {"from": start.isoformat(), "to": stop.isoformat()}
+
+
+def _window_of(params: dict[str, Any], now: datetime) -> tuple[datetime, datetime]:
+    """The window ``_window_params`` describes, as of ``now``."""
+    if params.get("span") is not None:
+        return now - timedelta(seconds=float(params["span"])), now
+    return datetime.fromisoformat(params["from"]), datetime.fromisoformat(params["to"])
+
+
+def ledger_window(
+    share: Share, start: datetime, stop: datetime, *, now: datetime
+) -> dict[str, Any]:
+    """The window part of ``share_ledger``, recorded up to ``now``."""
     # The recording with the state at ``start`` as it was (docs/signals.md, "Rules of
     # counting"): runs going at ``start`` are counted from ``start`` on.
     window = history.signals_window(share.queue, start, stop, now=now)
@@ -490,7 +576,6 @@ def share_ledger(share: Share, start: datetime, stop: datetime) -> dict[str, Any
     return {
         "share": {"id": share.pk, "name": share.name, "queue": share.queue_id},
         "window": {"from": start.isoformat(), "to": stop.isoformat()},
-        "now": readings.lending_now(share),
         "lent": lent,
         "borrowed": borrowed,
         "reclaims_triggered": triggered,
@@ -498,6 +583,14 @@ def share_ledger(share: Share, start: datetime, stop: datetime) -> dict[str, Any
         "lost_work_caused": sum(r["lost_work"] for r in triggered),
         "lost_work_suffered": sum(r["lost_work"] for r in suffered),
     }
+
+
+def _live_ledger(params: dict[str, Any], now: datetime) -> dict[str, Any] | None:
+    share = Share.objects.select_related("queue").filter(pk=params["share"]).first()
+    if share is None:
+        return None
+    start, stop = _window_of(params, now)
+    return ledger_window(share, start, stop, now=now)
 
 
 def _reclaims(queue_id: int, start: datetime, stop: datetime) -> list[dict[str, Any]]:
@@ -549,18 +642,51 @@ def _reclaims(queue_id: int, start: datetime, stop: datetime) -> list[dict[str, 
 
 
 def queue_signals(
-    queue: JobQueue, start: datetime, stop: datetime, *, group_by: str = "share"
+    queue: JobQueue,
+    start: datetime,
+    stop: datetime,
+    *,
+    group_by: str = "share",
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """Every signal of docs/signals.md for the queue over ``[start, stop)``, per share or team:
     computed from the queue's recording with the state at ``start`` as it was (runs
     going, earlier admissions and preemptions) plus the audit entries that count as
     policy changes, with the end of the recording at ``min(stop, now)``. A window that has
     ended is answered from the store when nothing recorded since could change it
-    (docs/signals.md#stored-answers)."""
-    answer = signal_store.window_signals(queue, start, stop, now=timezone.now(), group_by=group_by)
+    (docs/signals.md#stored-answers). Exact: the API's answer."""
+    now = now or timezone.now()
+    answer = signal_store.window_signals(queue, start, stop, now=now, group_by=group_by)
     answer["window"] = {"from": start.isoformat(), "to": stop.isoformat()}
     answer["queue"] = {"id": queue.pk, "name": queue.name, **answer["queue"]}
     return answer
+
+
+def queue_signals_as_of(
+    queue: JobQueue,
+    start: datetime,
+    stop: datetime,
+    *,
+    group_by: str = "share",
+    span: timedelta | None = None,
+) -> live_answers.Live:
+    """``queue_signals`` for a page: exact when the window has closed (the store); for a
+    window that ends now, the kept answer as of its time (``scheduler/live_answers.py``,
+    docs/signals.md#windows-that-end-now), whose ``window`` says which window it counts;
+    ``span`` names a rolling window (``[as_of - span, as_of)``)."""
+    now = timezone.now()
+    if span is None and signal_store.is_closed(stop, now):
+        return live_answers.Live(queue_signals(queue, start, stop, group_by=group_by), None)
+    params = {"queue": queue.pk, "group_by": group_by, **_window_params(start, stop, span)}
+    return live_answers.serve("signals", params)
+
+
+def _live_signals(params: dict[str, Any], now: datetime) -> dict[str, Any] | None:
+    queue = JobQueue.objects.filter(pk=params["queue"]).first()
+    if queue is None:
+        return None
+    start, stop = _window_of(params, now)
+    return queue_signals(queue, start, stop, group_by=params["group_by"], now=now)
 
 
 def promise_figures() -> tuple[str, ...]:
@@ -605,13 +731,16 @@ def signals_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return signals.flat_rows(answer)
 
 
-def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:
+def chargeback(
+    start: datetime, stop: datetime, *, now: datetime | None = None
+) -> list[dict[str, Any]]:
     """Per team, queue and type: instance-seconds and cost over ``[start, stop)`` (a
-    month), split own / borrowed, from each queue's signals grouped by team."""
+    month), split own / borrowed, from each queue's signals grouped by team. Exact."""
     rows: list[dict[str, Any]] = []
     label = start.strftime("%Y-%m")
+    now = now or timezone.now()
     for queue in JobQueue.objects.order_by("name"):
-        answer = queue_signals(queue, start, stop, group_by="team")
+        answer = queue_signals(queue, start, stop, group_by="team", now=now)
         for group in answer["groups"]:
             for type_name, seconds in group["instance_seconds"].items():
                 cost = group["cost"][type_name]
@@ -632,6 +761,27 @@ def chargeback(start: datetime, stop: datetime) -> list[dict[str, Any]]:
                 )
     rows.sort(key=lambda r: (r["team"], r["queue"], r["instance_type"]))
     return rows
+
+
+def chargeback_as_of(start: datetime, stop: datetime) -> live_answers.Live:
+    """``chargeback`` for a page, as ``{"rows": [...]}``: exact for a month that has ended,
+    else the kept answer as of its time (``scheduler/live_answers.py``)."""
+    now = timezone.now()
+    if signal_store.is_closed(stop, now):
+        return live_answers.Live({"rows": chargeback(start, stop, now=now)}, None)
+    return live_answers.serve("chargeback", {"from": start.isoformat(), "to": stop.isoformat()})
+
+
+def _live_chargeback(params: dict[str, Any], now: datetime) -> dict[str, Any]:
+    start, stop = _window_of(params, now)
+    return {"rows": chargeback(start, stop, now=now)}
+
+
+# What the pages' answers of windows that end now compute, here and in the worker's
+# recompute task alike (scheduler/live_answers.py).
+live_answers.register("signals", _live_signals)
+live_answers.register("ledger", _live_ledger)
+live_answers.register("chargeback", _live_chargeback)
 
 
 def whatif_replay(history_data: dict[str, Any], proposal: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ admin edits, the form is posted to the preview endpoint, which asks the engine (
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -335,18 +335,26 @@ def share_ledger(request: HttpRequest, share_id: int) -> HttpResponse:
     chosen = request.GET.get("window", "1d")
     hours = {key: h for key, _, h in LEDGER_WINDOWS}.get(chosen, 24)
     errors: dict[str, list[str]] = {}
+    span: timedelta | None = timedelta(hours=hours)
     start, stop = now - timedelta(hours=hours), now
     if request.GET.get("from") or request.GET.get("to"):
         chosen = ""
         try:
             window = parse_window(request.GET, now=now)
-            start, stop = window.start, window.stop
+            start, stop, span = window.start, window.stop, None
         except ServiceError as exc:
             errors = exc.errors
-    answer = scheduling.share_ledger(share, start, stop)
+    # The window: kept, as of its time, when it ends now (docs/ledger.md#on-the-page);
+    # now: read live.
+    live = scheduling.share_ledger_as_of(share, start, stop, span=span)
+    if live.answer is not None:
+        start = datetime.fromisoformat(live.answer["window"]["from"])
+        stop = datetime.fromisoformat(live.answer["window"]["to"])
     context = {
         "share": share,
-        "ledger": answer,
+        "ledger": scheduling.with_now(live.answer or {}, scheduling.lending_now(share)),
+        "computing": live.answer is None,
+        "as_of": live.as_of,
         "start": start,
         "stop": stop,
         "windows": LEDGER_WINDOWS,
@@ -354,5 +362,6 @@ def share_ledger(request: HttpRequest, share_id: int) -> HttpResponse:
         "errors": errors,
         "raw_from": request.GET.get("from", "")[:64],
         "raw_to": request.GET.get("to", "")[:64],
+        "poll_query": request.GET.urlencode(),
     }
     return render(request, "shares/ledger.html", context, status=400 if errors else 200)

@@ -111,3 +111,25 @@ def test_team_page_reads_each_queue_state_once_and_does_not_grow(world: Any) -> 
     large = _team_page_queries(client, world.red.pk)
     assert len(large) == len(small)
     assert len(small) <= 22
+
+
+def test_the_pending_table_is_served_from_the_cache_until_the_state_changes(
+    world: Any,
+) -> None:
+    """The pending table's HTML is cached under its queue's state and the reasons'
+    generation (governance/web/teams.py): a second view reads neither the team's pending
+    jobs nor their count, shows the same table, and a new pending job shows at once."""
+    client = Client()
+    client.force_login(world.lead)
+
+    def table(html: str) -> str:
+        return html[html.index('<section class="card team-pending">') :].split("</section>")[0]
+
+    first = client.get(f"/teams/{world.red.pk}/").content.decode()
+    queries = _team_page_queries(client, world.red.pk)
+    pending_reads = [sql for sql in queries if "\"state\" = 'PENDING'" in sql]
+    assert not pending_reads, pending_reads
+    second = client.get(f"/teams/{world.red.pk}/").content.decode()
+    assert table(second) == table(first) and "w1" in table(first)
+    make_job(world.waiting.share, world.lead, name="brand-new", priority=1, duration=50)
+    assert "brand-new" in table(client.get(f"/teams/{world.red.pk}/").content.decode())

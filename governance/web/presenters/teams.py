@@ -193,5 +193,10 @@ def team_change_requests(team: Team) -> list[Any]:
     return sorted(items, key=lambda cr: cr.state != ChangeRequestState.PENDING)
 
 
+def team_queue_ids(team: Team) -> list[int]:
+    """The queues the team has shares in."""
+    return sorted(set(Share.objects.filter(team=team).values_list("queue_id", flat=True)))
+
+
 def team_share_ids(team: Team) -> list[int]:
     return list(Share.objects.filter(team=team).values_list("pk", flat=True))
