@@ -1074,7 +1074,8 @@ def signals_window(
     count where its whole life does. Jobs that had ended by ``start`` can change no figure
     of the window, so they are left out: the cost follows the window, not the history."""
     origin = recording_start(queue, start)
-    exported = _window_export(queue, origin, stop, now=now, active_from=start)
+    with signals.gc_paused():  # (hundreds of thousands of rows, events and jobs built)
+        exported = _window_export(queue, origin, stop, now=now, active_from=start)
     t0 = _ms(origin)
     lo, hi = _ms(start) - t0, _ms(stop) - t0
     recording = signals.Recording(

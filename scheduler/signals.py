@@ -31,7 +31,8 @@ import json
 import math
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -343,10 +344,19 @@ def compute(
     The pass allocates a few objects per job and event and frees none of them until it
     ends, so the cyclic garbage collector is paused meanwhile: with a large recording in
     memory, its full collections otherwise cost more than the pass itself."""
+    with gc_paused():
+        return _compute(recording, start, stop, group_by=group_by)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused for the block: building or walking a large
+    recording allocates hundreds of thousands of objects and frees none of them until it
+    ends, so each full collection over the growing heap only costs time."""
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _compute(recording, start, stop, group_by=group_by)
+        yield
     finally:
         if paused:
             gc.enable()
@@ -455,20 +465,134 @@ class _Pass:
     # ---- the walk
     def replay(self, events: Sequence[Mapping[str, Any]], changes: Sequence[Any]) -> None:
         """Apply the changes and events in time order (changes first within an instant),
-        then close every accumulator at E."""
+        then close every accumulator at E.
+
+        Long because the steps every event and submission takes (entering its instant, a
+        submission, an admission or the end of a run with the flush of its cell) are
+        written out in the loop rather than called, with the pass's state in locals:
+        the loop runs once per event and per job, and those calls and attribute lookups
+        were half of its cost. The rarer steps (an action, a preemption or the end of a
+        job in the window, a reading at the end of an instant) stay methods."""
         total = len(changes)
         next_change = changes[0][0] if changes else _NEVER
         c = 0
-        apply_event = self.apply_event  # bound once: the loop runs once per event
+        jobs, per_share, dirty, plans = self.jobs, self.per_share, self.dirty, self.plans
+        start, stop, hi, unit = self.start, self.stop, self.hi, self.unit
+        shape_pending, end_instant = self.shape_pending, self.end_instant
+        apply_change, preempted, finished = self.apply_change, self.preempted, self.finished
+        changed = self.changed
+        current = self.current
         for event in events:
             at = event["at"]
-            while next_change <= at:
-                self.apply_timed(changes[c])
+            while next_change <= at:  # the submissions and actions up to this instant
+                item = changes[c][3]
+                if next_change != current:
+                    if current is not None and (dirty or changed):
+                        end_instant(current)
+                    current = self.current = next_change
+                if changes[c][1] == 1:  # a submission: the job is pending (set_pending)
+                    if (
+                        not item.pending
+                        and not item.terminal
+                        and not item.first_admitted
+                        and item.admissions == 0
+                    ):
+                        item.pending = True
+                        shape = item.shape
+                        shape.pending += 1
+                        if shape.pending <= 1:
+                            shape_pending(shape, True)
+                else:
+                    apply_change(next_change, item)
                 c += 1
                 next_change = changes[c][0] if c < total else _NEVER
-            if at != self.current:
-                self.move_to(at)
-            apply_event(event, at)
+            if at != current:
+                if current is not None and (dirty or changed):
+                    end_instant(current)  # (nothing to read again otherwise)
+                current = self.current = at
+            raw_id = event["job"]
+            job = jobs[raw_id if raw_id.__class__ is str else str(raw_id)]
+            etype = event["type"]
+            if etype == "admitted":
+                count = int(event["count"])
+                cell = job.row[event["instance_type"]]
+                plan = event.get("plan") or None
+                if plan is None:
+                    # the cell's integrals up to now (flush), then its usage
+                    since = cell.since
+                    dt = (at if at < hi else hi) - (since if since > start else start)
+                    cell.since = at
+                    usage = cell.usage
+                    if dt > 0 and usage:
+                        lim = cell.limit
+                        cell.i_usage += usage * dt
+                        if usage > lim:
+                            cell.i_own += lim * dt
+                            cell.i_borrowed += (usage - lim) * dt
+                        else:
+                            cell.i_own += usage * dt
+                    cell.usage = usage + count
+                    kind = cell.type
+                    kind.total += count
+                    dirty.add(kind)
+                else:
+                    # a plan's pool: apart from usage(S, T) and T's total
+                    # (docs/scheduling.md#capacity-plans)
+                    plans.add_usage(plan, count, at)
+                job.on_plan = plan
+                if job.pending:  # no longer (set_pending)
+                    job.pending = False
+                    shape = job.shape
+                    shape.pending -= 1
+                    if not shape.pending:
+                        shape_pending(shape, False)
+                borrowed = int(event.get("borrowed") or 0)
+                if borrowed > 0:
+                    job.ever_borrowed = True
+                if start <= at < stop:
+                    col = per_share[job.share]
+                    if not job.first_admitted:
+                        if job.first_plan is not None:
+                            col.plan_first.append(plan == job.first_plan)
+                        wait = (at - job.submit) / unit
+                        col.wait.append((wait, borrowed > 0))
+                        col.first_pref.append((int(event.get("preference") or 0), wait))
+                    if job.last_event == "preempted":
+                        col.restart.append((at - job.last_preempted_at) / unit)
+                job.first_admitted = True
+                job.admissions += 1
+                job.run = (cell, count)
+                job.last_run_start = at
+            elif etype in RUN_ENDS or etype == "timed_out":
+                run = job.run
+                if run is not None and etype in RUN_ENDS:  # the run's release (stop_run)
+                    if job.on_plan is not None:
+                        plans.add_usage(job.on_plan, -run[1], at)
+                        job.on_plan = None
+                    else:
+                        cell, count = run
+                        since = cell.since
+                        dt = (at if at < hi else hi) - (since if since > start else start)
+                        cell.since = at
+                        usage = cell.usage
+                        if dt > 0 and usage:
+                            lim = cell.limit
+                            cell.i_usage += usage * dt
+                            if usage > lim:
+                                cell.i_own += lim * dt
+                                cell.i_borrowed += (usage - lim) * dt
+                            else:
+                                cell.i_own += usage * dt
+                        cell.usage = usage - count
+                        kind = cell.type
+                        kind.total -= count
+                        dirty.add(kind)
+                    job.run = None
+                if etype == "preempted":
+                    preempted(job, per_share[job.share], event, at)
+                else:
+                    finished(job, per_share[job.share], etype, run, at)
+            job.last_event = etype
         for change in changes[c:]:
             self.apply_timed(change)
         if self.current is not None:
@@ -492,21 +616,6 @@ class _Pass:
         else:
             self.apply_change(at, item)
 
-    def apply_event(self, event: Mapping[str, Any], at: int) -> None:
-        raw_id = event["job"]
-        job = self.jobs[raw_id if raw_id.__class__ is str else str(raw_id)]
-        col = self.per_share[job.share]
-        etype = event["type"]
-        if etype == "admitted":
-            self.admitted(job, col, event, at)
-        elif etype in RUN_ENDS or etype == "timed_out":
-            run = self.stop_run(job, etype, at)
-            if etype == "preempted":
-                self.preempted(job, col, event, at)
-            else:
-                self.finished(job, col, etype, run, at)
-        job.last_event = etype
-
     def close(self) -> None:
         """Close every accumulator at E."""
         end = self.end
@@ -526,55 +635,6 @@ class _Pass:
                 self.per_share[entry["share"]].policy[entry["type"]] += 1
 
     # ---- the events
-    def admitted(self, job: _Job, col: _Collector, event: Mapping[str, Any], at: int) -> None:
-        count = int(event["count"])
-        cell = job.row[event["instance_type"]]
-        plan = event.get("plan") or None
-        if plan is None:
-            self.flush(cell, at)
-            cell.usage += count
-            cell.type.total += count
-            self.dirty.add(cell.type)
-        else:
-            # a plan's pool: apart from usage(S, T) and T's total
-            # (docs/scheduling.md#capacity-plans)
-            self.plans.add_usage(plan, count, at)
-        job.on_plan = plan
-        self.set_pending(job, False)
-        borrowed = int(event.get("borrowed") or 0)
-        job.ever_borrowed = job.ever_borrowed or borrowed > 0
-        if self.start <= at < self.stop:
-            unit = self.unit
-            if not job.first_admitted:
-                if job.first_plan is not None:
-                    col.plan_first.append(plan == job.first_plan)
-                wait = (at - job.submit) / unit
-                col.wait.append((wait, borrowed > 0))
-                col.first_pref.append((int(event.get("preference") or 0), wait))
-            if job.last_event == "preempted":
-                col.restart.append((at - job.last_preempted_at) / unit)
-        job.first_admitted = True
-        job.admissions += 1
-        job.run = (cell, count)
-        job.last_run_start = at
-
-    def stop_run(self, job: _Job, etype: str, at: int) -> tuple[_Cell, int] | None:
-        """Release the job's run (not on ``timed_out``, which a run end follows); the run
-        it had."""
-        run = job.run
-        if run is not None and etype in RUN_ENDS:
-            if job.on_plan is not None:
-                self.plans.add_usage(job.on_plan, -run[1], at)
-                job.on_plan = None
-            else:
-                cell = run[0]
-                self.flush(cell, at)
-                cell.usage -= run[1]
-                cell.type.total -= run[1]
-                self.dirty.add(cell.type)
-            job.run = None
-        return run
-
     def preempted(self, job: _Job, col: _Collector, event: Mapping[str, Any], at: int) -> None:
         job.preemptions += 1
         job.last_preempted_at = at
@@ -665,6 +725,11 @@ class _Pass:
             shape.pending -= 1
             if shape.pending:
                 return
+        self.shape_pending(shape, on)
+
+    def shape_pending(self, shape: _Shape, on: bool) -> None:
+        """The first of the shape's jobs is now pending (``on``), or the last no longer:
+        its cells' pending counts change."""
         changed = self.changed
         for cell, n in shape.prefs:
             counts = cell.counts
@@ -695,10 +760,12 @@ class _Pass:
         if changed:
             dirty.update(changed)
         hi, start = self.hi, self.start
+        top = now if now < hi else hi
         for kind in dirty:
             idle = kind.idle
             if idle > 0 and kind.fitting:
-                dt = min(now, hi) - max(kind.since, start)
+                since = kind.since
+                dt = top - (since if since > start else start)
                 if dt > 0:
                     self.i_idle_sets[(kind.name, kind.fitting)] += idle * dt
             kind.since = now
