@@ -815,29 +815,62 @@ def _window_recorded(
     clock: _Clock,
 ) -> tuple[list[dict[str, Any]], dict[int, tuple[int, str]], dict[int, int]]:
     """The events of the window in the runner's output form, as :func:`_job_record` adds
-    them to ``recorded``, and each job's last admission ``(µs, type)`` and completion
-    (µs), the work of a job without declared work (:func:`_work`)."""
+    them to ``recorded`` (each built at once as :func:`_recorded_event` gives it, ``at``
+    first: this loop runs once per event), and each job's last admission ``(µs, type)``
+    and completion (µs), the work of a job without declared work (:func:`_work`)."""
     runs: dict[int, tuple[str, int, str | None]] = {}  # each job's run going
     admits: dict[int, tuple[int, str]] = {}
     done: dict[int, int] = {}
     events: list[dict[str, Any]] = []
+    append = events.append
     t0_us, stop_us, t0 = clock.t0_us, clock.stop_us, clock.t0
     for (at, _, job_id, type_, _), datum in zip(rows, data, strict=True):
+        inside = t0_us <= at < stop_us
         if type_ == "admitted":
             kind = datum.get("instance_type", "")
-            runs[job_id] = (kind, int(datum.get("count", 0)), datum.get("plan") or None)
+            plan = datum.get("plan")
+            count = int(datum.get("count", 0))
+            runs[job_id] = (kind, count, plan or None)
             admits[job_id] = (at, kind)
-        elif type_ == "completed":
+            if inside:
+                event = {"at": at // MS - t0, "type": "admitted", "job": keys[job_id]}
+                if plan:
+                    event["plan"] = plan
+                event["instance_type"] = datum.get("instance_type")
+                event["count"] = count
+                event["preference"] = datum.get("preference", 0)
+                event["borrowed"] = datum.get("borrowed", 0)
+                append(event)
+            continue
+        if type_ == "completed":
             done[job_id] = at
-        if not t0_us <= at < stop_us:
-            if type_ != "admitted" and type_ != "timed_out":
+        if not inside:
+            if type_ != "timed_out":
                 runs.pop(job_id, None)
             continue
-        event = _recorded_event(keys[job_id], type_, datum, runs.get(job_id))
-        if type_ != "admitted":  # every other recorded event ends the run
+        # every recorded event but an admission ends the run
+        if type_ == "completed" or type_ == "cancelled":
             runs.pop(job_id, None)
-        if event is not None:
-            events.append({"at": at // MS - t0, **event})
+            append({"at": at // MS - t0, "type": type_, "job": keys[job_id]})
+        elif type_ == "preempted" or type_ == "lost":
+            run = runs.pop(job_id, None)
+            event = {"at": at // MS - t0, "type": "preempted", "job": keys[job_id]}
+            if run and run[2]:
+                event["plan"] = run[2]
+            event["instance_type"] = run[0] if run else None
+            event["count"] = run[1] if run else None
+            event["reason"] = datum.get("reason") if type_ == "preempted" else "capacity_lost"
+            by = datum.get("by")
+            event["by"] = str(by) if by is not None else None
+            event["lost_work"] = _whole(float(datum.get("lost_work") or 0) * MS)
+            append(event)
+        elif type_ == "failed" or type_ == "timed_out":
+            runs.pop(job_id, None)
+            if type_ == "failed":
+                reason = datum.get("reason")
+            else:
+                reason = datum.get("reason", "max_pending")
+            append({"at": at // MS - t0, "type": type_, "job": keys[job_id], "reason": reason})
     return events, admits, done
 
 

@@ -317,6 +317,38 @@ class _Collector:
         self.runtime: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.policy: Counter[str] = Counter()
         self.plan_first: list[bool] = []
+        # the values of the percentiles, each list sorted once (:meth:`rank`)
+        self.ranked: dict[str, list[float]] = {}
+        self.pref_waits: dict[int, list[float]] = {}
+        self.runtimes: dict[str, tuple[list[float], list[float]]] = {}
+
+    def rank(self) -> None:
+        """Sort each list of values a percentile reads, once: every group the share is in
+        reads them, and a group of several shares sorts the union of their sorted lists,
+        which costs about a merge."""
+        ranked = self.ranked
+        ranked["wait.all"] = sorted([w for w, _ in self.wait])
+        ranked["wait.entitled"] = sorted([w for w, b in self.wait if not b])
+        ranked["wait.borrowing"] = sorted([w for w, b in self.wait if b])
+        ranked["turnaround.all"] = sorted([t for t, _ in self.turnaround])
+        ranked["turnaround.only_own"] = sorted([t for t, own in self.turnaround if own])
+        ranked["turnaround.borrowed"] = sorted([t for t, own in self.turnaround if not own])
+        ranked["restart"] = sorted(self.restart)
+        by_pref: dict[int, list[float]] = defaultdict(list)
+        for index, wait in self.first_pref:
+            by_pref[index].append(wait)
+        self.pref_waits = {index: sorted(waits) for index, waits in by_pref.items()}
+        self.runtimes = {
+            label: (sorted([r for r, _ in rows]), sorted([c for _, c in rows]))
+            for label, rows in self.runtime.items()
+        }
+
+
+def _union(parts: list[list[float]]) -> list[float]:
+    """The sorted union of sorted lists (one list as it is)."""
+    if len(parts) == 1:
+        return parts[0]
+    return sorted([value for part in parts for value in part])
 
 
 class _Integrals:
@@ -835,6 +867,8 @@ class _Answer:
                     self.audit_teams[(entry["team"], entry["type"])] += 1
         self.outcomes = deadline_outcomes(recording, state.start, state.stop)
         self.drift_runs = certified_runs(recording, state.start, state.stop)
+        for col in state.per_share.values():
+            col.rank()
 
     def groups(self) -> dict[str, list[str]]:
         share_names = self.state.share_names
@@ -954,11 +988,6 @@ class _Plans:
             cost["total"]["total"] += amount
 
 
-def _pcts(values: Sequence[float], keys: Iterable[int]) -> dict[str, float | None]:
-    ordered = sorted(values)
-    return {f"p{k}": _ranked(ordered, k) for k in keys}
-
-
 def _figures(
     cols: list[_Collector],
     members: list[str],
@@ -973,8 +1002,11 @@ def _figures(
     for col in cols:
         finished.update(col.finished)
     total_finished = sum(finished.values())
-    waits = [w for col in cols for w in col.wait]
-    turns = [t for col in cols for t in col.turnaround]
+
+    def ranked(key: str, keys: Iterable[int]) -> dict[str, float | None]:
+        ordered = _union([col.ranked[key] for col in cols])
+        return {f"p{k}": _ranked(ordered, k) for k in keys}
+
     suffered: Counter[str] = Counter()
     caused: Counter[str] = Counter()
     for col in cols:
@@ -982,14 +1014,19 @@ def _figures(
         caused.update(col.caused)
     lost_work = sum(col.lost_work for col in cols)
     done_work = sum(col.completed_work for col in cols)
-    first = [f for col in cols for f in col.first_pref]
-    by_pref: dict[int, list[float]] = defaultdict(list)
-    for index, wait in first:
-        by_pref[index].append(wait)
-    runtime: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    first = [index for col in cols for index, _ in col.first_pref]
+    pref_parts: dict[int, list[list[float]]] = defaultdict(list)
+    runtime_parts: dict[str, list[tuple[list[float], list[float]]]] = defaultdict(list)
     for col in cols:
-        for label, rows in col.runtime.items():
-            runtime[label].extend(rows)
+        for index, waits in col.pref_waits.items():
+            pref_parts[index].append(waits)
+        for label, rows in col.runtimes.items():
+            runtime_parts[label].append(rows)
+    by_pref = {index: _union(parts) for index, parts in pref_parts.items()}
+    runtime = {
+        label: (_union([r for r, _ in parts]), _union([c for _, c in parts]))
+        for label, parts in runtime_parts.items()
+    }
 
     seconds: dict[str, Any] = {}
     cost: dict[str, Any] = {}
@@ -1025,14 +1062,14 @@ def _figures(
             "total": total_finished,
         },
         "wait_to_start": {
-            "all": _pcts([w for w, _ in waits], (50, 90, 99)),
-            "entitled": _pcts([w for w, b in waits if not b], (50, 90, 99)),
-            "borrowing": _pcts([w for w, b in waits if b], (50, 90, 99)),
+            "all": ranked("wait.all", (50, 90, 99)),
+            "entitled": ranked("wait.entitled", (50, 90, 99)),
+            "borrowing": ranked("wait.borrowing", (50, 90, 99)),
         },
         "turnaround": {
-            "all": _pcts([t for t, _ in turns], (50, 90, 99)),
-            "only_own": _pcts([t for t, own in turns if own], (50, 90, 99)),
-            "borrowed": _pcts([t for t, own in turns if not own], (50, 90, 99)),
+            "all": ranked("turnaround.all", (50, 90, 99)),
+            "only_own": ranked("turnaround.only_own", (50, 90, 99)),
+            "borrowed": ranked("turnaround.borrowed", (50, 90, 99)),
         },
         "preemptions_suffered": {
             **{r: suffered[r] for r in SUFFERED_REASONS},
@@ -1047,13 +1084,13 @@ def _figures(
         "preemptions_per_finished_job": _ratio(
             sum(col.finished_preemptions for col in cols), total_finished
         ),
-        "time_to_restart": _pcts([r for col in cols for r in col.restart], (50, 90)),
+        "time_to_restart": ranked("restart", (50, 90)),
         "fallback": {
             "by_preference": {str(i): len(by_pref[i]) for i in sorted(by_pref)},
-            "wait_to_start_p50": {str(i): percentile(by_pref[i], 50) for i in sorted(by_pref)},
+            "wait_to_start_p50": {str(i): _ranked(by_pref[i], 50) for i in sorted(by_pref)},
             "timed_out": sum(col.timed_out for col in cols),
         },
-        "fallback_rate": _ratio(sum(1 for i, _ in first if i > 0), len(first)),
+        "fallback_rate": _ratio(sum(1 for i in first if i > 0), len(first)),
         # Of the first admissions (in the window) of jobs whose first preference names a
         # capacity plan, the fraction that started on that plan (docs/scheduling.md#capacity-plans).
         "plan_first_rate": _ratio(
@@ -1062,11 +1099,11 @@ def _figures(
         ),
         "runtime_by_choice": {
             label: {
-                "jobs": len(rows),
-                "run_time": _pcts([r for r, _ in rows], (50, 90)),
-                "cost_p50": percentile([c for _, c in rows], 50),
+                "jobs": len(runtimes),
+                "run_time": {f"p{k}": _ranked(runtimes, k) for k in (50, 90)},
+                "cost_p50": _ranked(costs, 50),
             }
-            for label, rows in sorted(runtime.items())
+            for label, (runtimes, costs) in sorted(runtime.items())
         },
         "instance_seconds": seconds,
         "cost": cost,
