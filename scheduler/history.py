@@ -877,36 +877,42 @@ def _window_recorded(
 def _window_jobs(
     rows: list[tuple[Any, ...]],
     names: Mapping[int, str],
+    keys: Mapping[int, str],
     runs: tuple[dict[int, tuple[int, str]], dict[int, int]],
     clock: _Clock,
     speeds: Mapping[str, Any],
     factor: float,
-) -> list[dict[str, Any]]:
-    """The listed jobs as the scenario's, with what the signals read: id, share,
+) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """The listed jobs as the scenario's, with what the signals read: id (``keys``), share,
     submission, preferences, work (``duration``, from ``runs``: each job's last admission
-    and completion) and deadline. Every job was submitted at or after the recording's
-    start (:func:`signals_window`), so none is listed at 0 with its remaining work. Jobs
-    submitted with the same preferences share one list of them (read only)."""
+    and completion) and deadline; and the distinct lists of preferences. Every job was
+    submitted at or after the recording's start (:func:`signals_window`), so none is
+    listed at 0 with its remaining work. Jobs submitted with the same preferences share
+    one list of them (read only)."""
     admits, done = runs
     t0 = clock.t0
     parsed: dict[str, list[dict[str, Any]]] = {}
     jobs: list[dict[str, Any]] = []
+    append = jobs.append
     for job_id, share_id, submitted_us, text, declared, deadline_us, _ in rows:
         prefs = parsed.get(text)
         if prefs is None:
             prefs = parsed[text] = _scenario_prefs(json.loads(text))
         job = {
-            "id": str(job_id),
+            "id": keys[job_id],
             "share": names[share_id],
             "submit_at": submitted_us // MS - t0,
             "preferences": prefs,
         }
-        work = _work(declared, admits.get(job_id), done.get(job_id), clock, speeds, factor)
-        _set_duration(job, declared, work)
+        if declared is not None:  # (_set_duration of the declared work, at once)
+            job["duration"] = max(1, _whole(float(declared * MS)))
+        else:
+            work = _work(declared, admits.get(job_id), done.get(job_id), clock, speeds, factor)
+            _set_duration(job, declared, work)
         if deadline_us is not None:
             job["deadline"] = max(0, deadline_us // MS - t0)
-        jobs.append(job)
-    return jobs
+        append(job)
+    return jobs, list(parsed.values())
 
 
 def _window_export(
@@ -930,9 +936,9 @@ def _window_export(
     )
     speeds = dict(InstanceType.objects.values_list("name", "speed"))
     names = {pk: name for pk, (name, _, _) in shares.items()}
-    jobs = _window_jobs(rows, names, (admits, done), clock, speeds, factor)
+    jobs, distinct = _window_jobs(rows, names, keys, (admits, done), clock, speeds, factor)
     named_plans: set[str] = set()
-    for prefs in {id(job["preferences"]): job["preferences"] for job in jobs}.values():
+    for prefs in distinct:
         all_types.update(p["instance_type"] for p in prefs if "instance_type" in p)
         named_plans.update(p["plan"] for p in prefs if "plan" in p)
     plans, plan_actions = _plans(queue, start, stop, named_plans, clock.rel)

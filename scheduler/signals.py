@@ -514,6 +514,8 @@ class _Pass:
         apply_change, preempted, finished = self.apply_change, self.preempted, self.finished
         changed = self.changed
         current = self.current
+        moved: _Cell | None = None  # the cell whose usage the event changes, by ``delta``
+        delta = 0
         for event in events:
             at = event["at"]
             while next_change <= at:  # the submissions and actions up to this instant
@@ -550,23 +552,7 @@ class _Pass:
                 cell = job.row[event["instance_type"]]
                 plan = event.get("plan") or None
                 if plan is None:
-                    # the cell's integrals up to now (flush), then its usage
-                    since = cell.since
-                    dt = (at if at < hi else hi) - (since if since > start else start)
-                    cell.since = at
-                    usage = cell.usage
-                    if dt > 0 and usage:
-                        lim = cell.limit
-                        cell.i_usage += usage * dt
-                        if usage > lim:
-                            cell.i_own += lim * dt
-                            cell.i_borrowed += (usage - lim) * dt
-                        else:
-                            cell.i_own += usage * dt
-                    cell.usage = usage + count
-                    kind = cell.type
-                    kind.total += count
-                    dirty.add(kind)
+                    moved, delta = cell, count
                 else:
                     # a plan's pool: apart from usage(S, T) and T's total
                     # (docs/scheduling.md#capacity-plans)
@@ -602,29 +588,33 @@ class _Pass:
                         plans.add_usage(job.on_plan, -run[1], at)
                         job.on_plan = None
                     else:
-                        cell, count = run
-                        since = cell.since
-                        dt = (at if at < hi else hi) - (since if since > start else start)
-                        cell.since = at
-                        usage = cell.usage
-                        if dt > 0 and usage:
-                            lim = cell.limit
-                            cell.i_usage += usage * dt
-                            if usage > lim:
-                                cell.i_own += lim * dt
-                                cell.i_borrowed += (usage - lim) * dt
-                            else:
-                                cell.i_own += usage * dt
-                        cell.usage = usage - count
-                        kind = cell.type
-                        kind.total -= count
-                        dirty.add(kind)
+                        moved, delta = run[0], -run[1]
                     job.run = None
                 if etype == "preempted":
                     preempted(job, per_share[job.share], event, at)
                 else:
                     finished(job, per_share[job.share], etype, run, at)
             job.last_event = etype
+            if moved is not None:
+                # the cell's integrals up to now (flush), then its usage: nothing above
+                # reads them
+                since = moved.since
+                dt = (at if at < hi else hi) - (since if since > start else start)
+                moved.since = at
+                usage = moved.usage
+                if dt > 0 and usage:
+                    lim = moved.limit
+                    moved.i_usage += usage * dt
+                    if usage > lim:
+                        moved.i_own += lim * dt
+                        moved.i_borrowed += (usage - lim) * dt
+                    else:
+                        moved.i_own += usage * dt
+                moved.usage = usage + delta
+                kind = moved.type
+                kind.total += delta
+                dirty.add(kind)
+                moved = None
         for change in changes[c:]:
             self.apply_timed(change)
         if self.current is not None:

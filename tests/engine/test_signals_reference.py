@@ -2,7 +2,9 @@
 (``_Pass.replay``, for speed). This keeps the walk it replaced, one method per step
 (an event's dispatch, an admission, the release of a run), as the reference, and
 checks that both give the same answer, value for value, on seeded random queues: the
-engine's random scenarios, with capacity plans, and windows cutting through them.
+engine's random scenarios, with capacity plans, and windows cutting through them. Each
+group's percentiles (read from its shares' values sorted once) are checked against the
+group's raw values sorted as they were.
 """
 
 from __future__ import annotations
@@ -107,7 +109,56 @@ def _reference(rec: Recording, start: int, stop: int, group_by: str) -> dict[str
         changes, events = signals._timeline(rec, state.jobs)
         state.replay(events, changes)
         state.count_policy(rec.audit)
-        return _Answer(rec, state, group_by).build()
+        answer = _Answer(rec, state, group_by)
+        built = answer.build()
+    # the percentiles as they were read: each group's raw values, sorted there
+    for group in built["groups"]:
+        assert _percentiles([state.per_share[s] for s in group["shares"]]) == {
+            "wait_to_start": group["wait_to_start"],
+            "turnaround": group["turnaround"],
+            "time_to_restart": group["time_to_restart"],
+            "fallback_p50": group["fallback"]["wait_to_start_p50"],
+            "runtime_by_choice": group["runtime_by_choice"],
+        }
+    return built
+
+
+def _percentiles(cols: list[_Collector]) -> dict[str, Any]:
+    def pcts(values: list[float], keys: tuple[int, ...]) -> dict[str, float | None]:
+        return {f"p{k}": signals.percentile(values, k) for k in keys}
+
+    waits = [w for col in cols for w in col.wait]
+    turns = [t for col in cols for t in col.turnaround]
+    by_pref: dict[int, list[float]] = {}
+    for col in cols:
+        for index, wait in col.first_pref:
+            by_pref.setdefault(index, []).append(wait)
+    runtime: dict[str, list[tuple[float, float]]] = {}
+    for col in cols:
+        for label, rows in col.runtime.items():
+            runtime.setdefault(label, []).extend(rows)
+    return {
+        "wait_to_start": {
+            "all": pcts([w for w, _ in waits], (50, 90, 99)),
+            "entitled": pcts([w for w, b in waits if not b], (50, 90, 99)),
+            "borrowing": pcts([w for w, b in waits if b], (50, 90, 99)),
+        },
+        "turnaround": {
+            "all": pcts([t for t, _ in turns], (50, 90, 99)),
+            "only_own": pcts([t for t, own in turns if own], (50, 90, 99)),
+            "borrowed": pcts([t for t, own in turns if not own], (50, 90, 99)),
+        },
+        "time_to_restart": pcts([r for col in cols for r in col.restart], (50, 90)),
+        "fallback_p50": {str(i): signals.percentile(by_pref[i], 50) for i in sorted(by_pref)},
+        "runtime_by_choice": {
+            label: {
+                "jobs": len(rows),
+                "run_time": pcts([r for r, _ in rows], (50, 90)),
+                "cost_p50": signals.percentile([c for _, c in rows], 50),
+            }
+            for label, rows in sorted(runtime.items())
+        },
+    }
 
 
 def _same_on_windows(data: dict[str, Any], seed: int) -> None:
