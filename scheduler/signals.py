@@ -503,7 +503,7 @@ class _Pass:
         submission, an admission or the end of a run with the flush of its cell) are
         written out in the loop rather than called, with the pass's state in locals:
         the loop runs once per event and per job, and those calls and attribute lookups
-        were half of its cost. The rarer steps (an action, a preemption or the end of a
+        were a fifth of the pass's cost. The rarer steps (an action, a preemption or the end of a
         job in the window, a reading at the end of an instant) stay methods."""
         total = len(changes)
         next_change = changes[0][0] if changes else _NEVER
