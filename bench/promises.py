@@ -2,7 +2,7 @@
 100,000-job queue.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything .venv/bin/python bench/promises.py \\
-        [--jobs N] [--agreements N]
+        [--jobs N] [--agreements N] [--window-only]
 
 The queue is ``bench/whatif.py``'s: the oversubscribed trace of ``bench/engine.py``
 (100,000 jobs over 30 days at an offered load of 1.0) played through the engine and
@@ -17,6 +17,8 @@ from the store of closed windows' signals (docs/signals.md#stored-answers), and 
 30-day window's signals as the API answers them (``selectors.scheduling.queue_signals``):
 cold (nothing stored, target at most 3 s) and from the store (median of 5, target at most
 300 ms). Wall-clock on this machine, whatever else it runs; CPU time of this process too.
+``--window-only`` writes the same history and times only the 30-day window's signals (cold,
+then from the store), skipping the agreements and their evaluation.
 """
 
 from __future__ import annotations
@@ -42,11 +44,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--agreements", type=int, default=100)
+    parser.add_argument(
+        "--window-only",
+        action="store_true",
+        help="time only the 30-day window's signals (cold and from the store)",
+    )
     args = parser.parse_args()
     django_on_throwaway("bench_promises", DEMO_TIME_FACTOR="1")
     import engine as bench_engine
     from django.contrib.auth.models import User
-    from django.db import connection
     from whatif import T0, load
 
     from governance.models import PromiseEvaluation, Share
@@ -62,6 +68,11 @@ def main() -> None:
     # The 30 days the jobs arrived in (the backlog drains for weeks after: a window at
     # the very end would hold only the few shares still draining).
     stop = T0 + timedelta(days=30)
+    if args.window_only:
+        _analyze()
+        window(queue, stop)
+        print(f"  (load average while it ran: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+        return
     admin = User.objects.create(username="bench-admin", is_superuser=True)
     shares = list(Share.objects.filter(queue=queue).order_by("name"))
     for index in range(args.agreements):
@@ -94,11 +105,7 @@ def main() -> None:
                 },
             ],
         )
-    # A live database has statistics (autovacuum analyzes a table after its rows change);
-    # one just written by the bench has none until autovacuum's next round, and without
-    # them the planner takes 100,000 jobs for one row (nested loops over the events).
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+    _analyze()
     started, cpu = time.perf_counter(), time.process_time()
     evaluated = promises.promises_evaluate(stop=stop)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
@@ -122,6 +129,16 @@ def main() -> None:
     print(f"  the same, CPU time of this process          {cpu_seconds:>8.2f} s")
     window(queue, stop)
     print(f"  (load average while it ran: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+
+
+def _analyze() -> None:
+    """A live database has statistics (autovacuum analyzes a table after its rows change);
+    one just written by the bench has none until autovacuum's next round, and without them
+    the planner takes 100,000 jobs for one row (nested loops over the events)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
 
 
 def window(queue: object, stop: datetime) -> None:

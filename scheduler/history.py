@@ -815,65 +815,104 @@ def _window_recorded(
     clock: _Clock,
 ) -> tuple[list[dict[str, Any]], dict[int, tuple[int, str]], dict[int, int]]:
     """The events of the window in the runner's output form, as :func:`_job_record` adds
-    them to ``recorded``, and each job's last admission ``(µs, type)`` and completion
-    (µs), the work of a job without declared work (:func:`_work`)."""
+    them to ``recorded`` (each built at once as :func:`_recorded_event` gives it, ``at``
+    first: this loop runs once per event), and each job's last admission ``(µs, type)``
+    and completion (µs), the work of a job without declared work (:func:`_work`)."""
     runs: dict[int, tuple[str, int, str | None]] = {}  # each job's run going
     admits: dict[int, tuple[int, str]] = {}
     done: dict[int, int] = {}
     events: list[dict[str, Any]] = []
+    append = events.append
     t0_us, stop_us, t0 = clock.t0_us, clock.stop_us, clock.t0
     for (at, _, job_id, type_, _), datum in zip(rows, data, strict=True):
+        inside = t0_us <= at < stop_us
         if type_ == "admitted":
             kind = datum.get("instance_type", "")
-            runs[job_id] = (kind, int(datum.get("count", 0)), datum.get("plan") or None)
+            plan = datum.get("plan")
+            count = int(datum.get("count", 0))
+            runs[job_id] = (kind, count, plan or None)
             admits[job_id] = (at, kind)
-        elif type_ == "completed":
+            if inside:
+                event = {"at": at // MS - t0, "type": "admitted", "job": keys[job_id]}
+                if plan:
+                    event["plan"] = plan
+                event["instance_type"] = datum.get("instance_type")
+                event["count"] = count
+                event["preference"] = datum.get("preference", 0)
+                event["borrowed"] = datum.get("borrowed", 0)
+                append(event)
+            continue
+        if type_ == "completed":
             done[job_id] = at
-        if not t0_us <= at < stop_us:
-            if type_ != "admitted" and type_ != "timed_out":
+        if not inside:
+            if type_ != "timed_out":
                 runs.pop(job_id, None)
             continue
-        event = _recorded_event(keys[job_id], type_, datum, runs.get(job_id))
-        if type_ != "admitted":  # every other recorded event ends the run
+        # every recorded event but an admission ends the run
+        if type_ == "completed" or type_ == "cancelled":
             runs.pop(job_id, None)
-        if event is not None:
-            events.append({"at": at // MS - t0, **event})
+            append({"at": at // MS - t0, "type": type_, "job": keys[job_id]})
+        elif type_ == "preempted" or type_ == "lost":
+            run = runs.pop(job_id, None)
+            event = {"at": at // MS - t0, "type": "preempted", "job": keys[job_id]}
+            if run and run[2]:
+                event["plan"] = run[2]
+            event["instance_type"] = run[0] if run else None
+            event["count"] = run[1] if run else None
+            event["reason"] = datum.get("reason") if type_ == "preempted" else "capacity_lost"
+            by = datum.get("by")
+            event["by"] = str(by) if by is not None else None
+            event["lost_work"] = _whole(float(datum.get("lost_work") or 0) * MS)
+            append(event)
+        elif type_ == "failed" or type_ == "timed_out":
+            runs.pop(job_id, None)
+            if type_ == "failed":
+                reason = datum.get("reason")
+            else:
+                reason = datum.get("reason", "max_pending")
+            append({"at": at // MS - t0, "type": type_, "job": keys[job_id], "reason": reason})
     return events, admits, done
 
 
 def _window_jobs(
     rows: list[tuple[Any, ...]],
     names: Mapping[int, str],
+    keys: Mapping[int, str],
     runs: tuple[dict[int, tuple[int, str]], dict[int, int]],
     clock: _Clock,
     speeds: Mapping[str, Any],
     factor: float,
-) -> list[dict[str, Any]]:
-    """The listed jobs as the scenario's, with what the signals read: id, share,
+) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """The listed jobs as the scenario's, with what the signals read: id (``keys``), share,
     submission, preferences, work (``duration``, from ``runs``: each job's last admission
-    and completion) and deadline. Every job was submitted at or after the recording's
-    start (:func:`signals_window`), so none is listed at 0 with its remaining work. Jobs
-    submitted with the same preferences share one list of them (read only)."""
+    and completion) and deadline; and the distinct lists of preferences. Every job was
+    submitted at or after the recording's start (:func:`signals_window`), so none is
+    listed at 0 with its remaining work. Jobs submitted with the same preferences share
+    one list of them (read only)."""
     admits, done = runs
     t0 = clock.t0
     parsed: dict[str, list[dict[str, Any]]] = {}
     jobs: list[dict[str, Any]] = []
+    append = jobs.append
     for job_id, share_id, submitted_us, text, declared, deadline_us, _ in rows:
         prefs = parsed.get(text)
         if prefs is None:
             prefs = parsed[text] = _scenario_prefs(json.loads(text))
         job = {
-            "id": str(job_id),
+            "id": keys[job_id],
             "share": names[share_id],
             "submit_at": submitted_us // MS - t0,
             "preferences": prefs,
         }
-        work = _work(declared, admits.get(job_id), done.get(job_id), clock, speeds, factor)
-        _set_duration(job, declared, work)
+        if declared is not None:  # (_set_duration of the declared work, at once)
+            job["duration"] = max(1, _whole(float(declared * MS)))
+        else:
+            work = _work(declared, admits.get(job_id), done.get(job_id), clock, speeds, factor)
+            _set_duration(job, declared, work)
         if deadline_us is not None:
             job["deadline"] = max(0, deadline_us // MS - t0)
-        jobs.append(job)
-    return jobs
+        append(job)
+    return jobs, list(parsed.values())
 
 
 def _window_export(
@@ -897,9 +936,9 @@ def _window_export(
     )
     speeds = dict(InstanceType.objects.values_list("name", "speed"))
     names = {pk: name for pk, (name, _, _) in shares.items()}
-    jobs = _window_jobs(rows, names, (admits, done), clock, speeds, factor)
+    jobs, distinct = _window_jobs(rows, names, keys, (admits, done), clock, speeds, factor)
     named_plans: set[str] = set()
-    for prefs in {id(job["preferences"]): job["preferences"] for job in jobs}.values():
+    for prefs in distinct:
         all_types.update(p["instance_type"] for p in prefs if "instance_type" in p)
         named_plans.update(p["plan"] for p in prefs if "plan" in p)
     plans, plan_actions = _plans(queue, start, stop, named_plans, clock.rel)
@@ -1074,7 +1113,8 @@ def signals_window(
     count where its whole life does. Jobs that had ended by ``start`` can change no figure
     of the window, so they are left out: the cost follows the window, not the history."""
     origin = recording_start(queue, start)
-    exported = _window_export(queue, origin, stop, now=now, active_from=start)
+    with signals.gc_paused():  # (hundreds of thousands of rows, events and jobs built)
+        exported = _window_export(queue, origin, stop, now=now, active_from=start)
     t0 = _ms(origin)
     lo, hi = _ms(start) - t0, _ms(stop) - t0
     recording = signals.Recording(

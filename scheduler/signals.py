@@ -31,7 +31,8 @@ import json
 import math
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -316,6 +317,38 @@ class _Collector:
         self.runtime: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self.policy: Counter[str] = Counter()
         self.plan_first: list[bool] = []
+        # the values of the percentiles, each list sorted once (:meth:`rank`)
+        self.ranked: dict[str, list[float]] = {}
+        self.pref_waits: dict[int, list[float]] = {}
+        self.runtimes: dict[str, tuple[list[float], list[float]]] = {}
+
+    def rank(self) -> None:
+        """Sort each list of values a percentile reads, once: every group the share is in
+        reads them, and a group of several shares sorts the union of their sorted lists,
+        which costs about a merge."""
+        ranked = self.ranked
+        ranked["wait.all"] = sorted([w for w, _ in self.wait])
+        ranked["wait.entitled"] = sorted([w for w, b in self.wait if not b])
+        ranked["wait.borrowing"] = sorted([w for w, b in self.wait if b])
+        ranked["turnaround.all"] = sorted([t for t, _ in self.turnaround])
+        ranked["turnaround.only_own"] = sorted([t for t, own in self.turnaround if own])
+        ranked["turnaround.borrowed"] = sorted([t for t, own in self.turnaround if not own])
+        ranked["restart"] = sorted(self.restart)
+        by_pref: dict[int, list[float]] = defaultdict(list)
+        for index, wait in self.first_pref:
+            by_pref[index].append(wait)
+        self.pref_waits = {index: sorted(waits) for index, waits in by_pref.items()}
+        self.runtimes = {
+            label: (sorted([r for r, _ in rows]), sorted([c for _, c in rows]))
+            for label, rows in self.runtime.items()
+        }
+
+
+def _union(parts: list[list[float]]) -> list[float]:
+    """The sorted union of sorted lists (one list as it is)."""
+    if len(parts) == 1:
+        return parts[0]
+    return sorted([value for part in parts for value in part])
 
 
 class _Integrals:
@@ -343,10 +376,19 @@ def compute(
     The pass allocates a few objects per job and event and frees none of them until it
     ends, so the cyclic garbage collector is paused meanwhile: with a large recording in
     memory, its full collections otherwise cost more than the pass itself."""
+    with gc_paused():
+        return _compute(recording, start, stop, group_by=group_by)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused for the block: building or walking a large
+    recording allocates hundreds of thousands of objects and frees none of them until it
+    ends, so each full collection over the growing heap only costs time."""
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _compute(recording, start, stop, group_by=group_by)
+        yield
     finally:
         if paused:
             gc.enable()
@@ -455,20 +497,124 @@ class _Pass:
     # ---- the walk
     def replay(self, events: Sequence[Mapping[str, Any]], changes: Sequence[Any]) -> None:
         """Apply the changes and events in time order (changes first within an instant),
-        then close every accumulator at E."""
+        then close every accumulator at E.
+
+        Long because the steps every event and submission takes (entering its instant, a
+        submission, an admission or the end of a run with the flush of its cell) are
+        written out in the loop rather than called, with the pass's state in locals:
+        the loop runs once per event and per job, and those calls and attribute lookups
+        were a fifth of the pass's cost. The rarer steps (an action, a preemption or the end of a
+        job in the window, a reading at the end of an instant) stay methods."""
         total = len(changes)
         next_change = changes[0][0] if changes else _NEVER
         c = 0
-        apply_event = self.apply_event  # bound once: the loop runs once per event
+        jobs, per_share, dirty, plans = self.jobs, self.per_share, self.dirty, self.plans
+        start, stop, hi, unit = self.start, self.stop, self.hi, self.unit
+        shape_pending, end_instant = self.shape_pending, self.end_instant
+        apply_change, preempted, finished = self.apply_change, self.preempted, self.finished
+        changed = self.changed
+        current = self.current
+        moved: _Cell | None = None  # the cell whose usage the event changes, by ``delta``
+        delta = 0
         for event in events:
             at = event["at"]
-            while next_change <= at:
-                self.apply_timed(changes[c])
+            while next_change <= at:  # the submissions and actions up to this instant
+                item = changes[c][3]
+                if next_change != current:
+                    if current is not None and (dirty or changed):
+                        end_instant(current)
+                    current = self.current = next_change
+                if changes[c][1] == 1:  # a submission: the job is pending (set_pending)
+                    if (
+                        not item.pending
+                        and not item.terminal
+                        and not item.first_admitted
+                        and item.admissions == 0
+                    ):
+                        item.pending = True
+                        shape = item.shape
+                        shape.pending += 1
+                        if shape.pending <= 1:
+                            shape_pending(shape, True)
+                else:
+                    apply_change(next_change, item)
                 c += 1
                 next_change = changes[c][0] if c < total else _NEVER
-            if at != self.current:
-                self.move_to(at)
-            apply_event(event, at)
+            if at != current:
+                if current is not None and (dirty or changed):
+                    end_instant(current)  # (nothing to read again otherwise)
+                current = self.current = at
+            raw_id = event["job"]
+            job = jobs[raw_id if raw_id.__class__ is str else str(raw_id)]
+            etype = event["type"]
+            if etype == "admitted":
+                count = int(event["count"])
+                cell = job.row[event["instance_type"]]
+                plan = event.get("plan") or None
+                if plan is None:
+                    moved, delta = cell, count
+                else:
+                    # a plan's pool: apart from usage(S, T) and T's total
+                    # (docs/scheduling.md#capacity-plans)
+                    plans.add_usage(plan, count, at)
+                job.on_plan = plan
+                if job.pending:  # no longer (set_pending)
+                    job.pending = False
+                    shape = job.shape
+                    shape.pending -= 1
+                    if not shape.pending:
+                        shape_pending(shape, False)
+                borrowed = int(event.get("borrowed") or 0)
+                if borrowed > 0:
+                    job.ever_borrowed = True
+                if start <= at < stop:
+                    col = per_share[job.share]
+                    if not job.first_admitted:
+                        if job.first_plan is not None:
+                            col.plan_first.append(plan == job.first_plan)
+                        wait = (at - job.submit) / unit
+                        col.wait.append((wait, borrowed > 0))
+                        col.first_pref.append((int(event.get("preference") or 0), wait))
+                    if job.last_event == "preempted":
+                        col.restart.append((at - job.last_preempted_at) / unit)
+                job.first_admitted = True
+                job.admissions += 1
+                job.run = (cell, count)
+                job.last_run_start = at
+            elif etype in RUN_ENDS or etype == "timed_out":
+                run = job.run
+                if run is not None and etype in RUN_ENDS:  # the run's release (stop_run)
+                    if job.on_plan is not None:
+                        plans.add_usage(job.on_plan, -run[1], at)
+                        job.on_plan = None
+                    else:
+                        moved, delta = run[0], -run[1]
+                    job.run = None
+                if etype == "preempted":
+                    preempted(job, per_share[job.share], event, at)
+                else:
+                    finished(job, per_share[job.share], etype, run, at)
+            job.last_event = etype
+            if moved is not None:
+                # the cell's integrals up to now (flush), then its usage: nothing above
+                # reads them
+                since = moved.since
+                dt = (at if at < hi else hi) - (since if since > start else start)
+                moved.since = at
+                usage = moved.usage
+                if dt > 0 and usage:
+                    lim = moved.limit
+                    moved.i_usage += usage * dt
+                    if usage > lim:
+                        moved.i_own += lim * dt
+                        moved.i_borrowed += (usage - lim) * dt
+                    else:
+                        moved.i_own += usage * dt
+                moved.usage = usage + delta
+                kind = moved.type
+                kind.total += delta
+                dirty.add(kind)
+                moved = None
         for change in changes[c:]:
             self.apply_timed(change)
         if self.current is not None:
@@ -492,21 +638,6 @@ class _Pass:
         else:
             self.apply_change(at, item)
 
-    def apply_event(self, event: Mapping[str, Any], at: int) -> None:
-        raw_id = event["job"]
-        job = self.jobs[raw_id if raw_id.__class__ is str else str(raw_id)]
-        col = self.per_share[job.share]
-        etype = event["type"]
-        if etype == "admitted":
-            self.admitted(job, col, event, at)
-        elif etype in RUN_ENDS or etype == "timed_out":
-            run = self.stop_run(job, etype, at)
-            if etype == "preempted":
-                self.preempted(job, col, event, at)
-            else:
-                self.finished(job, col, etype, run, at)
-        job.last_event = etype
-
     def close(self) -> None:
         """Close every accumulator at E."""
         end = self.end
@@ -526,55 +657,6 @@ class _Pass:
                 self.per_share[entry["share"]].policy[entry["type"]] += 1
 
     # ---- the events
-    def admitted(self, job: _Job, col: _Collector, event: Mapping[str, Any], at: int) -> None:
-        count = int(event["count"])
-        cell = job.row[event["instance_type"]]
-        plan = event.get("plan") or None
-        if plan is None:
-            self.flush(cell, at)
-            cell.usage += count
-            cell.type.total += count
-            self.dirty.add(cell.type)
-        else:
-            # a plan's pool: apart from usage(S, T) and T's total
-            # (docs/scheduling.md#capacity-plans)
-            self.plans.add_usage(plan, count, at)
-        job.on_plan = plan
-        self.set_pending(job, False)
-        borrowed = int(event.get("borrowed") or 0)
-        job.ever_borrowed = job.ever_borrowed or borrowed > 0
-        if self.start <= at < self.stop:
-            unit = self.unit
-            if not job.first_admitted:
-                if job.first_plan is not None:
-                    col.plan_first.append(plan == job.first_plan)
-                wait = (at - job.submit) / unit
-                col.wait.append((wait, borrowed > 0))
-                col.first_pref.append((int(event.get("preference") or 0), wait))
-            if job.last_event == "preempted":
-                col.restart.append((at - job.last_preempted_at) / unit)
-        job.first_admitted = True
-        job.admissions += 1
-        job.run = (cell, count)
-        job.last_run_start = at
-
-    def stop_run(self, job: _Job, etype: str, at: int) -> tuple[_Cell, int] | None:
-        """Release the job's run (not on ``timed_out``, which a run end follows); the run
-        it had."""
-        run = job.run
-        if run is not None and etype in RUN_ENDS:
-            if job.on_plan is not None:
-                self.plans.add_usage(job.on_plan, -run[1], at)
-                job.on_plan = None
-            else:
-                cell = run[0]
-                self.flush(cell, at)
-                cell.usage -= run[1]
-                cell.type.total -= run[1]
-                self.dirty.add(cell.type)
-            job.run = None
-        return run
-
     def preempted(self, job: _Job, col: _Collector, event: Mapping[str, Any], at: int) -> None:
         job.preemptions += 1
         job.last_preempted_at = at
@@ -665,6 +747,11 @@ class _Pass:
             shape.pending -= 1
             if shape.pending:
                 return
+        self.shape_pending(shape, on)
+
+    def shape_pending(self, shape: _Shape, on: bool) -> None:
+        """The first of the shape's jobs is now pending (``on``), or the last no longer:
+        its cells' pending counts change."""
         changed = self.changed
         for cell, n in shape.prefs:
             counts = cell.counts
@@ -695,10 +782,12 @@ class _Pass:
         if changed:
             dirty.update(changed)
         hi, start = self.hi, self.start
+        top = now if now < hi else hi
         for kind in dirty:
             idle = kind.idle
             if idle > 0 and kind.fitting:
-                dt = min(now, hi) - max(kind.since, start)
+                since = kind.since
+                dt = top - (since if since > start else start)
                 if dt > 0:
                     self.i_idle_sets[(kind.name, kind.fitting)] += idle * dt
             kind.since = now
@@ -768,6 +857,8 @@ class _Answer:
                     self.audit_teams[(entry["team"], entry["type"])] += 1
         self.outcomes = deadline_outcomes(recording, state.start, state.stop)
         self.drift_runs = certified_runs(recording, state.start, state.stop)
+        for col in state.per_share.values():
+            col.rank()
 
     def groups(self) -> dict[str, list[str]]:
         share_names = self.state.share_names
@@ -887,11 +978,6 @@ class _Plans:
             cost["total"]["total"] += amount
 
 
-def _pcts(values: Sequence[float], keys: Iterable[int]) -> dict[str, float | None]:
-    ordered = sorted(values)
-    return {f"p{k}": _ranked(ordered, k) for k in keys}
-
-
 def _figures(
     cols: list[_Collector],
     members: list[str],
@@ -906,8 +992,11 @@ def _figures(
     for col in cols:
         finished.update(col.finished)
     total_finished = sum(finished.values())
-    waits = [w for col in cols for w in col.wait]
-    turns = [t for col in cols for t in col.turnaround]
+
+    def ranked(key: str, keys: Iterable[int]) -> dict[str, float | None]:
+        ordered = _union([col.ranked[key] for col in cols])
+        return {f"p{k}": _ranked(ordered, k) for k in keys}
+
     suffered: Counter[str] = Counter()
     caused: Counter[str] = Counter()
     for col in cols:
@@ -915,14 +1004,19 @@ def _figures(
         caused.update(col.caused)
     lost_work = sum(col.lost_work for col in cols)
     done_work = sum(col.completed_work for col in cols)
-    first = [f for col in cols for f in col.first_pref]
-    by_pref: dict[int, list[float]] = defaultdict(list)
-    for index, wait in first:
-        by_pref[index].append(wait)
-    runtime: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    first = [index for col in cols for index, _ in col.first_pref]
+    pref_parts: dict[int, list[list[float]]] = defaultdict(list)
+    runtime_parts: dict[str, list[tuple[list[float], list[float]]]] = defaultdict(list)
     for col in cols:
-        for label, rows in col.runtime.items():
-            runtime[label].extend(rows)
+        for index, waits in col.pref_waits.items():
+            pref_parts[index].append(waits)
+        for label, rows in col.runtimes.items():
+            runtime_parts[label].append(rows)
+    by_pref = {index: _union(parts) for index, parts in pref_parts.items()}
+    runtime = {
+        label: (_union([r for r, _ in parts]), _union([c for _, c in parts]))
+        for label, parts in runtime_parts.items()
+    }
 
     seconds: dict[str, Any] = {}
     cost: dict[str, Any] = {}
@@ -958,14 +1052,14 @@ def _figures(
             "total": total_finished,
         },
         "wait_to_start": {
-            "all": _pcts([w for w, _ in waits], (50, 90, 99)),
-            "entitled": _pcts([w for w, b in waits if not b], (50, 90, 99)),
-            "borrowing": _pcts([w for w, b in waits if b], (50, 90, 99)),
+            "all": ranked("wait.all", (50, 90, 99)),
+            "entitled": ranked("wait.entitled", (50, 90, 99)),
+            "borrowing": ranked("wait.borrowing", (50, 90, 99)),
         },
         "turnaround": {
-            "all": _pcts([t for t, _ in turns], (50, 90, 99)),
-            "only_own": _pcts([t for t, own in turns if own], (50, 90, 99)),
-            "borrowed": _pcts([t for t, own in turns if not own], (50, 90, 99)),
+            "all": ranked("turnaround.all", (50, 90, 99)),
+            "only_own": ranked("turnaround.only_own", (50, 90, 99)),
+            "borrowed": ranked("turnaround.borrowed", (50, 90, 99)),
         },
         "preemptions_suffered": {
             **{r: suffered[r] for r in SUFFERED_REASONS},
@@ -980,13 +1074,13 @@ def _figures(
         "preemptions_per_finished_job": _ratio(
             sum(col.finished_preemptions for col in cols), total_finished
         ),
-        "time_to_restart": _pcts([r for col in cols for r in col.restart], (50, 90)),
+        "time_to_restart": ranked("restart", (50, 90)),
         "fallback": {
             "by_preference": {str(i): len(by_pref[i]) for i in sorted(by_pref)},
-            "wait_to_start_p50": {str(i): percentile(by_pref[i], 50) for i in sorted(by_pref)},
+            "wait_to_start_p50": {str(i): _ranked(by_pref[i], 50) for i in sorted(by_pref)},
             "timed_out": sum(col.timed_out for col in cols),
         },
-        "fallback_rate": _ratio(sum(1 for i, _ in first if i > 0), len(first)),
+        "fallback_rate": _ratio(sum(1 for i in first if i > 0), len(first)),
         # Of the first admissions (in the window) of jobs whose first preference names a
         # capacity plan, the fraction that started on that plan (docs/scheduling.md#capacity-plans).
         "plan_first_rate": _ratio(
@@ -995,11 +1089,11 @@ def _figures(
         ),
         "runtime_by_choice": {
             label: {
-                "jobs": len(rows),
-                "run_time": _pcts([r for r, _ in rows], (50, 90)),
-                "cost_p50": percentile([c for _, c in rows], 50),
+                "jobs": len(runtimes),
+                "run_time": {f"p{k}": _ranked(runtimes, k) for k in (50, 90)},
+                "cost_p50": _ranked(costs, 50),
             }
-            for label, rows in sorted(runtime.items())
+            for label, (runtimes, costs) in sorted(runtime.items())
         },
         "instance_seconds": seconds,
         "cost": cost,
