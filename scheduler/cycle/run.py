@@ -128,6 +128,8 @@ def _phases(
     # 6. usage: what the cycle leaves running, for the usage history
     result.levels = usage.levels(snapshot)
     recorded = next_kept.recorded if next_kept is not None else None
+    if executor.defers_usage and next_kept is not None:
+        next_kept.recorded = None  # recorded after the commit, by the executor: not known
     if (
         not executor.defers_usage
         and not usage.unchanged(recorded, result.levels, now)
