@@ -16,8 +16,8 @@ old (other processes ran the queue since) catches up on the jobs those cycles sa
 change, instead of reading everything again.
 
 An executor that runs jobs itself (the simulated fleet) moves every running job's
-progress with the clock: its running jobs are read again each cycle (the pending ones,
-usually most of the queue, are kept).
+progress with the clock, not its row: its running jobs are restored again each cycle
+from the rows kept, at their progress by now (the pending ones are kept as they are).
 
 A full read instead, whenever anything is in doubt: nothing kept (a new worker, or the
 last cycle rolled back: an engine is kept only once its cycle commits), the kept cycle
@@ -289,17 +289,13 @@ def refresh(
     kept: Kept, queue: JobQueue, now: datetime, executor: Executor, log: Advance
 ) -> QueueSnapshot | None:
     """The kept engine brought to ``now``: the jobs ``log`` says changed (and the dirty
-    ones) forgotten and restored from their rows, read and locked now. None: the setting
+    ones) forgotten and restored from their rows, read and locked now (and, on an
+    executor that runs them itself, the other running jobs from their kept rows, at
+    their progress by now). None: the setting
     changed, or a row does not fit the kept engine; read in full (``kept`` is spent
     either way)."""
     ids = log.changed | kept.dirty
     kept.dirty = set()
-    if executor.runs_itself:  # their progress moved with the clock: read them again
-        ids |= {
-            row["id"]
-            for row in kept.snapshot.jobs.rows.values()
-            if row["state"] == JobState.RUNNING
-        }
     fresh = read.changed_rows(queue.pk, ids) if ids else []
     engine = kept.snapshot.engine
     rows = kept.snapshot.jobs.rows
@@ -309,6 +305,15 @@ def refresh(
         if old is not None:
             kept.count(old, -1)
             engine.forget(key)
+    # An executor that runs the jobs itself moved their progress with the clock, not
+    # their rows: its other running jobs are restored again from the rows kept.
+    again = []
+    if executor.runs_itself:
+        for key, row in list(rows.items()):
+            if row["state"] == JobState.RUNNING:
+                del rows[key]
+                engine.forget(key)
+                again.append(row)
     active = [row for row in fresh if row["state"] in ACTIVE]
     for row in active:
         kept.count(row)
@@ -330,7 +335,7 @@ def refresh(
     )
     context = read.RowContext(snapshot, kept.strict, kept.verified)
     try:
-        for row in active:
+        for row in [*active, *again]:
             _restore(kept, context, row, snapshot, executor)
     except (KeyError, ValueError):  # a row the kept setting does not know: read in full
         return None
