@@ -28,6 +28,7 @@ the frontier, do not wake the pair.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduler.engine.model import Job
@@ -130,10 +131,18 @@ class more placeable (the one behind it asks as much at no higher priority)."""
 class CandidateIndex:
     """Classes of pending jobs, frontiers, and the clocks of changes that may help."""
 
-    def __init__(self) -> None:
+    def __init__(self, placeable: Callable[[str, str], bool] | None = None) -> None:
+        self.placeable = placeable
+        """(pool, share) -> may the share place anything on the pool at all (False: a
+        type it has no limit for); None: every pair may."""
         self.classes: dict[Pair, dict[tuple[int, bool], JobClass]] = {}
         self._sorted: dict[Pair, list[JobClass]] = {}
         self.shares_on: dict[str, set[str]] = {}
+        self.woken_on: dict[str, set[str]] = {}
+        """Of ``shares_on``, the shares that may place anything on the pool: the only
+        ones a change of the pool wakes. At a deep, varied backlog about half the pairs
+        are of preferences beyond their share's types, and every change of the type
+        would otherwise queue them for a cycle that rules them out one by one."""
         self.frontiers: dict[Pair, Frontier] = {}
         self.eased_all: dict[str, int] = {}
         self.eased_for: dict[Pair, int] = {}
@@ -165,12 +174,16 @@ class CandidateIndex:
             if by_count is None:
                 by_count = self.classes[pair] = {}
                 self.shares_on.setdefault(pool, set()).add(job.share)
+                woken = self.woken_on.setdefault(pool, set())
+                if self.placeable is None or self.placeable(pool, job.share):
+                    woken.add(job.share)
             cls = by_count.get((count, own))
             if cls is None:
                 cls = by_count[(count, own)] = JobClass(pool, job.share, count, own)
                 self._sorted.pop(pair, None)
             cls.add(job, key)
-            self.maybe_live.add(pair)
+            if job.share in self.woken_on[pool]:
+                self.maybe_live.add(pair)
 
     def remove(self, job: Job) -> None:
         key = cycle_key(job)
@@ -202,12 +215,14 @@ class CandidateIndex:
             self.eased_all[pool] = clock
             pairs = [
                 pair
-                for pair in [(pool, share) for share in self.shares_on.get(pool, ())]
+                for pair in [(pool, share) for share in self.woken_on.get(pool, ())]
                 if pair not in blocked
             ]
         else:
             self.eased_for[(pool, only_for)] = clock
-            pairs = [] if (pool, only_for) in blocked else [(pool, only_for)]
+            pair = (pool, only_for)
+            woken = only_for in self.woken_on.get(pool, ())
+            pairs = [pair] if woken and pair not in blocked else []
         if not self.walk_covers:
             self.maybe_live.update(pairs)
         if self.log is not None:
@@ -223,6 +238,12 @@ class CandidateIndex:
         """The share's configuration changed (limits, policy, in-share preemption)."""
         for pair in [pair for pair in self.own_blocked if pair[1] == share]:
             del self.own_blocked[pair]
+        for pool, on in self.shares_on.items():
+            if share in on:
+                if self.placeable is None or self.placeable(pool, share):
+                    self.woken_on[pool].add(share)
+                else:
+                    self.woken_on[pool].discard(share)
 
     def eased_at(self, pair: Pair) -> int:
         every = self.eased_all.get(pair[0], 0)

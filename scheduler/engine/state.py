@@ -105,8 +105,14 @@ class Pool:
     )
 
     def __init__(
-        self, spec: InstanceType, shares: dict[str, ShareConfig], capacity: int | None = None
+        self,
+        spec: InstanceType,
+        shares: dict[str, ShareConfig],
+        capacity: int | None = None,
+        counted: bool = True,
     ) -> None:
+        """``counted`` False leaves ``reserve_idle`` and ``borrowers`` for the caller to
+        set (a copy of accounting it already has, without a pass over the shares)."""
         self.spec = spec
         self.shares = shares
         """The queue's share configurations (shared, not copied): entitlements."""
@@ -129,11 +135,13 @@ class Pool:
         """Idle entitlement of RESERVE shares (``accounting.reserved_idle`` summed)."""
         self.borrowers: set[str] = set()
         """Shares whose usage is above their limit."""
-        self.recount()
+        if counted:
+            self.recount()
 
-    def empty_like(self) -> Pool:
-        """A pool of the same kind and capacity with no running jobs."""
-        return Pool(self.spec, self.shares, self.capacity)
+    def empty_like(self, counted: bool = True) -> Pool:
+        """A pool of the same kind and capacity with no running jobs (``counted``: as
+        for the constructor)."""
+        return Pool(self.spec, self.shares, self.capacity, counted)
 
     def _settle(self, share: str, before: int, after: int) -> None:
         """Keep ``reserve_idle`` and ``borrowers`` true after the share's usage moved."""
@@ -306,7 +314,7 @@ class QueueState:
         order the plans were added (file order)."""
         self.jobs: dict[str, Job] = {}
         self.pending: dict[str, Job] = {}
-        self.index = CandidateIndex()
+        self.index = CandidateIndex(self._placeable)
         self.clock = 0
         self.version: dict[str, int] = {}
         self.now: int | None = None
@@ -315,6 +323,10 @@ class QueueState:
         time: they count as changed at the next instant."""
         self._facts: dict[str, PoolFacts] = {}
         self.seq = 0
+
+    def _placeable(self, pool: str, share: str) -> bool:
+        """May the share place anything on the pool (not a type it has no limit for)?"""
+        return pool not in self.pools or pool in self.shares[share].limits
 
     def facts(self, pool: Pool) -> PoolFacts:
         found = self._facts.get(pool.name)
@@ -457,6 +469,8 @@ class CycleStart:
         self.pool = pool
         self.usage = dict(pool.usage)
         self.total = pool.total
+        self.reserve_idle = pool.reserve_idle
+        self.borrowers = frozenset(pool.borrowers)
         self.admitted: set[str] = set()
         self.victims: dict[str, tuple[Job, Work]] = {}
         self._light: tuple[Pool, PoolFacts] | None = None
@@ -464,11 +478,14 @@ class CycleStart:
 
     def light(self, state: QueueState) -> tuple[Pool, PoolFacts]:
         if self._light is None:
-            pool = self.pool.empty_like()
-            pool.usage = dict(self.usage)
+            # the accounting kept at the start, not a pass over every share: a cycle
+            # makes one of these per pool it changes, and most of them at a deep backlog
+            pool = self.pool.empty_like(counted=False)
+            pool.usage = self.usage
             pool.total = self.total
-            pool.recount()
-            self._light = (pool, pool_facts(pool))
+            pool.reserve_idle = self.reserve_idle
+            pool.borrowers = set(self.borrowers)
+            self._light = (pool, PoolFacts(self.reserve_idle, self.borrowers))
         return self._light
 
     def full(self, state: QueueState) -> tuple[Pool, PoolFacts, Callable[[Job], Work]]:
