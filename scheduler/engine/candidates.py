@@ -104,6 +104,14 @@ class Frontier:
     by_count: dict[int, int] = field(default_factory=dict)
     own_by_count: dict[int, int] = field(default_factory=dict)
 
+    def clip(self, priority: int) -> None:
+        """Keep the proofs for priorities up to ``priority`` only (the pool changed in
+        favour of the share's jobs above it alone)."""
+        for by_count in (self.by_count, self.own_by_count):
+            for n, p in by_count.items():
+                if p > priority:
+                    by_count[n] = priority
+
     def covers(self, count: int, priority: int, own_only: bool = False) -> bool:
         # plain loops, not any() over a generator: this is asked for every class a
         # cycle opens or pops, and a generator's set-up costs more than its few items
@@ -156,6 +164,8 @@ class CandidateIndex:
         share's configuration changes (:meth:`share_changed`)."""
         self.log: list[Pair] | None = None
         """While a cycle runs: every pair eased, for it to look at them again."""
+        self.log_above: list[Pair] | None = None
+        """While a cycle runs: pairs eased only above a priority (:meth:`eased`)."""
         self.walk_covers = False
         """True while a cycle's first group runs: its second group walks every pair
         eased meanwhile from its first job, so the next cycle need not."""
@@ -207,10 +217,28 @@ class CandidateIndex:
 
     # -- changes and proofs
 
-    def eased(self, pool: str, only_for: str | None, clock: int) -> None:
+    def eased(self, pool: str, only_for: str | None, clock: int, above: int | None = None) -> None:
         """Pool ``pool`` changed at ``clock`` in a way that may help every share's jobs
-        there (``only_for`` None) or only that share's."""
+        there (``only_for`` None) or only that share's; ``above`` (with ``only_for``):
+        only its jobs of a priority above that.
+
+        ``above`` is a new running job of the share within its limit: a possible
+        in-share victim of its jobs of a higher priority only, and one more job holding
+        instances for the others. The pair's proofs then still hold up to that priority
+        (:meth:`Frontier.clip`), and the pair goes to ``log_above``, not ``log``: a walk
+        that just admitted that job is past every job of a higher priority."""
         blocked = self.own_blocked
+        if above is not None and only_for is not None:
+            pair = (pool, only_for)
+            frontier = self.frontiers.get(pair)
+            if frontier is not None and frontier.since >= self.eased_at(pair):
+                frontier.clip(above)
+            if only_for in self.woken_on.get(pool, ()) and pair not in blocked:
+                if not self.walk_covers:
+                    self.maybe_live.add(pair)
+                if self.log_above is not None:
+                    self.log_above.append(pair)
+            return
         if only_for is None:
             self.eased_all[pool] = clock
             pairs = [

@@ -118,15 +118,16 @@ def admit(state: QueueState, job: Job, placement: Placement, now: int, out: list
     if placement.plan is not None:
         # only the plan's share runs there: it gains a possible in-share victim, if any
         in_share = state.shares[job.share].in_share_preemption
-        state.touch(key, only_for=job.share, eases=in_share)
+        state.touch(key, only_for=job.share, eases=in_share, above=job.priority)
     elif state.pools[name].usage[job.share] > state.shares[job.share].limits.get(name, 0):
         state.touch(name)  # a new borrower: more to reclaim for everyone
     else:
         # within its limit: every other share only sees usage grow (less room, the same
         # borrowers), so nothing proven for them changes; its own share gains a possible
-        # in-share victim, if it preempts in-share at all
+        # in-share victim, if it preempts in-share at all, for its jobs of a higher
+        # priority only
         in_share = state.shares[job.share].in_share_preemption
-        state.touch(name, only_for=job.share, eases=in_share)
+        state.touch(name, only_for=job.share, eases=in_share, above=job.priority)
     out.append(
         Decision(
             DecisionKind.ADMITTED,
@@ -220,6 +221,7 @@ class _Cycle:
         if not self.walked:
             return False
         index.log = []
+        index.log_above = []
         second_ran = False
         try:
             index.walk_covers = True
@@ -232,7 +234,7 @@ class _Cycle:
                 self._start_group([c for c in self.walked.values() if self._borrows(c.share)])
                 self._walk(1)
         finally:
-            index.log = None
+            index.log = index.log_above = None
             index.walk_covers = False
         for pair in self.reopened:
             if not (second_ran and self._borrows(pair[1])):
@@ -529,9 +531,21 @@ class _Cycle:
         """Queue again, after the current position, the classes a change may have
         helped (they were dropped when their next job did not fit)."""
         index = self.state.index
-        assert index.log is not None
+        assert index.log is not None and index.log_above is not None
         pairs = set(index.log)
         index.log.clear()
+        if index.log_above:
+            # eased for jobs above the admitted job's priority only: past the position
+            # (no higher priority), a walk has nothing to gain there. Only the second
+            # group may still take such jobs of a share that may borrow, this cycle
+            for pair in index.log_above:
+                if pair in pairs:
+                    continue
+                if index.walk_covers and self._borrows(pair[1]):
+                    pairs.add(pair)  # as any change: walked again from the first job
+                elif index.walk_covers:
+                    self.reopened.add(pair)  # the next cycle looks at it again
+            index.log_above.clear()
         if index.walk_covers:
             self.reopened |= pairs
             self.second = self.second or any(self._borrows(pair[1]) for pair in pairs)

@@ -334,14 +334,21 @@ class QueueState:
             found = self._facts[pool.name] = pool_facts(pool)
         return found
 
-    def touch(self, name: str, only_for: str | None = None, eases: bool = True) -> None:
+    def touch(
+        self,
+        name: str,
+        only_for: str | None = None,
+        eases: bool = True,
+        above: int | None = None,
+    ) -> None:
         """Record a change of pool ``name`` (see the class docstring); ``eases`` False:
-        it can help no job fit (every proof stands)."""
+        it can help no job fit (every proof stands); ``above``: it may help only
+        ``only_for``'s jobs of a priority above that (``CandidateIndex.eased``)."""
         self.clock += 1
         self.version[name] = self.clock
         self._facts.pop(name, None)
         if eases:
-            self.index.eased(name, only_for, self.clock)
+            self.index.eased(name, only_for, self.clock, above)
 
     def set_now(self, now: int) -> None:
         """Move to instant ``now``: victim order (lost work) depends on time."""
