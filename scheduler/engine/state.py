@@ -266,6 +266,8 @@ class PoolFacts:
     largest: dict[str, int] = field(default_factory=dict)
     reclaim: dict[str, int] | None = None
     """Per borrower, what reclaim could take from it at most."""
+    reclaim_total: int = 0
+    """The sum of ``reclaim`` (set with it)."""
     reclaim_order: list[Job] | None = None
     share_order: dict[str, list[Job]] = field(default_factory=dict)
     search: dict[tuple[str, int, int, bool], SearchResult] = field(default_factory=dict)
