@@ -37,6 +37,8 @@ from scheduler.engine.placement import (
 from scheduler.engine.state import CycleStart, Pool, PoolFacts, QueueState
 from scheduler.engine.work import checkpoint_at, lost_work_at, norm
 
+LEND_AND_BORROW = Policy.LEND_AND_BORROW
+
 UNCOUNTED_RULES = frozenset({Rule.CAPACITY_LOST, Rule.PLAN_ENDED})
 """Preemptions the job did not yield to anyone for: not counted against its retries."""
 
@@ -395,6 +397,9 @@ class _Cycle:
         done = self.done
         deferred = self.borrows if group == 0 else {}
         pop = heapq.heappop
+        frontiers = index.frontiers
+        eased_all = index.eased_all
+        eased_for = index.eased_for
         while heap:
             key, _, cls, at = pop(heap)
             cls.mark = None
@@ -417,32 +422,45 @@ class _Cycle:
                 continue
             job = jobs[at]
             share = cls.share
-            pool = pools[cls.pool] if cls.pool in pools else plans[cls.pool]
-            pair = (cls.pool, share)
+            name = cls.pool
+            pool = pools.get(name) or plans[name]
+            pair = (name, share)
+            priority = job.priority
+            count = cls.count
+            borrows = shares[share].policy is LEND_AND_BORROW
             # a proof about jobs that may not borrow holds for the others only where the
             # share cannot borrow anyway
-            own_proof = cls.own_only and self._borrows(share)
-            if group == 0 and not own_possible(shares, pool, share, cls.count, job.priority):
-                if self._borrows(share) and not cls.own_only:
+            own_proof = cls.own_only and borrows
+            if group == 0 and not own_possible(shares, pool, share, count, priority):
+                if borrows and not cls.own_only:
                     self.second = True  # it may still borrow, in the second group
                 else:  # nor borrow
-                    index.prove(pair, cls.count, job.priority, state.clock, own_proof)
+                    index.prove(pair, count, priority, state.clock, own_proof)
                 continue  # no job of the class can be admitted in this group now
-            frontier = index.frontier(pair)
-            if frontier is not None and frontier.covers(cls.count, job.priority, cls.own_only):
+            frontier = frontiers.get(pair)  # index.frontier(pair), written out
+            if (
+                frontier is not None
+                and frontier.since >= eased_all.get(name, 0)
+                and frontier.since >= eased_for.get(pair, 0)
+                and frontier.covers(count, priority, cls.own_only)
+            ):
                 continue
-            if not fits(
+            facts = state.facts(pool)
+            room = facts.maxfit.get(share)
+            if room is not None and count <= room and not cls.own_only:
+                pass  # fits without preemption (the first test of ``fits``)
+            elif not fits(
                 shares,
                 pool,
-                state.facts(pool),
+                facts,
                 state.lost_work,
                 share,
-                cls.count,
-                job.priority,
+                count,
+                priority,
                 state.time_sensitive,
                 cls.own_only,
             ):
-                index.prove(pair, cls.count, job.priority, state.clock, own_proof)
+                index.prove(pair, count, priority, state.clock, own_proof)
                 continue
             self._push_at(cls, at + 1)
             self.position = key
