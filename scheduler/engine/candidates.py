@@ -76,10 +76,12 @@ class JobClass:
         self.mark: object = None
         """Set by a cycle while the class is queued in its walk."""
 
-    def add(self, job: Job, key: Key) -> None:
+    def add(self, job: Job, key: Key) -> int:
+        """Insert the job in cycle order; its position (0: first of the class)."""
         index = bisect_left(self.keys, key)
         self.keys.insert(index, key)
         self.jobs.insert(index, job)
+        return index
 
     def discard(self, key: Key) -> None:
         index = bisect_left(self.keys, key)
@@ -143,6 +145,9 @@ class CandidateIndex:
         self.placeable = placeable
         """(pool, share) -> may the share place anything on the pool at all (False: a
         type it has no limit for); None: every pair may."""
+        self.entries: dict[str, tuple[Key, bool, dict[str, int]]] = {}
+        """Per indexed job id: its key, whether it may not borrow, and its classes' pools
+        and counts (what :meth:`remove` undoes, without working them out again)."""
         self.classes: dict[Pair, dict[tuple[int, bool], JobClass]] = {}
         self._sorted: dict[Pair, list[JobClass]] = {}
         self.shares_on: dict[str, set[str]] = {}
@@ -173,13 +178,22 @@ class CandidateIndex:
     # -- membership
 
     def add(self, job: Job) -> None:
+        """Index a pending job. Behind the first job of its class, it changes nothing a
+        proof rests on: every test that rules out the first job (a frontier,
+        ``own_possible``, the largest possible count) is monotone and rules out one
+        asking as much at no higher priority. So only a job that comes first in its
+        class unblocks its pair (``own_blocked``), and, between cycles, only such a job
+        makes its pair maybe live; during one (a victim waiting again) every job does,
+        since the first job of its class may be admitted or left in that cycle.
+        A deep backlog takes most submissions behind the first job of their class."""
         key = cycle_key(job)
         own = not job.may_borrow
         blocked = self.own_blocked
-        for pool, count in smallest_counts(job).items():
+        in_cycle = self.log is not None
+        counts = smallest_counts(job)
+        self.entries[job.id] = (key, own, counts)
+        for pool, count in counts.items():
             pair = (pool, job.share)
-            if blocked:
-                blocked.pop(pair, None)  # the new job may rank first in its class
             by_count = self.classes.get(pair)
             if by_count is None:
                 by_count = self.classes[pair] = {}
@@ -191,14 +205,19 @@ class CandidateIndex:
             if cls is None:
                 cls = by_count[(count, own)] = JobClass(pool, job.share, count, own)
                 self._sorted.pop(pair, None)
-            cls.add(job, key)
-            if job.share in self.woken_on[pool]:
+            first = cls.add(job, key) == 0
+            if first and blocked:
+                blocked.pop(pair, None)
+            if (first or in_cycle) and job.share in self.woken_on[pool]:
                 self.maybe_live.add(pair)
 
     def remove(self, job: Job) -> None:
-        key = cycle_key(job)
-        own = not job.may_borrow
-        for pool, count in smallest_counts(job).items():
+        """Take a job out of the classes :meth:`add` put it in."""
+        entry = self.entries.pop(job.id, None)
+        if entry is None:
+            entry = (cycle_key(job), not job.may_borrow, smallest_counts(job))
+        key, own, counts = entry
+        for pool, count in counts.items():
             pair = (pool, job.share)
             by_count = self.classes[pair]
             cls = by_count[(count, own)]
