@@ -152,10 +152,11 @@ class CandidateIndex:
         self._sorted: dict[Pair, list[JobClass]] = {}
         self.shares_on: dict[str, set[str]] = {}
         self.woken_on: dict[str, set[str]] = {}
-        """Of ``shares_on``, the shares that may place anything on the pool: the only
-        ones a change of the pool wakes. At a deep, varied backlog about half the pairs
-        are of preferences beyond their share's types, and every change of the type
-        would otherwise queue them for a cycle that rules them out one by one."""
+        """Of ``shares_on``, the shares with pending jobs there that may place anything
+        on the pool: the only ones a change of the pool wakes. At a deep, varied
+        backlog about half the pairs are of preferences beyond their share's types,
+        and many others have no pending job left; every change of the type would
+        otherwise queue them for a cycle that rules them out one by one."""
         self.frontiers: dict[Pair, Frontier] = {}
         self.eased_all: dict[str, int] = {}
         self.eased_for: dict[Pair, int] = {}
@@ -198,9 +199,9 @@ class CandidateIndex:
             if by_count is None:
                 by_count = self.classes[pair] = {}
                 self.shares_on.setdefault(pool, set()).add(job.share)
-                woken = self.woken_on.setdefault(pool, set())
-                if self.placeable is None or self.placeable(pool, job.share):
-                    woken.add(job.share)
+                self.woken_on.setdefault(pool, set())
+            if not by_count and (self.placeable is None or self.placeable(pool, job.share)):
+                self.woken_on[pool].add(job.share)  # its first pending job there
             cls = by_count.get((count, own))
             if cls is None:
                 cls = by_count[(count, own)] = JobClass(pool, job.share, count, own)
@@ -225,6 +226,10 @@ class CandidateIndex:
             if not cls.jobs:
                 del by_count[(count, own)]
                 self._sorted.pop(pair, None)
+                if not by_count:
+                    # no pending job of the share left there: nothing for a change of
+                    # the pool to wake until one comes (add)
+                    self.woken_on[pool].discard(job.share)
 
     def classes_of(self, pair: Pair) -> list[JobClass]:
         """The pair's classes, smallest count first."""
@@ -287,7 +292,8 @@ class CandidateIndex:
             del self.own_blocked[pair]
         for pool, on in self.shares_on.items():
             if share in on:
-                if self.placeable is None or self.placeable(pool, share):
+                placeable = self.placeable is None or self.placeable(pool, share)
+                if placeable and self.classes.get((pool, share)):
                     self.woken_on[pool].add(share)
                 else:
                     self.woken_on[pool].discard(share)
