@@ -13,7 +13,8 @@ per second, the deepest backlog reached and the time of ``schedule`` calls at th
 depth, and the ratio of events per second between the sizes; and the deep, varied
 traces (``deep_scenario``: 100,000 jobs over 30 days, hour-long lognormal durations,
 lists of up to five preferences) at offered loads 1.3, 2.0 and 3.0 (``--deep-jobs N``,
-``--deep-load X``; target 12,000 events/s). ``--quick`` runs only the oversubscribed
+``--deep-load X``; target 12,000 events/s; each prints a digest of its result, which a
+change of speed alone must leave as it was). ``--quick`` runs only the oversubscribed
 traces at 10,000 and 20,000 jobs (with ``--only deep``: the deep ones at 20,000 jobs).
 Seeded, so figures are comparable run to run.
 
@@ -49,6 +50,8 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import hashlib
+import json
 import math
 import pstats
 import random
@@ -412,6 +415,13 @@ def deep_scenario(n_jobs: int, load: float, seed: int = 4) -> dict[str, Any]:
     return oversubscribed_scenario(n_jobs, load, seed=seed, mean_hours=1.0, max_prefs=5)
 
 
+def digest(result: dict[str, Any]) -> str:
+    """A short hash of a run's whole result (events, jobs, reasons): a speed-up of the
+    engine must leave it byte for byte as it was."""
+    text = json.dumps(result, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _verdict(rate: float) -> str:
     return "ok" if rate >= DEEP_TARGET else "missed"
 
@@ -436,7 +446,7 @@ def bench_deep(n_jobs: int, load: float, profile: bool) -> float:
         f"deep: load {load:.1f}, {n_jobs:>6} jobs, {n_events:>7} events in {elapsed:6.1f} s "
         f"= {rate:8,.0f} events/s (target {DEEP_TARGET:,}: {_verdict(rate)}); process CPU "
         f"{cpu:.1f} s = {per_cpu:,.0f} events per CPU second ({_verdict(per_cpu)}); "
-        f"deepest backlog {deepest:>6} pending"
+        f"deepest backlog {deepest:>6} pending; result digest {digest(result)}"
     )
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)

@@ -28,6 +28,7 @@ the frontier, do not wake the pair.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scheduler.engine.model import Job
@@ -75,10 +76,12 @@ class JobClass:
         self.mark: object = None
         """Set by a cycle while the class is queued in its walk."""
 
-    def add(self, job: Job, key: Key) -> None:
+    def add(self, job: Job, key: Key) -> int:
+        """Insert the job in cycle order; its position (0: first of the class)."""
         index = bisect_left(self.keys, key)
         self.keys.insert(index, key)
         self.jobs.insert(index, job)
+        return index
 
     def discard(self, key: Key) -> None:
         index = bisect_left(self.keys, key)
@@ -102,6 +105,14 @@ class Frontier:
     since: int
     by_count: dict[int, int] = field(default_factory=dict)
     own_by_count: dict[int, int] = field(default_factory=dict)
+
+    def clip(self, priority: int) -> None:
+        """Keep the proofs for priorities up to ``priority`` only (the pool changed in
+        favour of the share's jobs above it alone)."""
+        for by_count in (self.by_count, self.own_by_count):
+            for n, p in by_count.items():
+                if p > priority:
+                    by_count[n] = priority
 
     def covers(self, count: int, priority: int, own_only: bool = False) -> bool:
         # plain loops, not any() over a generator: this is asked for every class a
@@ -130,10 +141,22 @@ class more placeable (the one behind it asks as much at no higher priority)."""
 class CandidateIndex:
     """Classes of pending jobs, frontiers, and the clocks of changes that may help."""
 
-    def __init__(self) -> None:
+    def __init__(self, placeable: Callable[[str, str], bool] | None = None) -> None:
+        self.placeable = placeable
+        """(pool, share) -> may the share place anything on the pool at all (False: a
+        type it has no limit for); None: every pair may."""
+        self.entries: dict[str, tuple[Key, bool, dict[str, int]]] = {}
+        """Per indexed job id: its key, whether it may not borrow, and its classes' pools
+        and counts (what :meth:`remove` undoes, without working them out again)."""
         self.classes: dict[Pair, dict[tuple[int, bool], JobClass]] = {}
         self._sorted: dict[Pair, list[JobClass]] = {}
         self.shares_on: dict[str, set[str]] = {}
+        self.woken_on: dict[str, set[str]] = {}
+        """Of ``shares_on``, the shares with pending jobs there that may place anything
+        on the pool: the only ones a change of the pool wakes. At a deep, varied
+        backlog about half the pairs are of preferences beyond their share's types,
+        and many others have no pending job left; every change of the type would
+        otherwise queue them for a cycle that rules them out one by one."""
         self.frontiers: dict[Pair, Frontier] = {}
         self.eased_all: dict[str, int] = {}
         self.eased_for: dict[Pair, int] = {}
@@ -147,6 +170,8 @@ class CandidateIndex:
         share's configuration changes (:meth:`share_changed`)."""
         self.log: list[Pair] | None = None
         """While a cycle runs: every pair eased, for it to look at them again."""
+        self.log_above: list[Pair] | None = None
+        """While a cycle runs: pairs eased only above a priority (:meth:`eased`)."""
         self.walk_covers = False
         """True while a cycle's first group runs: its second group walks every pair
         eased meanwhile from its first job, so the next cycle need not."""
@@ -154,28 +179,46 @@ class CandidateIndex:
     # -- membership
 
     def add(self, job: Job) -> None:
+        """Index a pending job. Behind the first job of its class, it changes nothing a
+        proof rests on: every test that rules out the first job (a frontier,
+        ``own_possible``, the largest possible count) is monotone and rules out one
+        asking as much at no higher priority. So only a job that comes first in its
+        class unblocks its pair (``own_blocked``), and, between cycles, only such a job
+        makes its pair maybe live; during one (a victim waiting again) every job does,
+        since the first job of its class may be admitted or left in that cycle.
+        A deep backlog takes most submissions behind the first job of their class."""
         key = cycle_key(job)
         own = not job.may_borrow
         blocked = self.own_blocked
-        for pool, count in smallest_counts(job).items():
+        in_cycle = self.log is not None
+        counts = smallest_counts(job)
+        self.entries[job.id] = (key, own, counts)
+        for pool, count in counts.items():
             pair = (pool, job.share)
-            if blocked:
-                blocked.pop(pair, None)  # the new job may rank first in its class
             by_count = self.classes.get(pair)
             if by_count is None:
                 by_count = self.classes[pair] = {}
                 self.shares_on.setdefault(pool, set()).add(job.share)
+                self.woken_on.setdefault(pool, set())
+            if not by_count and (self.placeable is None or self.placeable(pool, job.share)):
+                self.woken_on[pool].add(job.share)  # its first pending job there
             cls = by_count.get((count, own))
             if cls is None:
                 cls = by_count[(count, own)] = JobClass(pool, job.share, count, own)
                 self._sorted.pop(pair, None)
-            cls.add(job, key)
-            self.maybe_live.add(pair)
+            first = cls.add(job, key) == 0
+            if first and blocked:
+                blocked.pop(pair, None)
+            if (first or in_cycle) and job.share in self.woken_on[pool]:
+                self.maybe_live.add(pair)
 
     def remove(self, job: Job) -> None:
-        key = cycle_key(job)
-        own = not job.may_borrow
-        for pool, count in smallest_counts(job).items():
+        """Take a job out of the classes :meth:`add` put it in."""
+        entry = self.entries.pop(job.id, None)
+        if entry is None:
+            entry = (cycle_key(job), not job.may_borrow, smallest_counts(job))
+        key, own, counts = entry
+        for pool, count in counts.items():
             pair = (pool, job.share)
             by_count = self.classes[pair]
             cls = by_count[(count, own)]
@@ -183,6 +226,10 @@ class CandidateIndex:
             if not cls.jobs:
                 del by_count[(count, own)]
                 self._sorted.pop(pair, None)
+                if not by_count:
+                    # no pending job of the share left there: nothing for a change of
+                    # the pool to wake until one comes (add)
+                    self.woken_on[pool].discard(job.share)
 
     def classes_of(self, pair: Pair) -> list[JobClass]:
         """The pair's classes, smallest count first."""
@@ -194,20 +241,40 @@ class CandidateIndex:
 
     # -- changes and proofs
 
-    def eased(self, pool: str, only_for: str | None, clock: int) -> None:
+    def eased(self, pool: str, only_for: str | None, clock: int, above: int | None = None) -> None:
         """Pool ``pool`` changed at ``clock`` in a way that may help every share's jobs
-        there (``only_for`` None) or only that share's."""
+        there (``only_for`` None) or only that share's; ``above`` (with ``only_for``):
+        only its jobs of a priority above that.
+
+        ``above`` is a new running job of the share within its limit: a possible
+        in-share victim of its jobs of a higher priority only, and one more job holding
+        instances for the others. The pair's proofs then still hold up to that priority
+        (:meth:`Frontier.clip`), and the pair goes to ``log_above``, not ``log``: a walk
+        that just admitted that job is past every job of a higher priority."""
         blocked = self.own_blocked
+        if above is not None and only_for is not None:
+            pair = (pool, only_for)
+            frontier = self.frontiers.get(pair)
+            if frontier is not None and frontier.since >= self.eased_at(pair):
+                frontier.clip(above)
+            if only_for in self.woken_on.get(pool, ()) and pair not in blocked:
+                if not self.walk_covers:
+                    self.maybe_live.add(pair)
+                if self.log_above is not None:
+                    self.log_above.append(pair)
+            return
         if only_for is None:
             self.eased_all[pool] = clock
             pairs = [
                 pair
-                for pair in [(pool, share) for share in self.shares_on.get(pool, ())]
+                for pair in [(pool, share) for share in self.woken_on.get(pool, ())]
                 if pair not in blocked
             ]
         else:
             self.eased_for[(pool, only_for)] = clock
-            pairs = [] if (pool, only_for) in blocked else [(pool, only_for)]
+            pair = (pool, only_for)
+            woken = only_for in self.woken_on.get(pool, ())
+            pairs = [pair] if woken and pair not in blocked else []
         if not self.walk_covers:
             self.maybe_live.update(pairs)
         if self.log is not None:
@@ -223,6 +290,13 @@ class CandidateIndex:
         """The share's configuration changed (limits, policy, in-share preemption)."""
         for pair in [pair for pair in self.own_blocked if pair[1] == share]:
             del self.own_blocked[pair]
+        for pool, on in self.shares_on.items():
+            if share in on:
+                placeable = self.placeable is None or self.placeable(pool, share)
+                if placeable and self.classes.get((pool, share)):
+                    self.woken_on[pool].add(share)
+                else:
+                    self.woken_on[pool].discard(share)
 
     def eased_at(self, pair: Pair) -> int:
         every = self.eased_all.get(pair[0], 0)

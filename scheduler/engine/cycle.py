@@ -37,6 +37,8 @@ from scheduler.engine.placement import (
 from scheduler.engine.state import CycleStart, Pool, PoolFacts, QueueState
 from scheduler.engine.work import checkpoint_at, lost_work_at, norm
 
+LEND_AND_BORROW = Policy.LEND_AND_BORROW
+
 UNCOUNTED_RULES = frozenset({Rule.CAPACITY_LOST, Rule.PLAN_ENDED})
 """Preemptions the job did not yield to anyone for: not counted against its retries."""
 
@@ -118,15 +120,16 @@ def admit(state: QueueState, job: Job, placement: Placement, now: int, out: list
     if placement.plan is not None:
         # only the plan's share runs there: it gains a possible in-share victim, if any
         in_share = state.shares[job.share].in_share_preemption
-        state.touch(key, only_for=job.share, eases=in_share)
+        state.touch(key, only_for=job.share, eases=in_share, above=job.priority)
     elif state.pools[name].usage[job.share] > state.shares[job.share].limits.get(name, 0):
         state.touch(name)  # a new borrower: more to reclaim for everyone
     else:
         # within its limit: every other share only sees usage grow (less room, the same
         # borrowers), so nothing proven for them changes; its own share gains a possible
-        # in-share victim, if it preempts in-share at all
+        # in-share victim, if it preempts in-share at all, for its jobs of a higher
+        # priority only
         in_share = state.shares[job.share].in_share_preemption
-        state.touch(name, only_for=job.share, eases=in_share)
+        state.touch(name, only_for=job.share, eases=in_share, above=job.priority)
     out.append(
         Decision(
             DecisionKind.ADMITTED,
@@ -220,6 +223,7 @@ class _Cycle:
         if not self.walked:
             return False
         index.log = []
+        index.log_above = []
         second_ran = False
         try:
             index.walk_covers = True
@@ -232,7 +236,7 @@ class _Cycle:
                 self._start_group([c for c in self.walked.values() if self._borrows(c.share)])
                 self._walk(1)
         finally:
-            index.log = None
+            index.log = index.log_above = None
             index.walk_covers = False
         for pair in self.reopened:
             if not (second_ran and self._borrows(pair[1])):
@@ -393,6 +397,9 @@ class _Cycle:
         done = self.done
         deferred = self.borrows if group == 0 else {}
         pop = heapq.heappop
+        frontiers = index.frontiers
+        eased_all = index.eased_all
+        eased_for = index.eased_for
         while heap:
             key, _, cls, at = pop(heap)
             cls.mark = None
@@ -415,32 +422,45 @@ class _Cycle:
                 continue
             job = jobs[at]
             share = cls.share
-            pool = pools[cls.pool] if cls.pool in pools else plans[cls.pool]
-            pair = (cls.pool, share)
+            name = cls.pool
+            pool = pools.get(name) or plans[name]
+            pair = (name, share)
+            priority = job.priority
+            count = cls.count
+            borrows = shares[share].policy is LEND_AND_BORROW
             # a proof about jobs that may not borrow holds for the others only where the
             # share cannot borrow anyway
-            own_proof = cls.own_only and self._borrows(share)
-            if group == 0 and not own_possible(shares, pool, share, cls.count, job.priority):
-                if self._borrows(share) and not cls.own_only:
+            own_proof = cls.own_only and borrows
+            if group == 0 and not own_possible(shares, pool, share, count, priority):
+                if borrows and not cls.own_only:
                     self.second = True  # it may still borrow, in the second group
                 else:  # nor borrow
-                    index.prove(pair, cls.count, job.priority, state.clock, own_proof)
+                    index.prove(pair, count, priority, state.clock, own_proof)
                 continue  # no job of the class can be admitted in this group now
-            frontier = index.frontier(pair)
-            if frontier is not None and frontier.covers(cls.count, job.priority, cls.own_only):
+            frontier = frontiers.get(pair)  # index.frontier(pair), written out
+            if (
+                frontier is not None
+                and frontier.since >= eased_all.get(name, 0)
+                and frontier.since >= eased_for.get(pair, 0)
+                and frontier.covers(count, priority, cls.own_only)
+            ):
                 continue
-            if not fits(
+            facts = state.facts(pool)
+            room = facts.maxfit.get(share)
+            if room is not None and count <= room and not cls.own_only:
+                pass  # fits without preemption (the first test of ``fits``)
+            elif not fits(
                 shares,
                 pool,
-                state.facts(pool),
+                facts,
                 state.lost_work,
                 share,
-                cls.count,
-                job.priority,
+                count,
+                priority,
                 state.time_sensitive,
                 cls.own_only,
             ):
-                index.prove(pair, cls.count, job.priority, state.clock, own_proof)
+                index.prove(pair, count, priority, state.clock, own_proof)
                 continue
             self._push_at(cls, at + 1)
             self.position = key
@@ -529,9 +549,21 @@ class _Cycle:
         """Queue again, after the current position, the classes a change may have
         helped (they were dropped when their next job did not fit)."""
         index = self.state.index
-        assert index.log is not None
+        assert index.log is not None and index.log_above is not None
         pairs = set(index.log)
         index.log.clear()
+        if index.log_above:
+            # eased for jobs above the admitted job's priority only: past the position
+            # (no higher priority), a walk has nothing to gain there. Only the second
+            # group may still take such jobs of a share that may borrow, this cycle
+            for pair in index.log_above:
+                if pair in pairs:
+                    continue
+                if index.walk_covers and self._borrows(pair[1]):
+                    pairs.add(pair)  # as any change: walked again from the first job
+                elif index.walk_covers:
+                    self.reopened.add(pair)  # the next cycle looks at it again
+            index.log_above.clear()
         if index.walk_covers:
             self.reopened |= pairs
             self.second = self.second or any(self._borrows(pair[1]) for pair in pairs)

@@ -119,11 +119,17 @@ def _room(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: s
         facts.maxfit[share] = facts.largest[share] = -1
         facts.bound[share] = Bound(-1, -1, 0, False, -_HUGE, -_HUGE)
         return
+    # accounting.reserved_idle and accounting.free written out: this runs for most
+    # shares after every change of a pool
     used = pool.usage.get(share, 0)
-    reserved_by_others = facts.reserve_idle - accounting.reserved_idle(cfg.policy, lim, used)
-    free = accounting.free(pool.capacity, pool.total, reserved_by_others)
     own_room = lim - used
-    if cfg.policy is Policy.LEND_AND_BORROW:
+    policy = cfg.policy
+    reserved_by_others = facts.reserve_idle
+    if policy is Policy.RESERVE and own_room > 0:
+        reserved_by_others -= own_room
+    base = pool.capacity - pool.total - reserved_by_others
+    free = base if base > 0 else 0
+    if policy is Policy.LEND_AND_BORROW:
         cap = cfg.borrow_cap(name)
         borrow_room = _HUGE if cap is None else lim + cap - used
         fit = min(free, free if cap is None else max(own_room, borrow_room))
@@ -131,12 +137,12 @@ def _room(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: s
         borrow_room = -_HUGE
         fit = min(free, own_room)
     facts.maxfit[share] = fit
-    base = pool.capacity - pool.total - reserved_by_others
     if used < lim:
         terms = facts.reclaim
         if terms is None:
             terms = facts.reclaim = reclaim_terms(shares, pool, facts)
-        base += sum(terms.values()) - terms.get(share, 0)
+            facts.reclaim_total = sum(terms.values())
+        base += facts.reclaim_total - terms.get(share, 0)
     b = Bound(fit, lim, base, cfg.in_share_preemption, own_room, borrow_room)
     facts.bound[share] = b
     # the largest count ``preemption_may_help`` admits (it is monotone in the count), with

@@ -52,12 +52,13 @@ class PlanPool(Pool):
         spec: InstanceType,
         shares: dict[str, ShareConfig],
         capacity: int | None = None,
+        counted: bool = True,
     ) -> None:
         self.plan = plan
         self.active = False
         self.started = False
         self.ended = False
-        super().__init__(spec, shares, plan.count if capacity is None else capacity)
+        super().__init__(spec, shares, plan.count if capacity is None else capacity, counted)
         self.name = plan.pool
 
     def _settle(self, share: str, before: int, after: int) -> None:
@@ -66,8 +67,8 @@ class PlanPool(Pool):
     def recount(self) -> None:
         """No entitlements on a plan (see ``_settle``)."""
 
-    def empty_like(self) -> PlanPool:
-        clone = PlanPool(self.plan, self.spec, self.shares, self.capacity)
+    def empty_like(self, counted: bool = True) -> PlanPool:
+        clone = PlanPool(self.plan, self.spec, self.shares, self.capacity, counted)
         clone.active = self.active
         clone.started = self.started
         clone.ended = self.ended

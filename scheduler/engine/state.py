@@ -105,8 +105,14 @@ class Pool:
     )
 
     def __init__(
-        self, spec: InstanceType, shares: dict[str, ShareConfig], capacity: int | None = None
+        self,
+        spec: InstanceType,
+        shares: dict[str, ShareConfig],
+        capacity: int | None = None,
+        counted: bool = True,
     ) -> None:
+        """``counted`` False leaves ``reserve_idle`` and ``borrowers`` for the caller to
+        set (a copy of accounting it already has, without a pass over the shares)."""
         self.spec = spec
         self.shares = shares
         """The queue's share configurations (shared, not copied): entitlements."""
@@ -129,11 +135,13 @@ class Pool:
         """Idle entitlement of RESERVE shares (``accounting.reserved_idle`` summed)."""
         self.borrowers: set[str] = set()
         """Shares whose usage is above their limit."""
-        self.recount()
+        if counted:
+            self.recount()
 
-    def empty_like(self) -> Pool:
-        """A pool of the same kind and capacity with no running jobs."""
-        return Pool(self.spec, self.shares, self.capacity)
+    def empty_like(self, counted: bool = True) -> Pool:
+        """A pool of the same kind and capacity with no running jobs (``counted``: as
+        for the constructor)."""
+        return Pool(self.spec, self.shares, self.capacity, counted)
 
     def _settle(self, share: str, before: int, after: int) -> None:
         """Keep ``reserve_idle`` and ``borrowers`` true after the share's usage moved."""
@@ -258,6 +266,8 @@ class PoolFacts:
     largest: dict[str, int] = field(default_factory=dict)
     reclaim: dict[str, int] | None = None
     """Per borrower, what reclaim could take from it at most."""
+    reclaim_total: int = 0
+    """The sum of ``reclaim`` (set with it)."""
     reclaim_order: list[Job] | None = None
     share_order: dict[str, list[Job]] = field(default_factory=dict)
     search: dict[tuple[str, int, int, bool], SearchResult] = field(default_factory=dict)
@@ -306,7 +316,7 @@ class QueueState:
         order the plans were added (file order)."""
         self.jobs: dict[str, Job] = {}
         self.pending: dict[str, Job] = {}
-        self.index = CandidateIndex()
+        self.index = CandidateIndex(self._placeable)
         self.clock = 0
         self.version: dict[str, int] = {}
         self.now: int | None = None
@@ -316,20 +326,31 @@ class QueueState:
         self._facts: dict[str, PoolFacts] = {}
         self.seq = 0
 
+    def _placeable(self, pool: str, share: str) -> bool:
+        """May the share place anything on the pool (not a type it has no limit for)?"""
+        return pool not in self.pools or pool in self.shares[share].limits
+
     def facts(self, pool: Pool) -> PoolFacts:
         found = self._facts.get(pool.name)
         if found is None:
             found = self._facts[pool.name] = pool_facts(pool)
         return found
 
-    def touch(self, name: str, only_for: str | None = None, eases: bool = True) -> None:
+    def touch(
+        self,
+        name: str,
+        only_for: str | None = None,
+        eases: bool = True,
+        above: int | None = None,
+    ) -> None:
         """Record a change of pool ``name`` (see the class docstring); ``eases`` False:
-        it can help no job fit (every proof stands)."""
+        it can help no job fit (every proof stands); ``above``: it may help only
+        ``only_for``'s jobs of a priority above that (``CandidateIndex.eased``)."""
         self.clock += 1
         self.version[name] = self.clock
         self._facts.pop(name, None)
         if eases:
-            self.index.eased(name, only_for, self.clock)
+            self.index.eased(name, only_for, self.clock, above)
 
     def set_now(self, now: int) -> None:
         """Move to instant ``now``: victim order (lost work) depends on time."""
@@ -457,6 +478,8 @@ class CycleStart:
         self.pool = pool
         self.usage = dict(pool.usage)
         self.total = pool.total
+        self.reserve_idle = pool.reserve_idle
+        self.borrowers = frozenset(pool.borrowers)
         self.admitted: set[str] = set()
         self.victims: dict[str, tuple[Job, Work]] = {}
         self._light: tuple[Pool, PoolFacts] | None = None
@@ -464,11 +487,14 @@ class CycleStart:
 
     def light(self, state: QueueState) -> tuple[Pool, PoolFacts]:
         if self._light is None:
-            pool = self.pool.empty_like()
-            pool.usage = dict(self.usage)
+            # the accounting kept at the start, not a pass over every share: a cycle
+            # makes one of these per pool it changes, and most of them at a deep backlog
+            pool = self.pool.empty_like(counted=False)
+            pool.usage = self.usage
             pool.total = self.total
-            pool.recount()
-            self._light = (pool, pool_facts(pool))
+            pool.reserve_idle = self.reserve_idle
+            pool.borrowers = set(self.borrowers)
+            self._light = (pool, PoolFacts(self.reserve_idle, self.borrowers))
         return self._light
 
     def full(self, state: QueueState) -> tuple[Pool, PoolFacts, Callable[[Job], Work]]:

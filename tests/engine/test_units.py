@@ -329,6 +329,46 @@ def test_proofs_last_until_a_change_may_help(only_for: str | None, covered: bool
     assert index.covered((G, "S"), 2, 1) is covered
 
 
+def test_an_easing_above_a_priority_keeps_the_proofs_up_to_it() -> None:
+    """An admission of S within its limit at priority 30 is a possible victim of S's
+    jobs above 30 only: proofs for S's jobs at 30 or below stand, the others go."""
+    index = CandidateIndex()
+    index.add(pending("a", 50, 0, [(G, 2)]))
+    index.prove((G, "S"), 2, 50, clock=1)
+    index.eased(G, "S", clock=2, above=30)
+    assert index.covered((G, "S"), 2, 30)
+    assert not index.covered((G, "S"), 2, 31)
+    assert (G, "S") in index.maybe_live  # its jobs above 30 are looked at again
+
+
+def test_only_a_job_first_in_its_class_wakes_its_pair_between_cycles() -> None:
+    index = CandidateIndex()
+    index.add(pending("a", 50, 0, [(G, 2)]))
+    assert index.take_maybe_live() == [(G, "S")]
+    index.add(pending("b", 10, 1, [(G, 2)]))  # behind "a": ruled out with it
+    assert index.take_maybe_live() == []
+    index.add(pending("c", 90, 2, [(G, 2)]))  # ahead of "a": a new first job
+    assert index.take_maybe_live() == [(G, "S")]
+    index.log = []  # in a cycle (a victim waiting again) every job wakes its pair
+    index.add(pending("d", 5, 3, [(G, 2)]))
+    assert index.take_maybe_live() == [(G, "S")]
+
+
+def test_a_change_wakes_only_pairs_that_may_place_and_have_pending_jobs() -> None:
+    index = CandidateIndex(placeable=lambda pool, share: pool == G)
+    job = pending("a", 1, 0, [(G, 2), ("P", 1)])
+    index.add(job)
+    assert index.take_maybe_live() == [(G, "S")]  # no limit on P: never woken there
+    index.eased("P", None, clock=1)
+    assert index.take_maybe_live() == []
+    index.remove(job)
+    index.eased(G, None, clock=2)
+    assert index.take_maybe_live() == []  # no pending job of S left on G
+    index.add(pending("b", 1, 1, [(G, 2)]))
+    index.eased(G, None, clock=3)
+    assert index.take_maybe_live() == [(G, "S")]
+
+
 # ---------------------------------------------------------------------------- accounting
 
 ACCOUNTS = [
