@@ -309,11 +309,10 @@ def refresh(
     # their rows: its other running jobs are restored again from the rows kept.
     again = []
     if executor.runs_itself:
-        for key, row in list(rows.items()):
-            if row["state"] == JobState.RUNNING:
-                del rows[key]
+        for key in [job.id for job in engine.running_jobs() if job.id in rows]:
+            if rows[key]["state"] == JobState.RUNNING:
+                again.append(rows.pop(key))
                 engine.forget(key)
-                again.append(row)
     active = [row for row in fresh if row["state"] in ACTIVE]
     for row in active:
         kept.count(row)

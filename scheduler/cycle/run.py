@@ -162,10 +162,10 @@ def _next_event_in(snapshot: QueueSnapshot, executor: Executor) -> float | None:
     if deadline is not None:
         moments.append(deadline / MS - now.timestamp())
     if executor.runs_itself:
-        for ej in snapshot.engine.jobs():
+        for ej in snapshot.engine.running_jobs():
             # the fleet completes runs by their duration only (without one, a run goes
             # on until stopped, whatever its expected run time)
-            if ej.state is eng.JobState.RUNNING and ej.duration is not None:
+            if ej.duration is not None:
                 finish = snapshot.engine.finish_time(ej)
                 if finish is not None:
                     # The engine extrapolates at the clock's pace; the fleet may run faster.

@@ -121,6 +121,13 @@ class Engine:
         """All jobs the engine knows, in submission order."""
         return iter(self._state.jobs.values())
 
+    def running_jobs(self) -> Iterator[Job]:
+        """The running jobs, pool by pool: without walking the pending backlog, which in
+        a deep queue is most of ``jobs()``."""
+        for pool in (*self._state.pools.values(), *self._state.plans.values()):
+            for per_share in pool.running.values():
+                yield from per_share.values()
+
     def pending_jobs(self) -> list[Job]:
         """Pending jobs in submission order."""
         return sorted(self._state.pending.values(), key=lambda j: j.seq)

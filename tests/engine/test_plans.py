@@ -607,3 +607,17 @@ def test_a_job_moves_from_an_ending_plan_to_one_starting_at_the_same_instant() -
         (100, "admitted", "new", 1),
         (150, "completed", None, None),
     ]
+
+
+def test_running_jobs_are_the_running_ones_on_types_and_on_plans() -> None:
+    engine = _engine()
+    engine.submit(Job("plan", "llm", 1, 0, (Preference(P, 1, "tp"),)))
+    engine.submit(Job("demand", "llm", 1, 0, (Preference(P, 2),)))
+    engine.submit(Job("waits", "llm", 1, 0, (Preference(P, 2),)))
+    engine.schedule(10)
+    assert sorted(j.id for j in engine.running_jobs()) == ["demand", "plan"]
+    assert sorted(j.id for j in engine.running_jobs()) == sorted(
+        j.id for j in engine.jobs() if j.state is JobState.RUNNING
+    )
+    engine.complete("demand", 20)
+    assert [j.id for j in engine.running_jobs()] == ["plan"]
