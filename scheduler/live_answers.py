@@ -9,6 +9,10 @@ moment ``as_of`` (a rolling window ``[as_of - span, as_of)``, or a fixed one rec
 ``as_of``) and say so, and the answer is kept in the shared cache (Redis) per kind and
 parameters (queue or share, window, grouping):
 
+- computed from another state of the queue than the one stored now (``version``: the
+  caller's digest of it; a job submitted, started, reclaimed or ended since): the
+  request that takes the key's lock computes it afresh, the others serve what is kept
+  meanwhile, so whoever just changed something sees it;
 - younger than ``FRESH_FOR``: served as it is;
 - older, up to ``SERVE_STALE_FOR``: served as it is, and one recompute is queued (the
   Celery task ``scheduler.tasks.refresh_live_answer``), whoever takes the key's lock
@@ -83,14 +87,15 @@ def _cache() -> Any:
     return caches[CACHE_ALIAS]
 
 
-def _read(cache_key: str) -> tuple[dict[str, Any], datetime] | None:
+def _read(cache_key: str) -> tuple[dict[str, Any], datetime, str] | None:
+    """(answer, as of, version) kept under ``cache_key``."""
     try:
         entry = _cache().get(cache_key)
     except Exception:  # an optimisation only: without the cache, compute
         return None
     if not isinstance(entry, dict) or "as_of" not in entry:
         return None
-    return entry["answer"], datetime.fromisoformat(entry["as_of"])
+    return entry["answer"], datetime.fromisoformat(entry["as_of"]), entry.get("version", "")
 
 
 def _lock(cache_key: str) -> str | None:
@@ -114,50 +119,60 @@ def _unlock(cache_key: str, token: str) -> None:
         log.warning("could not release the lock of %s; it expires by itself", cache_key)
 
 
-def _compute_and_store(kind: str, params: dict[str, Any], cache_key: str) -> Live:
+def _compute_and_store(kind: str, params: dict[str, Any], cache_key: str, version: str) -> Live:
     now = timezone.now()
     answer = _KINDS[kind](params, now)
     if answer is not None:
         try:
             _cache().set(
-                cache_key, {"as_of": now.isoformat(), "answer": answer}, timeout=KEEP_SECONDS
+                cache_key,
+                {"as_of": now.isoformat(), "answer": answer, "version": version},
+                timeout=KEEP_SECONDS,
             )
         except Exception:
             log.warning("could not keep the %s answer; it is computed again next time", kind)
     return Live(answer, now)
 
 
-def serve(kind: str, params: dict[str, Any]) -> Live:
+def serve(kind: str, params: dict[str, Any], version: str = "") -> Live:
     """The answer of ``kind`` for ``params`` as the module's docstring describes: from the
-    cache when there is one young enough, else computed here by one caller at a time."""
+    cache when there is one of this ``version`` of the queue's state young enough, else
+    computed here by one caller at a time."""
     cache_key = key(kind, params)
     found = _read(cache_key)
     now = timezone.now()
+    if found is not None and found[2] != version:
+        token = _lock(cache_key)
+        if token is None:
+            return Live(found[0], found[1])
+        return _computed_under(kind, params, cache_key, token, version)
     if found is not None and now - found[1] < FRESH_FOR:
-        return Live(*found)
+        return Live(found[0], found[1])
     if found is not None and now - found[1] < SERVE_STALE_FOR:
         token = _lock(cache_key)
-        if token is not None and not _queue_refresh(kind, params, token):
-            return _computed_under(kind, params, cache_key, token)
-        return Live(*found)
+        if token is not None and not _queue_refresh(kind, params, token, version):
+            return _computed_under(kind, params, cache_key, token, version)
+        return Live(found[0], found[1])
     token = _lock(cache_key)
     if token is None:
-        return Live(*found) if found is not None else Live(None, None, computing=True)
-    return _computed_under(kind, params, cache_key, token)
+        return Live(found[0], found[1]) if found is not None else Live(None, None, computing=True)
+    return _computed_under(kind, params, cache_key, token, version)
 
 
-def _computed_under(kind: str, params: dict[str, Any], cache_key: str, token: str) -> Live:
+def _computed_under(
+    kind: str, params: dict[str, Any], cache_key: str, token: str, version: str
+) -> Live:
     try:
-        return _compute_and_store(kind, params, cache_key)
+        return _compute_and_store(kind, params, cache_key, version)
     finally:
         _unlock(cache_key, token)
 
 
-def _queue_refresh(kind: str, params: dict[str, Any], token: str) -> bool:
-    """Queue the recompute (the lock's token travels with it); False when the broker
-    cannot be reached (the caller then computes)."""
+def _queue_refresh(kind: str, params: dict[str, Any], token: str, version: str) -> bool:
+    """Queue the recompute (the lock's token and the state's version travel with it);
+    False when the broker cannot be reached (the caller then computes)."""
     try:
-        current_app.signature(REFRESH_TASK, args=(kind, params, token)).apply_async(
+        current_app.signature(REFRESH_TASK, args=(kind, params, token, version)).apply_async(
             retry=False, expires=LOCK_SECONDS
         )
     except Exception:
@@ -166,7 +181,7 @@ def _queue_refresh(kind: str, params: dict[str, Any], token: str) -> bool:
     return True
 
 
-def refresh(kind: str, params: dict[str, Any], token: str | None = None) -> Live:
+def refresh(kind: str, params: dict[str, Any], token: str | None = None, version: str = "") -> Live:
     """The task's work: compute and store the answer, then release the lock it was queued
     under (``token``). Safe to run any number of times."""
     if kind not in _KINDS:
@@ -174,7 +189,7 @@ def refresh(kind: str, params: dict[str, Any], token: str | None = None) -> Live
     cache_key = key(kind, params)
     started = time.perf_counter()
     try:
-        return _compute_and_store(kind, params, cache_key)
+        return _compute_and_store(kind, params, cache_key, version)
     finally:
         if token is not None:
             _unlock(cache_key, token)

@@ -130,10 +130,12 @@ def run_whatif(whatif_id: int) -> None:
 
 
 @shared_task(ignore_result=True)
-def refresh_live_answer(kind: str, params: dict[str, object], token: str | None = None) -> None:
+def refresh_live_answer(
+    kind: str, params: dict[str, object], token: str | None = None, version: str = ""
+) -> None:
     """Recompute a page's answer of a window that ends now (``scheduler/live_answers.py``)
     and release the lock it was queued under. What each kind computes is registered by
     ``governance.selectors.scheduling``, imported here for that."""
     from governance.selectors import scheduling  # noqa: F401  (registers the kinds)
 
-    live_answers.refresh(kind, dict(params), token)
+    live_answers.refresh(kind, dict(params), token, version)

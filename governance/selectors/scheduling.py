@@ -517,7 +517,11 @@ def share_ledger_as_of(
     now = timezone.now()
     if span is None and signal_store.is_closed(stop, now):
         return live_answers.Live(ledger_window(share, start, stop, now=now), None)
-    return live_answers.serve("ledger", {"share": share.pk, **_window_params(start, stop, span)})
+    return live_answers.serve(
+        "ledger",
+        {"share": share.pk, **_window_params(start, stop, span)},
+        state_cache.queue_state_fingerprint(share.queue_id),
+    )
 
 
 def _window_params(start: datetime, stop: datetime, span: timedelta | None) -> dict[str, Any]:
@@ -678,7 +682,7 @@ def queue_signals_as_of(
     if span is None and signal_store.is_closed(stop, now):
         return live_answers.Live(queue_signals(queue, start, stop, group_by=group_by), None)
     params = {"queue": queue.pk, "group_by": group_by, **_window_params(start, stop, span)}
-    return live_answers.serve("signals", params)
+    return live_answers.serve("signals", params, state_cache.queue_state_fingerprint(queue.pk))
 
 
 def _live_signals(params: dict[str, Any], now: datetime) -> dict[str, Any] | None:
@@ -769,7 +773,11 @@ def chargeback_as_of(start: datetime, stop: datetime) -> live_answers.Live:
     now = timezone.now()
     if signal_store.is_closed(stop, now):
         return live_answers.Live({"rows": chargeback(start, stop, now=now)}, None)
-    return live_answers.serve("chargeback", {"from": start.isoformat(), "to": stop.isoformat()})
+    return live_answers.serve(
+        "chargeback",
+        {"from": start.isoformat(), "to": stop.isoformat()},
+        state_cache.queue_state_fingerprint(),
+    )
 
 
 def _live_chargeback(params: dict[str, Any], now: datetime) -> dict[str, Any]:

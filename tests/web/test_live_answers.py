@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 
 from governance.selectors import scheduling, state_cache
 from scheduler import live_answers, tasks
+from tests.factories import make_job
 from tests.services.test_history import at, clock, run_history, world  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -48,12 +49,12 @@ def recorded(world: Any, clock: Any, redis_cache: None) -> Any:  # noqa: F811
 
 
 @pytest.fixture
-def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any], str]]:
+def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any], str, str]]:
     """The recomputes queued (the Celery task's arguments), run by the test itself."""
-    calls: list[tuple[str, dict[str, Any], str]] = []
+    calls: list[tuple[str, dict[str, Any], str, str]] = []
 
-    def queue(kind: str, params: dict[str, Any], token: str) -> bool:
-        calls.append((kind, params, token))
+    def queue(kind: str, params: dict[str, Any], token: str, version: str) -> bool:
+        calls.append((kind, params, token, version))
         return True
 
     monkeypatch.setattr(live_answers, "_queue_refresh", queue)
@@ -72,9 +73,24 @@ def test_a_window_that_ends_now_is_computed_once_and_reused(
     assert first.as_of == at(400)
     assert first.answer == scheduling.queue_signals(recorded.queue, at(400) - DAY, at(400))
     recorded.clock.now = at(430)
-    with django_assert_num_queries(0):
+    with django_assert_num_queries(1):  # the queue's state digest: unchanged
         again = last_day(recorded)
     assert again == first  # the same answer, as of the same time
+
+
+def test_after_a_change_to_the_queue_the_next_reader_computes_it_afresh(
+    recorded: Any,
+) -> None:
+    """Whoever just submitted, approved or reclaimed something sees it on the page, not
+    the answer kept from before."""
+    first = last_day(recorded)
+    recorded.clock.now = at(410)
+    make_job(recorded.alpha, recorded.red_lead, name="new", submitted_at=at(405))
+    again = last_day(recorded)
+    assert again.as_of == at(410)
+    assert again.answer != first.answer
+    recorded.clock.now = at(420)
+    assert last_day(recorded).as_of == at(410)  # kept again while nothing changes
 
 
 def test_after_a_minute_the_kept_answer_is_served_while_one_task_recomputes_it(
@@ -212,8 +228,8 @@ def test_the_ledger_page_reads_now_once_per_stored_state(
 ) -> None:
     """The page's "now" (an engine reading of the live state) is cached under the queue's
     stored state like the reasons jobs wait: the second view asks the engine nothing, in
-    seven queries (the user, the share, the queue's fingerprint, the navigation's), none
-    of them the engine's read of every active job."""
+    eight queries (the user, the share, the queue's fingerprint for "now" and for the
+    window, the navigation's), none of them the engine's read of every active job."""
     from scheduler import readings
 
     calls: list[int] = []
@@ -228,7 +244,7 @@ def test_the_ledger_page_reads_now_once_per_stored_state(
     client.force_login(recorded.red_lead)
     url = f"/shares/{recorded.beta.pk}/ledger/"
     assert client.get(url).status_code == 200
-    with django_assert_num_queries(7):
+    with django_assert_num_queries(8):
         assert client.get(url).status_code == 200
     assert calls == [recorded.beta.pk]
 
@@ -243,7 +259,9 @@ def test_the_results_of_a_kept_answer_are_rendered_once(
     client.force_login(recorded.red_lead)
     first = client.get("/signals/", {"queue": recorded.queue.pk}, HTTP_HX_REQUEST="true")
     recorded.clock.now = at(430)
-    with django_assert_num_queries(3):  # the session's user, the queues, the queue
+    # the session's user, the queues, the queue, its state digest and every queue's (for
+    # the chargeback): all unchanged, so nothing is computed again
+    with django_assert_num_queries(5):
         again = client.get("/signals/", {"queue": recorded.queue.pk}, HTTP_HX_REQUEST="true")
     html = again.content.decode()
     assert html.count('class="hbars"') == 4 and "As of 2025-03-03 08:06 UTC" in html
