@@ -291,28 +291,41 @@ def refresh(
     """The kept engine brought to ``now``: the jobs ``log`` says changed (and the dirty
     ones) forgotten and restored from their rows, read and locked now (and, on an
     executor that runs them itself, the other running jobs from their kept rows, at
-    their progress by now). None: the setting
+    their progress by now, but for those it finished by now, read and locked too).
+    None: the setting
     changed, or a row does not fit the kept engine; read in full (``kept`` is spent
     either way)."""
     ids = log.changed | kept.dirty
     kept.dirty = set()
-    fresh = read.changed_rows(queue.pk, ids) if ids else []
     engine = kept.snapshot.engine
     rows = kept.snapshot.jobs.rows
+    # An executor that runs the jobs itself moved their progress with the clock, not
+    # their rows: its other running jobs are restored again from the rows kept, but for
+    # those it finished by now, read and locked like the changed ones (the cycle
+    # completes them: a cancel committed since must be seen, as a full read sees it).
+    again_keys = []
+    if executor.runs_itself:
+        speeds = kept.snapshot.speeds
+        for job in list(engine.running_jobs()):
+            row = rows.get(job.id)
+            if row is None or row["state"] != JobState.RUNNING or row["id"] in ids:
+                continue
+            done_at = executor.finish(row_job(row), speeds[row["type_name"]])
+            if done_at is not None and done_at <= now:
+                ids.add(row["id"])
+            else:
+                again_keys.append(job.id)
+    fresh = read.changed_rows(queue.pk, ids) if ids else []
     for job_id in ids:
         key = str(job_id)
         old = rows.pop(key, None) or kept.disabled.pop(key, None)
         if old is not None:
             kept.count(old, -1)
             engine.forget(key)
-    # An executor that runs the jobs itself moved their progress with the clock, not
-    # their rows: its other running jobs are restored again from the rows kept.
     again = []
-    if executor.runs_itself:
-        for key in [job.id for job in engine.running_jobs() if job.id in rows]:
-            if rows[key]["state"] == JobState.RUNNING:
-                again.append(rows.pop(key))
-                engine.forget(key)
+    for key in again_keys:
+        again.append(rows.pop(key))
+        engine.forget(key)
     active = [row for row in fresh if row["state"] in ACTIVE]
     for row in active:
         kept.count(row)

@@ -581,3 +581,36 @@ def test_a_cycle_leaving_the_same_usage_records_it_once_a_minute() -> None:
         for lv in levels
         if lv.own or lv.borrowed or lv.lent or lv.idle
     )
+
+
+def test_a_run_the_fleet_finished_but_cancelled_meanwhile_is_not_completed(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """On the simulated fleet a kept running job is restored from its kept row, but one
+    the fleet finished by now is read and locked first: a cancel committed after the
+    cycle took the log is seen, as a full read would see it, not completed over."""
+    settings.DEMO_TIME_FACTOR = 3600.0
+    world = World("simulated")
+    lead = world.leads[0]
+    job = jobs_svc.job_submit(
+        actor=lead,
+        share=world.shares[0].pk,
+        name="j",
+        preferences=[{"instance_type": G5, "count": 1}],
+        duration=600,
+    )
+    assert run_cycle(world.queue.pk).admitted == 1
+    assert run_cycle(world.queue.pk).read == "kept"
+    real_advance = kept.advance
+
+    def advance_then_cancel(queue_id: int, found: kept.Kept | None) -> kept.Advance:
+        log = real_advance(queue_id, found)
+        elsewhere(lambda: jobs_svc.job_cancel(actor=lead, job=job.pk))
+        return log
+
+    monkeypatch.setattr(kept, "advance", advance_then_cancel)
+    # 600 s of work at 3,600 simulated seconds a second: done well within 5 s
+    result = run_cycle(world.queue.pk, now=timezone.now() + timedelta(seconds=5))
+    assert (result.read, result.completed) == ("kept", 0)
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
