@@ -26,10 +26,11 @@ FOLLOW_UP_HORIZON_SECONDS = 120.0
 
 
 @shared_task(ignore_result=True, acks_late=True)
-def schedule_queue(queue_id: int) -> dict[str, object]:
-    """Run one cycle of a queue; safe to run any number of times, on any worker."""
-    triggers.cycle_started(queue_id)
-    triggers.timer_fired(queue_id)
+def schedule_queue(queue_id: int, asked: int | None = None) -> dict[str, object]:
+    """Run one cycle of a queue for request number ``asked`` (scheduler/triggers.py), unless
+    a cycle that started since covered it; safe to run any number of times, on any worker."""
+    if not triggers.cycle_starting(queue_id, asked):
+        return {"queue": queue_id, "skipped": "a cycle started since covered this request"}
     try:
         result = cycle_now(queue_id)
     except JobQueue.DoesNotExist:
@@ -42,6 +43,13 @@ def schedule_queue(queue_id: int) -> dict[str, object]:
         "timed_out": result.timed_out,
         "read": result.read,
     }
+
+
+@shared_task(ignore_result=True)
+def cycle_timer(queue_id: int) -> None:
+    """A time-driven event of the queue is due (``triggers.request_cycle_at``): ask for a
+    cycle as any change does, which waits its turn behind the other queues' requests."""
+    triggers.request_cycle(queue_id)
 
 
 def cycle_now(queue_id: int) -> CycleResult:
@@ -64,7 +72,9 @@ def safety_net() -> None:
     exception_close_moot()
     declare_lost_runs()
     for queue_id in queue_ids():
-        schedule_queue.apply_async((queue_id,), retry=False)
+        # Coalesced with the queue's other requests; sent plain when Redis cannot count it.
+        if not triggers.request_cycle(queue_id):
+            schedule_queue.apply_async((queue_id,), retry=False)
 
 
 def declare_lost_runs() -> int:

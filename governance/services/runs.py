@@ -17,13 +17,13 @@ and the simulated fleet. Every refusal of a run that is over has one shape, a 40
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, FloatField, Value
+from django.db.models import Case, F, FloatField, Value, When
 from django.db.models.functions import Cast, Coalesce
 
 from governance import metrics
@@ -442,29 +442,44 @@ def run_complete(
     return job
 
 
-# Called by the slurm executor inside the cycle's transaction, which an error rolls back
+# Called by the executors inside the cycle's transaction, which an error rolls back
 # whole: no savepoint of its own.
 @transaction.atomic(savepoint=False)
-def runs_complete(*, done: Sequence[tuple[int, int]], now: datetime) -> list[Job]:
+def runs_complete(
+    *,
+    done: Sequence[tuple[int, int]],
+    now: datetime,
+    finished: Mapping[int, datetime] | None = None,
+) -> list[Job]:
     """The executor (no agent: ``actor`` None) reports several runs ``(job id, run)``
     finished at once, as ``run_complete`` does one by one but with one statement per kind
     of write: the slurm executor's completion hook reports a whole wave of jobs while
-    Slurm holds a node for it. A run that is no longer its job's running run is left out
-    (the jobs completed are returned)."""
-    completed: list[Job] = []
+    Slurm holds a node for it, and the simulated fleet the runs it finished since the
+    last cycle. ``finished``: when each job finished, if not ``now``. Events and audit
+    entries are written in the order of ``done``. A run that is no longer its job's
+    running run is left out (the jobs completed are returned)."""
+    at = dict(finished or {})
+    locked = {job.pk: job for job in _locked_runs(done)}
+    completed = [locked[job_id] for job_id, _ in done if job_id in locked]
+    if not completed:
+        return []
     events: list[JobEvent] = []
     entries: list[AuditEntry] = []
-    for job in _locked_runs(done):
-        event, entry = _completed(job, None, job.run, now, None)
-        completed.append(job)
+    for job in completed:
+        event, entry = _completed(job, None, job.run, at.get(job.pk, now), None)
         events.append(event)
         entries.append(entry)
     # One UPDATE with the values ``_completed`` gave each job (bulk_update's CASE per row
     # and field costs more in Python than the rest of the batch).
     work_done = Coalesce(Cast("duration", FloatField()), F("work_done"))
+    times = {job.finished_at for job in completed}
     Job.objects.filter(pk__in=[job.pk for job in completed]).update(
         state=JobState.SUCCEEDED,
-        finished_at=now,
+        finished_at=(
+            times.pop()
+            if len(times) == 1
+            else Case(*(When(pk=job.pk, then=Value(job.finished_at)) for job in completed))
+        ),
         work_done=work_done,
         checkpoint_work=work_done,
         run_started_at=None,

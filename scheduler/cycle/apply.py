@@ -16,10 +16,17 @@ from scheduler.engine import accounting, exposure
 
 def complete_finished(snapshot: QueueSnapshot) -> int:
     """Complete the runs the executor finished by itself (``snapshot.completions``), in
-    the order they finished; returns how many."""
-    for job, done_at in sorted(snapshot.completions, key=lambda item: (item[1], item[0].pk)):
-        runs.run_complete(actor=None, job_id=job.pk, run=job.run, now=done_at)
-    return len(snapshot.completions)
+    the order they finished, in one batch; returns how many (a run that is no longer its
+    job's running run, cancelled since it was read, is left out)."""
+    finished = sorted(snapshot.completions, key=lambda item: (item[1], item[0].pk))
+    if not finished:
+        return 0
+    done = runs.runs_complete(
+        done=[(job.pk, job.run) for job, _ in finished],
+        now=snapshot.now,
+        finished={job.pk: at for job, at in finished},
+    )
+    return len(done)
 
 
 def apply(snapshot: QueueSnapshot, decisions: Iterable[eng.Decision]) -> int:

@@ -141,3 +141,26 @@ def test_one_cycle_admits_unlike_jobs_each_with_its_own_start() -> None:
         assert [e[0] for e in entries] == [AuditEvent.JOB_ADMITTED]
         assert entries[0][2]["borrowed"] == got[job.name][2]
         assert entries[0][2]["instance_type"] == got[job.name][0]
+
+
+def test_a_batch_records_when_each_run_finished_in_the_order_given(w: Any) -> None:
+    """The simulated fleet reports the runs it finished since the last cycle, each at its
+    own time, in the order they finished: the jobs, their timelines and the audit trail
+    say so."""
+    one, two, three, _ = w.jobs
+    first, second = w.t0 + timedelta(seconds=20), w.t0 + timedelta(seconds=45)
+    done = runs.runs_complete(
+        done=[(three.pk, 1), (one.pk, 1)],
+        now=w.t0 + timedelta(minutes=1),
+        finished={three.pk: first, one.pk: second},
+    )
+    assert [j.pk for j in done] == [three.pk, one.pk]
+    one.refresh_from_db()
+    three.refresh_from_db()
+    assert (three.finished_at, one.finished_at) == (first, second)
+    assert JobEvent.objects.get(job=three, type="completed").at == first
+    assert JobEvent.objects.get(job=one, type="completed").at == second
+    entries = AuditEntry.objects.filter(event_type=AuditEvent.JOB_COMPLETED).order_by("id")
+    assert [(e.job_id, e.created_at) for e in entries] == [(three.pk, first), (one.pk, second)]
+    two.refresh_from_db()
+    assert two.state == JobState.RUNNING
