@@ -81,25 +81,28 @@ def add(counts: Mapping[str, int | float]) -> None:
         _failed()
 
 
-def count_decisions(admitted: Mapping[str, int], preempted: Mapping[str, int]) -> None:
-    """Admissions by rule (own, borrow) and preemptions by rule (reclaim, priority, ...)."""
-    counts: dict[str, int | float] = {}
-    for rule, n in admitted.items():
-        counts[f"admitted:{rule}"] = n
-    for rule, n in preempted.items():
-        counts[f"preempted:{rule}"] = n
-    add(counts)
-
-
 def count_executor_error(kind: str) -> None:
     """A run the executor lost (``lost``) or reported failed (``failed``)."""
     add({f"executor_error:{kind}": 1})
 
 
-def observe_cycle(seconds: float) -> None:
-    """One scheduling cycle took ``seconds`` (non-cumulative bucket counts are stored)."""
+def observe_cycle(
+    seconds: float,
+    admitted: Mapping[str, int] | None = None,
+    preempted: Mapping[str, int] | None = None,
+) -> None:
+    """One scheduling cycle took ``seconds`` (non-cumulative bucket counts are stored),
+    with its admissions by rule (own, borrow) and preemptions by rule (reclaim, priority,
+    ...): one round trip to Redis per cycle."""
     bucket = next((f"{b:g}" for b in CYCLE_BUCKETS if seconds <= b), "+Inf")
-    add({f"cycle_bucket:{bucket}": 1, "cycle_count": 1, "cycle_sum": float(seconds)})
+    counts: dict[str, int | float] = {
+        f"cycle_bucket:{bucket}": 1,
+        "cycle_count": 1,
+        "cycle_sum": float(seconds),
+    }
+    counts.update({f"admitted:{rule}": n for rule, n in (admitted or {}).items()})
+    counts.update({f"preempted:{rule}": n for rule, n in (preempted or {}).items()})
+    add(counts)
 
 
 def read_counters() -> dict[str, float]:

@@ -147,11 +147,11 @@ def _count(decisions: list[eng.Decision], seconds: float) -> None:
         for d in decisions
         if d.kind == eng.DecisionKind.ADMITTED
     )
-    metrics.count_decisions(
-        {str(k): n for k, n in admitted.items()},
-        Counter(d.rule or "" for d in decisions if d.kind == eng.DecisionKind.PREEMPTED),
+    metrics.observe_cycle(
+        seconds,
+        admitted={str(k): n for k, n in admitted.items()},
+        preempted=Counter(d.rule or "" for d in decisions if d.kind == eng.DecisionKind.PREEMPTED),
     )
-    metrics.observe_cycle(seconds)
 
 
 def _next_event_in(snapshot: QueueSnapshot, executor: Executor) -> float | None:
