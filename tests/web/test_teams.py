@@ -110,7 +110,9 @@ def test_team_page_reads_each_queue_state_once_and_does_not_grow(world: Any) -> 
     _team_page_queries(client, world.red.pk)
     large = _team_page_queries(client, world.red.pk)
     assert len(large) == len(small)
-    assert len(small) <= 22
+    # 12: the navigation is one query, the team's queues and shares come with the
+    # (cached) usage, the open decisions are one query
+    assert len(small) <= 12
 
 
 def test_the_pending_table_is_served_from_the_cache_until_the_state_changes(

@@ -20,7 +20,6 @@ from governance.models import (
     Job,
     JobQueue,
     JobState,
-    Share,
     Team,
 )
 from governance.selectors import borrowed, scheduling, state_cache
@@ -193,10 +192,14 @@ def team_change_requests(team: Team) -> list[Any]:
     return sorted(items, key=lambda cr: cr.state != ChangeRequestState.PENDING)
 
 
-def team_queue_ids(team: Team) -> list[int]:
-    """The queues the team has shares in."""
-    return sorted(set(Share.objects.filter(team=team).values_list("queue_id", flat=True)))
+def team_queue_ids(team: Team, usage: list[Any]) -> list[int]:
+    """The queues the team has shares in, read off ``all_usage`` (which lists every
+    share of every queue, under the same stored state): no query."""
+    return sorted(
+        {queue["queue"] for queue in usage for s in queue["shares"] if s["team"] == team.pk}
+    )
 
 
-def team_share_ids(team: Team) -> list[int]:
-    return list(Share.objects.filter(team=team).values_list("pk", flat=True))
+def team_share_ids(team: Team, usage: list[Any]) -> list[int]:
+    """The team's shares, read off ``all_usage`` as ``team_queue_ids``."""
+    return sorted(s["share"] for queue in usage for s in queue["shares"] if s["team"] == team.pk)
