@@ -9,10 +9,12 @@ moment ``as_of`` (a rolling window ``[as_of - span, as_of)``, or a fixed one rec
 ``as_of``) and say so, and the answer is kept in the shared cache (Redis) per kind and
 parameters (queue or share, window, grouping):
 
-- computed from another state of the queue than the one stored now (``version``: the
-  caller's digest of it; a job submitted, started, reclaimed or ended since): the
-  request that takes the key's lock computes it afresh, the others serve what is kept
-  meanwhile, so whoever just changed something sees it;
+- computed from another version of the queue's record than the one stored now
+  (``version``: the caller's, ``state_cache.queue_record_version``: the newest job event
+  and audit entry; a job submitted, started, reclaimed or ended since, a policy
+  changed): the request that takes the key's lock computes it afresh, the others serve
+  what is kept meanwhile, so whoever just changed something sees it (a heartbeat, which
+  records nothing the window counts, does not);
 - younger than ``FRESH_FOR``: served as it is;
 - older, up to ``SERVE_STALE_FOR``: served as it is, and one recompute is queued (the
   Celery task ``scheduler.tasks.refresh_live_answer``), whoever takes the key's lock
@@ -136,7 +138,7 @@ def _compute_and_store(kind: str, params: dict[str, Any], cache_key: str, versio
 
 def serve(kind: str, params: dict[str, Any], version: str = "") -> Live:
     """The answer of ``kind`` for ``params`` as the module's docstring describes: from the
-    cache when there is one of this ``version`` of the queue's state young enough, else
+    cache when there is one of this ``version`` of the queue's record young enough, else
     computed here by one caller at a time."""
     cache_key = key(kind, params)
     found = _read(cache_key)

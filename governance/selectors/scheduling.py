@@ -493,13 +493,15 @@ def with_now(window: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def lending_now(share: Share) -> dict[str, Any]:
+def lending_now(share: Share, *, fingerprint: str | None = None) -> dict[str, Any]:
     """The ledger page's ``now``: who holds the share's idle entitlement and whose it
     holds, and what its pending jobs would reclaim, read from the live state; cached as
     the reasons are (under the queue's stored state, at most EXPLAIN_MAX_AGE, one client
     computing it at a time), its ``at`` saying when it was read. The API's ledger reads
-    it afresh (``share_ledger``)."""
-    fingerprint = state_cache.queue_state_fingerprint(share.queue_id)
+    it afresh (``share_ledger``). ``fingerprint``: the queue's
+    ``state_cache.queue_state_fingerprint`` when the caller read it already."""
+    if fingerprint is None:
+        fingerprint = state_cache.queue_state_fingerprint(share.queue_id)
     return state_cache.cached(
         f"lending-now:{fingerprint}:{share.pk}",
         lambda: readings.lending_now(share),
@@ -508,19 +510,26 @@ def lending_now(share: Share) -> dict[str, Any]:
 
 
 def share_ledger_as_of(
-    share: Share, start: datetime, stop: datetime, *, span: timedelta | None = None
+    share: Share,
+    start: datetime,
+    stop: datetime,
+    *,
+    span: timedelta | None = None,
+    version: str | None = None,
 ) -> live_answers.Live:
     """The window part of ``share_ledger`` for a page (everything but ``now``, which the
     page reads live): exact when the window has closed; for a window that ends now, the
     kept answer as of its time (``scheduler/live_answers.py``), ``span`` naming a rolling
-    window (``[as_of - span, as_of)``) rather than the fixed ``[start, stop)``."""
+    window (``[as_of - span, as_of)``) rather than the fixed ``[start, stop)``; kept
+    under the queue's record version (``state_cache.queue_record_version``; ``version``:
+    that version when the caller read it already)."""
     now = timezone.now()
     if span is None and signal_store.is_closed(stop, now):
         return live_answers.Live(ledger_window(share, start, stop, now=now), None)
     return live_answers.serve(
         "ledger",
         {"share": share.pk, **_window_params(start, stop, span)},
-        state_cache.queue_state_fingerprint(share.queue_id),
+        version or state_cache.queue_record_version(share.queue_id),
     )
 
 
@@ -682,7 +691,7 @@ def queue_signals_as_of(
     if span is None and signal_store.is_closed(stop, now):
         return live_answers.Live(queue_signals(queue, start, stop, group_by=group_by), None)
     params = {"queue": queue.pk, "group_by": group_by, **_window_params(start, stop, span)}
-    return live_answers.serve("signals", params, state_cache.queue_state_fingerprint(queue.pk))
+    return live_answers.serve("signals", params, state_cache.queue_record_version(queue.pk))
 
 
 def _live_signals(params: dict[str, Any], now: datetime) -> dict[str, Any] | None:
@@ -776,7 +785,7 @@ def chargeback_as_of(start: datetime, stop: datetime) -> live_answers.Live:
     return live_answers.serve(
         "chargeback",
         {"from": start.isoformat(), "to": stop.isoformat()},
-        state_cache.queue_state_fingerprint(),
+        state_cache.queue_record_version(),
     )
 
 

@@ -34,9 +34,11 @@ from django.core.cache import caches
 from django.db import connection
 
 from governance.models import (
+    AuditEntry,
     CapacityPlan,
     InstanceType,
     Job,
+    JobEvent,
     JobQueue,
     QueueCapacity,
     Share,
@@ -71,7 +73,18 @@ SELECT md5(concat_ws('|',
 def queue_state_fingerprint(queue_id: int | None = None) -> str:
     """A digest that changes whenever anything stored that the usage figures or the
     engine read for this queue (None: every queue) changes. One query."""
-    sql = _FINGERPRINT_SQL.format(
+    with connection.cursor() as cursor:
+        cursor.execute(_fingerprint_sql(queue_id), {"q": queue_id})
+        row = cursor.fetchone()
+    return _fingerprint_of(queue_id, row[0] if row else "")
+
+
+def _fingerprint_of(queue_id: int | None, digest: str | None) -> str:
+    return f"{connection.settings_dict['NAME']}:{queue_id}:{digest or ''}"
+
+
+def _fingerprint_sql(queue_id: int | None) -> str:
+    return _FINGERPRINT_SQL.format(
         queue=JobQueue._meta.db_table,
         job=Job._meta.db_table,
         share=Share._meta.db_table,
@@ -84,10 +97,52 @@ def queue_state_fingerprint(queue_id: int | None = None) -> str:
         queue_id_filter="queue_id = %(q)s" if queue_id is not None else "TRUE",
         share_queue_filter="s.queue_id = %(q)s" if queue_id is not None else "TRUE",
     )
+
+
+_RECORD_VERSION_SQL = """
+  (SELECT e.id FROM {event} e JOIN {job} j ON j.id = e.job_id WHERE {queue_filter}
+    ORDER BY e.id DESC LIMIT 1),
+  (SELECT max(id) FROM {audit})
+"""
+
+
+def queue_record_version(queue_id: int | None = None) -> str:
+    """The newest job event of this queue's jobs (None: of every queue's) and the newest
+    audit entry: a version of what a window's figures are computed from (its jobs'
+    events, and the policy in force, every change of which is audited: shares, limits,
+    capacity, plans, instance types, decisions, certifications). Unlike
+    ``queue_state_fingerprint`` it does not change while jobs only run (a heartbeat
+    rewrites the job's row, not its events), so an answer kept under it is computed
+    again after something happened (a submission, a start, a reclaim, an edit), not
+    at every heartbeat. Two index reads in one query."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_record_version_sql(queue_id)}", {"q": queue_id})
+        row = cursor.fetchone()
+    return _record_version_of(queue_id, *(row or (None, None)))
+
+
+def queue_fingerprint_and_record_version(queue_id: int) -> tuple[str, str]:
+    """``queue_state_fingerprint`` and ``queue_record_version`` of a queue in one query
+    (a share's ledger page keeps its "now" under the one, its window under the other)."""
+    sql = f"SELECT ({_fingerprint_sql(queue_id).strip()}), {_record_version_sql(queue_id)}"
     with connection.cursor() as cursor:
         cursor.execute(sql, {"q": queue_id})
         row = cursor.fetchone()
-    return f"{connection.settings_dict['NAME']}:{queue_id}:{row[0] if row else ''}"
+    digest, event, audit = row or (None, None, None)
+    return _fingerprint_of(queue_id, digest), _record_version_of(queue_id, event, audit)
+
+
+def _record_version_sql(queue_id: int | None) -> str:
+    return _RECORD_VERSION_SQL.format(
+        event=JobEvent._meta.db_table,
+        job=Job._meta.db_table,
+        audit=AuditEntry._meta.db_table,
+        queue_filter="j.queue_id = %(q)s" if queue_id is not None else "TRUE",
+    )
+
+
+def _record_version_of(queue_id: int | None, event: int | None, audit: int | None) -> str:
+    return f"{connection.settings_dict['NAME']}:{queue_id}:{event}:{audit}"
 
 
 def cache_get_many(keys: list[str]) -> dict[str, Any]:

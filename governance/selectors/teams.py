@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from django.db.models import Prefetch, QuerySet
 
 from governance.models import Membership, MembershipRole, Team
@@ -20,7 +22,7 @@ def team(pk: int) -> Team | None:
     return Team.objects.filter(pk=pk).first()
 
 
-def teams_by_id(ids: set[int]) -> QuerySet[Team]:
+def teams_by_id(ids: Collection[int]) -> QuerySet[Team]:
     return Team.objects.filter(pk__in=ids)
 
 
@@ -29,7 +31,7 @@ def usernames(team: Team, role: MembershipRole) -> list[str]:
     return sorted(m.user.get_username() for m in team.memberships.all() if m.role == role)
 
 
-def lead_names(team_ids: set[int]) -> list[str]:
+def lead_names(team_ids: Collection[int]) -> list[str]:
     """The user names of the leads of these teams, sorted (whom a member asks to file an
     exception)."""
     if not team_ids:

@@ -35,6 +35,7 @@ from governance.web.forms_governance import (
     ReviewForm,
     htmx_target,
 )
+from governance.web.nav import request_roles
 from governance.web.presenters import governance as sel
 
 PAGE_SIZE = 50
@@ -94,7 +95,7 @@ def agreement_list(request: HttpRequest) -> HttpResponse:
     context = {
         "page": page,
         "q": q,
-        "may_create": roles.is_admin(request.user) or bool(roles.lead_team_ids(request.user)),
+        "may_create": request_roles(request).admin or bool(request_roles(request).lead_team_ids),
     }
     if htmx_target(request) == "agreement-results":
         return render(request, "agreements/list.html#results", context)

@@ -26,6 +26,7 @@ from governance.web.forms_governance import (
     ExceptionFilterForm,
     htmx_target,
 )
+from governance.web.nav import request_roles
 from governance.web.presenters import governance as sel
 
 PAGE_SIZE = 50
@@ -73,9 +74,10 @@ def exception_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(sel.exceptions_listing(state=state, team_id=team_id), PAGE_SIZE).get_page(
         request.GET.get("page")
     )
-    deciding = roles.can_decide_exceptions(request.user)
+    held = request_roles(request)
+    deciding = held.admin or held.reviewer  # roles.can_decide_exceptions
     user_id = request.user.pk
-    admin = roles.is_admin(request.user)
+    admin = held.admin
     for exc in page.object_list:
         _times(exc)
         may_withdraw = exc.state in (ExceptionState.PENDING, ExceptionState.APPROVED) and (
@@ -87,7 +89,7 @@ def exception_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "query": _query_without_page(request),
         "deciding": deciding,
-        "may_file": bool(roles.lead_team_ids(request.user)),
+        "may_file": bool(request_roles(request).lead_team_ids),
     }
     if htmx_target(request) == "exception-results":
         return render(request, "exceptions/list.html#results", context)

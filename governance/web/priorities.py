@@ -21,6 +21,7 @@ from governance.services import priorities as priority_services
 from governance.services.errors import ServiceError
 from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_governance import PriorityDefinitionForm
+from governance.web.nav import request_roles
 from governance.web.presenters import governance as sel
 
 ROLE_LABELS = dict(BandRole.choices)
@@ -49,19 +50,18 @@ def priority_list(request: HttpRequest) -> HttpResponse:
     bands = list(priority_selectors.priority_definitions())
     for band in bands:
         band.roles = [ROLE_LABELS.get(r, r) for r in band.usable_by]  # type: ignore[attr-defined]
-    team_ids = sorted(roles.lead_team_ids(request.user) or roles.member_team_ids(request.user))
+    held = request_roles(request)
+    team_ids = sorted(held.lead_team_ids or held.member_team_ids)
     mine = priority_selectors.max_usable_priority(request.user, team_ids[0] if team_ids else None)
-    lead_of = roles.lead_team_ids(request.user)
+    lead_of = held.lead_team_ids
     context = {
         "bands": bands,
         "segments": strip_segments(bands),
-        "is_admin": roles.is_admin(request.user),
+        "is_admin": held.admin,
         "my_max": mine,
         # Only team leads file exceptions: the others are told whom to ask.
         "is_lead": bool(lead_of),
-        "my_leads": (
-            [] if lead_of else team_selectors.lead_names(roles.member_team_ids(request.user))
-        ),
+        "my_leads": ([] if lead_of else team_selectors.lead_names(held.member_team_ids)),
     }
     return render(request, "priorities/list.html", context)
 

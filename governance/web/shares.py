@@ -345,14 +345,17 @@ def share_ledger(request: HttpRequest, share_id: int) -> HttpResponse:
         except ServiceError as exc:
             errors = exc.errors
     # The window: kept, as of its time, when it ends now (docs/ledger.md#on-the-page);
-    # now: read live.
-    live = scheduling.share_ledger_as_of(share, start, stop, span=span)
+    # now: read live. The versions they are kept under are read in one query.
+    fingerprint, version = state_cache.queue_fingerprint_and_record_version(share.queue_id)
+    live = scheduling.share_ledger_as_of(share, start, stop, span=span, version=version)
     if live.answer is not None:
         start = datetime.fromisoformat(live.answer["window"]["from"])
         stop = datetime.fromisoformat(live.answer["window"]["to"])
     context = {
         "share": share,
-        "ledger": scheduling.with_now(live.answer or {}, scheduling.lending_now(share)),
+        "ledger": scheduling.with_now(
+            live.answer or {}, scheduling.lending_now(share, fingerprint=fingerprint)
+        ),
         "computing": live.answer is None,
         "as_of": live.as_of,
         "start": start,

@@ -11,13 +11,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import SafeString
 
-from governance import roles
 from governance.models import Team
 from governance.selectors import decisions as decision_selectors
 from governance.selectors import insight, scheduling
 from governance.selectors import teams as team_selectors
 from governance.selectors import workloads as workload_selectors
 from governance.web import charts, regions
+from governance.web.nav import request_roles
 from governance.web.presenters import teams as team_view
 
 # The pending table (the team's first 50 pending jobs with why each waits and when it
@@ -30,15 +30,15 @@ from governance.web.presenters import teams as team_view
 PENDING_HTML_VERSION = 1
 
 
-def _pending_key(team: Team, fingerprints: dict[int, str]) -> str:
-    states = {queue_id: fingerprints[queue_id] for queue_id in team_view.team_queue_ids(team)}
+def _pending_key(team: Team, queue_ids: list[int], fingerprints: dict[int, str]) -> str:
+    states = {queue_id: fingerprints[queue_id] for queue_id in queue_ids}
     generations = scheduling.explain_generations(states)
     parts = [f"{q}:{fp}:{generations[q] or '-'}" for q, fp in states.items()]
     return f"team-pending:{PENDING_HTML_VERSION}:{team.pk}:{'|'.join(parts)}"
 
 
-def _pending_html(team: Team, fingerprints: dict[int, str]) -> SafeString:
-    found = regions.lookup(_pending_key(team, fingerprints))
+def _pending_html(team: Team, queue_ids: list[int], fingerprints: dict[int, str]) -> SafeString:
+    found = regions.lookup(_pending_key(team, queue_ids, fingerprints))
     if found is not None:
         return found
     pending, pending_total = team_view.pending_jobs(team, fingerprints)
@@ -46,19 +46,19 @@ def _pending_html(team: Team, fingerprints: dict[int, str]) -> SafeString:
         "teams/pending.html", {"pending": pending, "pending_total": pending_total}
     )
     # keyed by the reasons' generations as now cached (the ones just served)
-    regions.store(_pending_key(team, fingerprints), rendered, scheduling.EXPLAIN_MAX_AGE)
+    regions.store(_pending_key(team, queue_ids, fingerprints), rendered, scheduling.EXPLAIN_MAX_AGE)
     return regions.fill(rendered)
 
 
 def _team_block(team: Team, usage: list[Any], window: str | None) -> dict[str, Any]:
     fingerprints = team_view.queue_fingerprints()
     history = insight.usage_history(
-        queue_id=None, window_key=window, share_ids=team_view.team_share_ids(team)
+        queue_id=None, window_key=window, share_ids=team_view.team_share_ids(team, usage)
     )
     return {
         "team": team,
         "share_rows": team_view.share_rows(team, usage),
-        "pending_html": _pending_html(team, fingerprints),
+        "pending_html": _pending_html(team, team_view.team_queue_ids(team, usage), fingerprints),
         "borrowed_running": team_view.borrowed_running(team, fingerprints),
         "exceptions": team_view.team_exceptions(team),
         "change_requests": team_view.team_change_requests(team),
@@ -77,23 +77,18 @@ def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
     )
     window = request.GET.get("history")
     blocks = [_team_block(team, usage, window) for team in detailed]
-    editor_of = roles.lead_team_ids(request.user)
-    admin = roles.is_admin(request.user)
+    held = request_roles(request)
     for block in blocks:
-        block["may_edit_workloads"] = admin or block["team"].pk in editor_of
-    context = {
-        "blocks": blocks,
-        "others": others,
-        "mine": roles.member_team_ids(request.user),
-    }
+        block["may_edit_workloads"] = held.admin or block["team"].pk in held.lead_team_ids
+    context = {"blocks": blocks, "others": others, "mine": held.member_team_ids}
     return render(request, "teams/teams.html", context)
 
 
 @login_required
 def team_list(request: HttpRequest) -> HttpResponse:
     """Your teams in full (led ones first), then the others."""
-    led = roles.lead_team_ids(request.user)
-    mine = roles.member_team_ids(request.user)
+    held = request_roles(request)
+    led, mine = held.lead_team_ids, held.member_team_ids
     teams = sorted(
         team_selectors.teams_by_id(mine), key=lambda t: (t.pk not in led, t.name.lower())
     )

@@ -165,3 +165,14 @@ def test_the_signal_in_the_api_and_on_the_signals_page(world):
     page.force_login(world.red_lead)
     html = page.get("/signals/", window).content.decode()
     assert "vision/detector-finetune ml.g5.xlarge x2: 1.35x / 1.50x (6 runs, drifting)" in html
+
+
+def test_the_runs_are_read_in_one_query_however_many(world, django_assert_num_queries):
+    """Each run's last admission comes from one query (``DISTINCT ON`` the job): not the
+    runs' ids first and every admission of them after."""
+    now = timezone.now()
+    for i, seconds in enumerate(RUNS):
+        run(world, seconds, ended=now - timedelta(hours=i + 1), preempted_first=True)
+    with django_assert_num_queries(1):
+        runs = selectors.completed_runs(world.workload.pk)
+    assert sorted(r.seconds for r in runs) == sorted(float(s) for s in RUNS)

@@ -99,3 +99,37 @@ def test_reclassify_from_the_page(world: Any) -> None:
     assert world.workload.interruption == "protected"
     assert lead.get("/decisions/99999/").status_code == 404
     assert lead.post(f"/decisions/{world.decision.pk}/nope/", {}).status_code == 404
+
+
+def test_open_decision_rows_are_read_in_one_query_however_many(world: Any) -> None:
+    """The open decisions of the team view and the overview load only what their rows
+    show (the job's name and workload, the team, when due) in one query: a field the
+    rows would read beyond those would be a query per decision."""
+    from django.db import connection
+    from django.template.loader import render_to_string
+    from django.test.utils import CaptureQueriesContext
+
+    from governance.selectors import decisions as decision_selectors
+
+    for i in range(3):
+        other = Job.objects.create(
+            queue=world.queue,
+            share=world.share,
+            name=f"failed-{i}",
+            submitter=world.member,
+            preferences=[{"instance_type": G5, "count": 1}],
+            state="FAILED",
+            workload=world.workload,
+            submitted_at=world.decision.opened_at,
+        )
+        Decision.objects.create(
+            job=other,
+            team=world.team,
+            due_at=world.decision.due_at,
+            opened_at=world.decision.opened_at,
+        )
+    with CaptureQueriesContext(connection) as ctx:
+        rows = list(decision_selectors.open_decisions(team_id=world.team.pk))
+        html = render_to_string("decisions/_rows.html", {"decisions": rows, "show_team": True})
+    assert len(ctx.captured_queries) == 1
+    assert len(rows) == 4 and html.count("vision/finetune") == 4 and "failed-2" in html

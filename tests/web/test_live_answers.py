@@ -17,6 +17,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from governance.selectors import scheduling, state_cache
+from governance.services.kit import job_event
 from scheduler import live_answers, tasks
 from tests.factories import make_job
 from tests.services.test_history import at, clock, run_history, world  # noqa: F401
@@ -73,7 +74,7 @@ def test_a_window_that_ends_now_is_computed_once_and_reused(
     assert first.as_of == at(400)
     assert first.answer == scheduling.queue_signals(recorded.queue, at(400) - DAY, at(400))
     recorded.clock.now = at(430)
-    with django_assert_num_queries(1):  # the queue's state digest: unchanged
+    with django_assert_num_queries(1):  # the queue's record version: unchanged
         again = last_day(recorded)
     assert again == first  # the same answer, as of the same time
 
@@ -82,15 +83,40 @@ def test_after_a_change_to_the_queue_the_next_reader_computes_it_afresh(
     recorded: Any,
 ) -> None:
     """Whoever just submitted, approved or reclaimed something sees it on the page, not
-    the answer kept from before."""
+    the answer kept from before: the answer is kept under the queue's newest job event
+    and the newest audit entry (``state_cache.queue_record_version``)."""
     first = last_day(recorded)
     recorded.clock.now = at(410)
-    make_job(recorded.alpha, recorded.red_lead, name="new", submitted_at=at(405))
+    job = make_job(recorded.alpha, recorded.red_lead, name="new", submitted_at=at(405))
+    job_event(job, at(405), "submitted", "Submitted.")  # as the submission service does
     again = last_day(recorded)
     assert again.as_of == at(410)
     assert again.answer != first.answer
     recorded.clock.now = at(420)
     assert last_day(recorded).as_of == at(410)  # kept again while nothing changes
+
+
+def test_a_heartbeat_does_not_make_the_answer_be_computed_again(recorded: Any) -> None:
+    """A running job's heartbeat rewrites its row (a new row version: the queue's state
+    digest changes) but records nothing the window counts: the kept answer is served; a
+    policy change (an audit entry) computes it afresh."""
+    from django.utils import timezone
+
+    from governance.models import AuditEntry, AuditEvent, Job
+
+    first = last_day(recorded)
+    recorded.clock.now = at(410)
+    beats = Job.objects.filter(queue=recorded.queue).update(last_heartbeat_at=timezone.now())
+    assert beats
+    assert last_day(recorded) == first
+    AuditEntry.objects.create(
+        event_type=AuditEvent.SHARE_UPDATED,
+        subject_type="share",
+        subject_id=str(recorded.alpha.pk),
+        queue_id=recorded.queue.pk,
+        created_at=timezone.now(),
+    )
+    assert last_day(recorded).as_of == at(410)
 
 
 def test_after_a_minute_the_kept_answer_is_served_while_one_task_recomputes_it(
@@ -228,8 +254,9 @@ def test_the_ledger_page_reads_now_once_per_stored_state(
 ) -> None:
     """The page's "now" (an engine reading of the live state) is cached under the queue's
     stored state like the reasons jobs wait: the second view asks the engine nothing, in
-    eight queries (the user, the share, the queue's fingerprint for "now" and for the
-    window, the navigation's), none of them the engine's read of every active job."""
+    five queries (the session's user, the share, the queue's fingerprint, read once for
+    "now" and the window alike, the navigation's roles and unread count, in one), none of
+    them the engine's read of every active job."""
     from scheduler import readings
 
     calls: list[int] = []
@@ -244,7 +271,7 @@ def test_the_ledger_page_reads_now_once_per_stored_state(
     client.force_login(recorded.red_lead)
     url = f"/shares/{recorded.beta.pk}/ledger/"
     assert client.get(url).status_code == 200
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(5):
         assert client.get(url).status_code == 200
     assert calls == [recorded.beta.pk]
 
@@ -259,8 +286,8 @@ def test_the_results_of_a_kept_answer_are_rendered_once(
     client.force_login(recorded.red_lead)
     first = client.get("/signals/", {"queue": recorded.queue.pk}, HTTP_HX_REQUEST="true")
     recorded.clock.now = at(430)
-    # the session's user, the queues, the queue, its state digest and every queue's (for
-    # the chargeback): all unchanged, so nothing is computed again
+    # the session's user, the queues, the queue, its record version and every queue's
+    # (for the chargeback): all unchanged, so nothing is computed again
     with django_assert_num_queries(5):
         again = client.get("/signals/", {"queue": recorded.queue.pk}, HTTP_HX_REQUEST="true")
     html = again.content.decode()

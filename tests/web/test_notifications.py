@@ -77,3 +77,20 @@ def test_the_api_lists_only_ones_own(w: Any) -> None:
     assert api.get("/api/notifications/").json()["results"] == []
     bad = api.patch("/api/notifications/preferences/", {"email_kinds": ["x"]}, format="json")
     assert bad.status_code == 400 and "email_kinds" in bad.json()
+
+
+def test_the_preference_boxes_render_as_django_does_and_once_per_ticks() -> None:
+    """The kinds' checkboxes are rendered once per name, ticks and attributes, then served
+    as kept: the same HTML as Django's ``CheckboxSelectMultiple`` for every ticking."""
+    from django import forms
+
+    from governance.web.notifications import KIND_CHOICES, KeptCheckboxes
+
+    kinds = [value for value, _ in KIND_CHOICES]
+    for ticked in ([], kinds[:1], kinds[1:3], kinds):
+        kept = KeptCheckboxes(choices=KIND_CHOICES)
+        plain = forms.CheckboxSelectMultiple(choices=KIND_CHOICES)
+        first = kept.render("email_kinds", ticked, {"id": "id_email_kinds"})
+        assert first == plain.render("email_kinds", ticked, {"id": "id_email_kinds"})
+        assert kept.render("email_kinds", ticked, {"id": "id_email_kinds"}) is first  # kept
+    assert "checked" not in KeptCheckboxes(choices=KIND_CHOICES).render("webhook_kinds", [], {})

@@ -312,3 +312,19 @@ def test_partials_do_not_read_the_navigation_roles(world):
     assert "auth_group" not in sql and "governance_membership" not in sql
     body = client.get("/").content.decode()
     assert "team lead" in body and 'href="/audit/"' not in body
+
+
+def test_the_navigation_reads_roles_and_unread_count_in_one_query(world):
+    """A page's navigation (site roles, led teams, unread notifications) is one query
+    per request, however many of them the page and its view ask about."""
+    client = client_for(world.lead_vision)
+    client.get("/teams/")
+    with CaptureQueriesContext(connection) as ctx:
+        body = client.get("/teams/").content.decode()
+    reads = [
+        q["sql"]
+        for q in ctx.captured_queries
+        if any(t in q["sql"] for t in ("auth_group", "governance_membership", "notification"))
+    ]
+    assert len(reads) == 1, reads
+    assert "team lead" in body and 'href="/audit/"' not in body

@@ -20,7 +20,6 @@ from governance.models import (
     Job,
     JobQueue,
     JobState,
-    Share,
     Team,
 )
 from governance.selectors import borrowed, scheduling, state_cache
@@ -180,23 +179,58 @@ def borrowed_running(
     ]
 
 
+# What the team view's rows of exceptions and change requests show: their selectors'
+# every column of job, share, team and people would cost the page more than the rows.
+EXCEPTION_ROW_FIELDS = ("priority", "state", "expires_at", "created_at", "job__name", "share__name")
+CHANGE_REQUEST_ROW_FIELDS = (
+    "state",
+    "proposed",
+    "created_at",
+    "decided_at",
+    "share__name",
+    "share__queue__name",
+    "requester__username",
+    "decided_by__username",
+)
+
+
 def team_exceptions(team: Team) -> list[Any]:
-    """The team's open and granted exceptions first, then the latest others."""
+    """The team's open and granted exceptions first, then the latest others (with only
+    what their rows show)."""
     open_states = (ExceptionState.PENDING, ExceptionState.APPROVED)
-    items = list(exception_selectors.exceptions().filter(team=team)[:EXCEPTIONS_SHOWN])
+    found = (
+        exception_selectors.exceptions()
+        .select_related(None)
+        .select_related("job", "share")
+        .only(*EXCEPTION_ROW_FIELDS)
+        .filter(team=team)
+    )
+    items = list(found[:EXCEPTIONS_SHOWN])
     return sorted(items, key=lambda e: e.state not in open_states)
 
 
 def team_change_requests(team: Team) -> list[Any]:
-    """The team's pending share change requests first, then the latest others."""
-    items = list(cr_selectors.change_requests().filter(team=team)[:EXCEPTIONS_SHOWN])
+    """The team's pending share change requests first, then the latest others (with
+    only what their rows show)."""
+    found = (
+        cr_selectors.change_requests()
+        .select_related(None)
+        .select_related("share__queue", "requester", "decided_by")
+        .only(*CHANGE_REQUEST_ROW_FIELDS)
+        .filter(team=team)
+    )
+    items = list(found[:EXCEPTIONS_SHOWN])
     return sorted(items, key=lambda cr: cr.state != ChangeRequestState.PENDING)
 
 
-def team_queue_ids(team: Team) -> list[int]:
-    """The queues the team has shares in."""
-    return sorted(set(Share.objects.filter(team=team).values_list("queue_id", flat=True)))
+def team_queue_ids(team: Team, usage: list[Any]) -> list[int]:
+    """The queues the team has shares in, read off ``all_usage`` (which lists every
+    share of every queue, under the same stored state): no query."""
+    return sorted(
+        {queue["queue"] for queue in usage for s in queue["shares"] if s["team"] == team.pk}
+    )
 
 
-def team_share_ids(team: Team) -> list[int]:
-    return list(Share.objects.filter(team=team).values_list("pk", flat=True))
+def team_share_ids(team: Team, usage: list[Any]) -> list[int]:
+    """The team's shares, read off ``all_usage`` as ``team_queue_ids``."""
+    return sorted(s["share"] for queue in usage for s in queue["shares"] if s["team"] == team.pk)
