@@ -14,7 +14,9 @@ parameters (queue or share, window, grouping):
   and audit entry; a job submitted, started, reclaimed or ended since, a policy
   changed): the request that takes the key's lock computes it afresh, the others serve
   what is kept meanwhile, so whoever just changed something sees it (a heartbeat, which
-  records nothing the window counts, does not);
+  records nothing the window counts, does not; an event that commits after one with a
+  higher id was already read leaves the version as it was, and shows once the answer
+  is no longer fresh, below);
 - younger than ``FRESH_FOR``: served as it is;
 - older, up to ``SERVE_STALE_FOR``: served as it is, and one recompute is queued (the
   Celery task ``scheduler.tasks.refresh_live_answer``), whoever takes the key's lock

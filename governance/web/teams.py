@@ -4,6 +4,7 @@ other team in one line each. ``/teams/<id>/`` shows any team the same way."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -33,8 +34,10 @@ PENDING_HTML_VERSION = 1
 def _pending_key(team: Team, queue_ids: list[int], fingerprints: dict[int, str]) -> str:
     states = {queue_id: fingerprints[queue_id] for queue_id in queue_ids}
     generations = scheduling.explain_generations(states)
-    parts = [f"{q}:{fp}:{generations[q] or '-'}" for q, fp in states.items()]
-    return f"team-pending:{PENDING_HTML_VERSION}:{team.pk}:{'|'.join(parts)}"
+    parts = "|".join(f"{q}:{fp}:{generations[q] or '-'}" for q, fp in states.items())
+    # hashed: a team with several queues would pass the 250 characters a key may have
+    digest = hashlib.blake2b(parts.encode(), digest_size=16).hexdigest()
+    return f"team-pending:{PENDING_HTML_VERSION}:{team.pk}:{digest}"
 
 
 def _pending_html(team: Team, queue_ids: list[int], fingerprints: dict[int, str]) -> SafeString:
