@@ -20,7 +20,7 @@ pool's first change in the cycle).
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable
 
 from scheduler.engine.candidates import JobClass, Key, Pair
@@ -303,7 +303,8 @@ class _Cycle:
                 if not below or count > room + sum(held[:below]):
                     continue
                 if after is not None:
-                    below = bisect_left(prios, cls.jobs[bisect_right(keys, after)].priority)
+                    nxt = cls.jobs[cls.index_from(after, inclusive=False)]
+                    below = bisect_left(prios, nxt.priority)
                     if not below or count > room + sum(held[:below]):
                         continue
                 found.append(cls)
