@@ -499,7 +499,13 @@ class _Cycle:
         now when that is the same (none of its pools changed in this cycle)."""
         state = self.state
         starts = self.starts
-        if not any(p.pool in starts for p in job.preferences):
+        changed = False
+        if starts:
+            for pref in job.preferences:  # a loop, not any() over a generator: per visit
+                if pref.pool in starts:
+                    changed = True
+                    break
+        if not changed:
             placement = choose(state.shares, job, state.resolve, state.time_sensitive)
             self.borrows[job.id] = placement is not None and placement.borrowed > 0
             return placement
