@@ -20,7 +20,7 @@ pool's first change in the cycle).
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable
 
 from scheduler.engine.candidates import JobClass, Key, Pair
@@ -303,7 +303,8 @@ class _Cycle:
                 if not below or count > room + sum(held[:below]):
                     continue
                 if after is not None:
-                    below = bisect_left(prios, cls.jobs[bisect_right(keys, after)].priority)
+                    nxt = cls.jobs[cls.index_from(after, inclusive=False)]
+                    below = bisect_left(prios, nxt.priority)
                     if not below or count > room + sum(held[:below]):
                         continue
                 found.append(cls)
@@ -498,7 +499,13 @@ class _Cycle:
         now when that is the same (none of its pools changed in this cycle)."""
         state = self.state
         starts = self.starts
-        if not any(p.pool in starts for p in job.preferences):
+        changed = False
+        if starts:
+            for pref in job.preferences:  # a loop, not any() over a generator: per visit
+                if pref.pool in starts:
+                    changed = True
+                    break
+        if not changed:
             placement = choose(state.shares, job, state.resolve, state.time_sensitive)
             self.borrows[job.id] = placement is not None and placement.borrowed > 0
             return placement

@@ -476,6 +476,10 @@ class Engine:
         both apply). Several at one instant go in submission order, whatever the reason.
         """
         st = self._state
+        if (not self._deadlines or self._deadlines[0][0] > now) and (
+            not st.due or st.due[0][0] > now
+        ):
+            return []  # nothing due: the common case, asked at every instant of a run
         late: dict[str, Job] = {}
         max_pending: set[str] = set()
         while self._deadlines and self._deadlines[0][0] <= now:

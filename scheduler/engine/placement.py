@@ -27,6 +27,8 @@ from scheduler.engine.plans import PlanPool, plan_search
 from scheduler.engine.preemption import LostWork, reclaim_terms, search
 from scheduler.engine.state import Bound, Pool, PoolFacts
 
+_new_tuple = tuple.__new__
+
 _HUGE = 1 << 62
 
 
@@ -143,7 +145,9 @@ def _room(shares: dict[str, ShareConfig], pool: Pool, facts: PoolFacts, share: s
             terms = facts.reclaim = reclaim_terms(shares, pool, facts)
             facts.reclaim_total = sum(terms.values())
         base += facts.reclaim_total - terms.get(share, 0)
-    b = Bound(fit, lim, base, cfg.in_share_preemption, own_room, borrow_room)
+    # tuple.__new__, not Bound(...): the named tuple's constructor is a Python-level
+    # function around it, and this runs for most shares after every change of a pool
+    b = _new_tuple(Bound, (fit, lim, base, cfg.in_share_preemption, own_room, borrow_room))
     facts.bound[share] = b
     # the largest count ``preemption_may_help`` admits (it is monotone in the count), with
     # every running job of the share below the job's priority

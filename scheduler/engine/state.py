@@ -147,10 +147,13 @@ class Pool:
         """Keep ``reserve_idle`` and ``borrowers`` true after the share's usage moved."""
         cfg = self.shares[share]
         lim = cfg.limits.get(self.name, 0)
-        self.reserve_idle += accounting.reserved_idle(
-            cfg.policy, lim, after
-        ) - accounting.reserved_idle(cfg.policy, lim, before)
-        if accounting.borrowed(lim, after) > 0:
+        # accounting.reserved_idle and accounting.borrowed written out: this runs at
+        # every start and stop of a run
+        if cfg.policy == accounting.RESERVE:
+            self.reserve_idle += (lim - after if lim > after else 0) - (
+                lim - before if lim > before else 0
+            )
+        if after > lim:
             self.borrowers.add(share)
         else:
             self.borrowers.discard(share)

@@ -4,12 +4,14 @@ engine decides with (the same figures the pages show)."""
 
 from __future__ import annotations
 
+import random
+from bisect import bisect_left, bisect_right
 from fractions import Fraction
 
 import pytest
 
 from scheduler.engine import accounting
-from scheduler.engine.candidates import FAR, CandidateIndex, Frontier, cycle_key
+from scheduler.engine.candidates import FAR, CandidateIndex, Frontier, JobClass, cycle_key
 from scheduler.engine.model import InstanceType, Job, JobState, Policy, Preference, ShareConfig
 from scheduler.engine.placement import (
     bound,
@@ -309,6 +311,38 @@ def test_classes_hold_jobs_by_smallest_count_in_cycle_order() -> None:
     index.remove(jobs[2])
     assert [j.id for j in index.classes_of((G, "S"))[1].jobs] == ["b", "a"]
     assert cycle_key(jobs[0]) == (-1, 0, "a")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_class_positions_match_a_plain_bisection(seed: int) -> None:
+    """A class finds a key through its ranks (priority first, then the first and last
+    place among the jobs of that priority): seeded random inserts and removals with few
+    priorities and many ties on submission time, every position asked checked against
+    ``bisect`` on the keys themselves."""
+    rng = random.Random(seed)
+    cls = JobClass(G, "S", 1)
+    jobs: list[Job] = []
+    for step in range(300):
+        if jobs and rng.random() < 0.35:
+            job = jobs.pop(rng.randrange(len(jobs)))
+            cls.discard(cycle_key(job))
+        else:
+            prio = rng.choice([0, 1, 2, 5, 50, 51])
+            job = pending(f"j{rng.randrange(10**6):06d}", prio, rng.randrange(8), [(G, 1)])
+            if any(j.id == job.id for j in jobs):
+                continue
+            key = cycle_key(job)
+            assert cls.add(job, key) == bisect_left(cls.keys, key)
+            jobs.append(job)
+        assert cls.keys == sorted(cycle_key(j) for j in jobs)
+        assert cls.ranks == [k[0] for k in cls.keys]
+        assert [j.id for j in cls.jobs] == [k[2] for k in cls.keys]
+        for _ in range(3):
+            probe = (-rng.choice([0, 1, 2, 3, 5, 50, 51]), rng.randrange(9), f"j{step}")
+            if cls.keys and rng.random() < 0.5:
+                probe = rng.choice(cls.keys)
+            assert cls.index_from(probe) == bisect_left(cls.keys, probe)
+            assert cls.index_from(probe, inclusive=False) == bisect_right(cls.keys, probe)
 
 
 EASING = [
