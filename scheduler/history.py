@@ -813,11 +813,13 @@ def _window_recorded(
     data: list[dict[str, Any]],
     keys: Mapping[int, str],
     clock: _Clock,
+    undeclared: set[int],
 ) -> tuple[list[dict[str, Any]], dict[int, tuple[int, str]], dict[int, int]]:
     """The events of the window in the runner's output form, as :func:`_job_record` adds
     them to ``recorded`` (each built at once as :func:`_recorded_event` gives it, ``at``
-    first: this loop runs once per event), and each job's last admission ``(µs, type)``
-    and completion (µs), the work of a job without declared work (:func:`_work`)."""
+    first: this loop runs once per event), and the last admission ``(µs, type)`` and
+    completion (µs) of each job of ``undeclared``, the jobs without declared work, whose
+    work their runs give (:func:`_work`)."""
     runs: dict[int, tuple[str, int, str | None]] = {}  # each job's run going
     admits: dict[int, tuple[int, str]] = {}
     done: dict[int, int] = {}
@@ -831,18 +833,29 @@ def _window_recorded(
             plan = datum.get("plan")
             count = int(datum.get("count", 0))
             runs[job_id] = (kind, count, plan or None)
-            admits[job_id] = (at, kind)
+            if job_id in undeclared:
+                admits[job_id] = (at, kind)
             if inside:
-                event = {"at": at // MS - t0, "type": "admitted", "job": keys[job_id]}
                 if plan:
+                    event = {"at": at // MS - t0, "type": "admitted", "job": keys[job_id]}
                     event["plan"] = plan
-                event["instance_type"] = datum.get("instance_type")
-                event["count"] = count
-                event["preference"] = datum.get("preference", 0)
-                event["borrowed"] = datum.get("borrowed", 0)
+                    event["instance_type"] = datum.get("instance_type")
+                    event["count"] = count
+                    event["preference"] = datum.get("preference", 0)
+                    event["borrowed"] = datum.get("borrowed", 0)
+                else:  # (the same keys in the same order, at once)
+                    event = {
+                        "at": at // MS - t0,
+                        "type": "admitted",
+                        "job": keys[job_id],
+                        "instance_type": datum.get("instance_type"),
+                        "count": count,
+                        "preference": datum.get("preference", 0),
+                        "borrowed": datum.get("borrowed", 0),
+                    }
                 append(event)
             continue
-        if type_ == "completed":
+        if type_ == "completed" and job_id in undeclared:
             done[job_id] = at
         if not inside:
             if type_ != "timed_out":
@@ -904,8 +917,10 @@ def _window_jobs(
             "submit_at": submitted_us // MS - t0,
             "preferences": prefs,
         }
-        if declared is not None:  # (_set_duration of the declared work, at once)
-            job["duration"] = max(1, _whole(float(declared * MS)))
+        if declared is not None:
+            # _set_duration of the declared work, at once: whole seconds (an integer
+            # column) are whole milliseconds, as _whole gives them
+            job["duration"] = max(1, declared * MS)
         else:
             work = _work(declared, admits.get(job_id), done.get(job_id), clock, speeds, factor)
             _set_duration(job, declared, work)
@@ -931,8 +946,9 @@ def _window_export(
     capacity, capacity_actions, all_types = _capacity_history(queue, start, stop, clock)
     rows = _window_job_rows(queue.pk, start, stop, active_from)
     keys = {row[0]: str(row[0]) for row in rows}
+    undeclared = {row[0] for row in rows if row[4] is None}
     events, admits, done = _window_recorded(
-        *_window_event_rows(queue.pk, start, stop, active_from), keys, clock
+        *_window_event_rows(queue.pk, start, stop, active_from), keys, clock, undeclared
     )
     speeds = dict(InstanceType.objects.values_list("name", "speed"))
     names = {pk: name for pk, (name, _, _) in shares.items()}
