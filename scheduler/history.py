@@ -775,15 +775,25 @@ RECORDED_EVENTS = ("admitted", "preempted", "lost", "failed", "completed", "canc
 """The job events the runner's output form carries (:func:`_recorded_event`)."""
 
 
+class _UnpreparedCursor(psycopg.Cursor[Any]):
+    """psycopg's server-binding cursor, its statements never prepared on the server:
+    PgBouncer in transaction mode may stand in front (docs/operations.md)."""
+
+    def execute(
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, **kwargs: Any
+    ) -> Any:
+        return super().execute(query, params, prepare=False, **kwargs)
+
+
 def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """The rows of ``sql`` in PostgreSQL's binary format, each ``timestamptz`` column as
     the integer the server keeps (µs since 2000-01-01, :data:`PG_EPOCH_US`): for 100,000
     jobs and twice as many events, the server converts no time to a number or text and
     this process parses no text. Binary results need server-side binding, so the cursor
-    is psycopg's own on Django's connection (in its transaction), wrapped as Django wraps
-    its cursors (logged and counted like every query)."""
+    is psycopg's own on Django's connection (in its transaction, never prepared), wrapped
+    as Django wraps its cursors (logged and counted like every query)."""
     connection.ensure_connection()
-    raw: Any = psycopg.Cursor(connection.connection)  # (a DB-API cursor to Django)
+    raw: Any = _UnpreparedCursor(connection.connection)  # (a DB-API cursor to Django)
     raw.format = psycopg.pq.Format.BINARY
     raw.adapters.register_loader("timestamptz", Int8BinaryLoader)
     wrapped = (
