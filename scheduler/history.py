@@ -47,8 +47,10 @@ from datetime import UTC, datetime, timedelta
 from operator import itemgetter
 from typing import Any
 
+import psycopg
 from django.db import connection
 from django.db.models import Min, Q
+from psycopg.types.numeric import Int8BinaryLoader
 
 from governance.models import (
     AuditEntry,
@@ -91,6 +93,10 @@ MICROSECOND = timedelta(microseconds=1)
 def _us(moment: datetime) -> int:
     """Microseconds since the epoch, exactly (what the database keeps)."""
     return (moment - EPOCH) // MICROSECOND
+
+
+PG_EPOCH_US = 946_684_800_000_000
+"""2000-01-01 in epoch µs: PostgreSQL keeps a ``timestamptz`` as µs since then."""
 
 
 def _ms(moment: datetime) -> int:
@@ -266,6 +272,17 @@ class _Clock:
 
     def rel(self, moment: datetime) -> int:
         return _ms(moment) - self.t0
+
+    def from_2000(self) -> _Clock:
+        """The same clock with its µs and ms counted from 2000-01-01 (:data:`PG_EPOCH_US`,
+        a whole number of ms), as the lean read's rows give times: ``at // MS - t0`` and
+        every comparison and difference come out as they do from the epoch."""
+        return _Clock(
+            t0=self.t0 - PG_EPOCH_US // MS,
+            t0_us=self.t0_us - PG_EPOCH_US,
+            stop_us=self.stop_us - PG_EPOCH_US,
+            end_us=self.end_us - PG_EPOCH_US,
+        )
 
     def rel_us(self, moment: int) -> int:
         return moment // MS - self.t0
@@ -758,8 +775,33 @@ RECORDED_EVENTS = ("admitted", "preempted", "lost", "failed", "completed", "canc
 """The job events the runner's output form carries (:func:`_recorded_event`)."""
 
 
+class _UnpreparedCursor(psycopg.Cursor[Any]):
+    """psycopg's server-binding cursor, its statements never prepared on the server:
+    PgBouncer in transaction mode may stand in front (docs/operations.md)."""
+
+    def execute(
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, **kwargs: Any
+    ) -> Any:
+        return super().execute(query, params, prepare=False, **kwargs)
+
+
 def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
+    """The rows of ``sql`` in PostgreSQL's binary format, each ``timestamptz`` column as
+    the integer the server keeps (µs since 2000-01-01, :data:`PG_EPOCH_US`): for 100,000
+    jobs and twice as many events, the server converts no time to a number or text and
+    this process parses no text. Binary results need server-side binding, so the cursor
+    is psycopg's own on Django's connection (in its transaction, never prepared), wrapped
+    as Django wraps its cursors (logged and counted like every query)."""
+    connection.ensure_connection()
+    raw: Any = _UnpreparedCursor(connection.connection)  # (a DB-API cursor to Django)
+    raw.format = psycopg.pq.Format.BINARY
+    raw.adapters.register_loader("timestamptz", Int8BinaryLoader)
+    wrapped = (
+        connection.make_debug_cursor(raw)
+        if connection.queries_logged
+        else connection.make_cursor(raw)
+    )
+    with wrapped as cursor:
         cursor.execute(sql, params)
         rows: list[tuple[Any, ...]] = cursor.fetchall()
     return rows
@@ -770,11 +812,11 @@ def _window_job_rows(
 ) -> list[tuple[Any, ...]]:
     """The listed jobs (:func:`_exported_sql`) as ``(id, share id, submitted µs,
     preferences as JSON text, declared duration, deadline µs or None, workload id)``,
-    by id. Plain columns: building 100,000 JSON objects costs the server more than
-    sending the rows."""
+    by id, times counted from 2000-01-01 (:func:`_fetch`). Plain columns: building
+    100,000 JSON objects costs the server more than sending the rows."""
     sql = (
-        f"SELECT j.id, j.share_id, {_epoch_us('j.submitted_at')}, j.preferences::text, "
-        f"j.duration, {_epoch_us('j.deadline')}, j.workload_id FROM {Job._meta.db_table} j "
+        "SELECT j.id, j.share_id, j.submitted_at, j.preferences::text, j.duration, "
+        f"j.deadline, j.workload_id FROM {Job._meta.db_table} j "
         f"WHERE j.queue_id = %(queue)s AND {_exported_sql('j', active_from)}"
     )
     params = {"queue": queue_id, "start": start, "stop": stop, "active_from": active_from}
@@ -788,9 +830,10 @@ def _window_event_rows(
 ) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
     """The listed jobs' events before ``stop`` that the recording carries
     (:data:`RECORDED_EVENTS`) as ``(at µs, id, job id, type, data as JSON text)`` in the
-    order they happened (time, then id), and their data, decoded in one call."""
+    order they happened (time, then id), ``at`` counted from 2000-01-01 (:func:`_fetch`),
+    and their data, decoded in one call (``data`` is never null)."""
     sql = (
-        f"SELECT {_epoch_us('e.at')}, e.id, e.job_id, e.type, COALESCE(e.data, '{{}}')::text "
+        "SELECT e.at, e.id, e.job_id, e.type, e.data::text "
         f"FROM {JobEvent._meta.db_table} e JOIN {Job._meta.db_table} j ON j.id = e.job_id "
         "WHERE j.queue_id = %(queue)s AND e.at < %(stop)s AND e.type = ANY(%(kinds)s) "
         f"AND {_exported_sql('j', active_from)}"
@@ -813,11 +856,13 @@ def _window_recorded(
     data: list[dict[str, Any]],
     keys: Mapping[int, str],
     clock: _Clock,
+    undeclared: set[int],
 ) -> tuple[list[dict[str, Any]], dict[int, tuple[int, str]], dict[int, int]]:
     """The events of the window in the runner's output form, as :func:`_job_record` adds
     them to ``recorded`` (each built at once as :func:`_recorded_event` gives it, ``at``
-    first: this loop runs once per event), and each job's last admission ``(µs, type)``
-    and completion (µs), the work of a job without declared work (:func:`_work`)."""
+    first: this loop runs once per event), and the last admission ``(µs, type)`` and
+    completion (µs) of each job of ``undeclared``, the jobs without declared work, whose
+    work their runs give (:func:`_work`)."""
     runs: dict[int, tuple[str, int, str | None]] = {}  # each job's run going
     admits: dict[int, tuple[int, str]] = {}
     done: dict[int, int] = {}
@@ -831,18 +876,29 @@ def _window_recorded(
             plan = datum.get("plan")
             count = int(datum.get("count", 0))
             runs[job_id] = (kind, count, plan or None)
-            admits[job_id] = (at, kind)
+            if job_id in undeclared:
+                admits[job_id] = (at, kind)
             if inside:
-                event = {"at": at // MS - t0, "type": "admitted", "job": keys[job_id]}
                 if plan:
+                    event = {"at": at // MS - t0, "type": "admitted", "job": keys[job_id]}
                     event["plan"] = plan
-                event["instance_type"] = datum.get("instance_type")
-                event["count"] = count
-                event["preference"] = datum.get("preference", 0)
-                event["borrowed"] = datum.get("borrowed", 0)
+                    event["instance_type"] = datum.get("instance_type")
+                    event["count"] = count
+                    event["preference"] = datum.get("preference", 0)
+                    event["borrowed"] = datum.get("borrowed", 0)
+                else:  # (the same keys in the same order, at once)
+                    event = {
+                        "at": at // MS - t0,
+                        "type": "admitted",
+                        "job": keys[job_id],
+                        "instance_type": datum.get("instance_type"),
+                        "count": count,
+                        "preference": datum.get("preference", 0),
+                        "borrowed": datum.get("borrowed", 0),
+                    }
                 append(event)
             continue
-        if type_ == "completed":
+        if type_ == "completed" and job_id in undeclared:
             done[job_id] = at
         if not inside:
             if type_ != "timed_out":
@@ -904,8 +960,10 @@ def _window_jobs(
             "submit_at": submitted_us // MS - t0,
             "preferences": prefs,
         }
-        if declared is not None:  # (_set_duration of the declared work, at once)
-            job["duration"] = max(1, _whole(float(declared * MS)))
+        if declared is not None:
+            # _set_duration of the declared work, at once: whole seconds (an integer
+            # column) are whole milliseconds, as _whole gives them
+            job["duration"] = max(1, declared * MS)
         else:
             work = _work(declared, admits.get(job_id), done.get(job_id), clock, speeds, factor)
             _set_duration(job, declared, work)
@@ -925,18 +983,20 @@ def _window_export(
     than the submission of every job active at ``active_from``. Read lean: plain rows,
     no per-job timeline, no job rows of the runner's output."""
     clock = _Clock.of(start, stop, now)
+    rows_clock = clock.from_2000()  # (the rows' times: _fetch)
     factor = simulated.time_factor(queue)
     shares = _current_shares(queue)
     initial, share_actions = _share_history(queue, shares, start, stop, clock)
     capacity, capacity_actions, all_types = _capacity_history(queue, start, stop, clock)
     rows = _window_job_rows(queue.pk, start, stop, active_from)
     keys = {row[0]: str(row[0]) for row in rows}
+    undeclared = {row[0] for row in rows if row[4] is None}
     events, admits, done = _window_recorded(
-        *_window_event_rows(queue.pk, start, stop, active_from), keys, clock
+        *_window_event_rows(queue.pk, start, stop, active_from), keys, rows_clock, undeclared
     )
     speeds = dict(InstanceType.objects.values_list("name", "speed"))
     names = {pk: name for pk, (name, _, _) in shares.items()}
-    jobs, distinct = _window_jobs(rows, names, keys, (admits, done), clock, speeds, factor)
+    jobs, distinct = _window_jobs(rows, names, keys, (admits, done), rows_clock, speeds, factor)
     named_plans: set[str] = set()
     for prefs in distinct:
         all_types.update(p["instance_type"] for p in prefs if "instance_type" in p)

@@ -137,6 +137,7 @@ class _Type:
         "capacity",
         "fitting",
         "idle",
+        "labels",
         "limited",
         "memo",
         "name",
@@ -155,6 +156,7 @@ class _Type:
         self.by_low: dict[int, int] = {}  # smallest pending count -> the shares with it
         self.limited = 0  # the shares with a limit on the type
         self.memo: dict[int, int] = {}  # idle count -> the fitting shares
+        self.labels: dict[int, str] = {}  # count -> "<type> x<count>" (runtime_by_choice)
 
 
 class _Cell:
@@ -241,6 +243,7 @@ class _Job:
         "run",
         "shape",
         "share",
+        "shown",
         "submit",
         "terminal",
     )
@@ -261,6 +264,7 @@ class _Job:
         self.on_plan: str | None = None
         self.first_admitted = False
         self.pending = False
+        self.shown = False  # whether its shape counts it pending (:meth:`_Pass.settle`)
         self.terminal = False
         self.preemptions = 0
         self.admissions = 0
@@ -470,6 +474,8 @@ class _Pass:
         # flushed by the set of shares that had a fitting pending job
         self.i_idle_sets: dict[tuple[str, int], float] = defaultdict(float)
         self.dirty: set[_Type] = set()  # types to read again at the end of the instant
+        # jobs that became pending or stopped being so in the instant (:meth:`settle`)
+        self.touched: list[_Job] = []
         # types whose smallest pending counts (or the shares' limits) changed since their
         # last reading: only then can the fitting shares differ at an unchanged idle count
         self.changed: set[_Type] = set()
@@ -510,9 +516,10 @@ class _Pass:
         c = 0
         jobs, per_share, dirty, plans = self.jobs, self.per_share, self.dirty, self.plans
         start, stop, hi, unit = self.start, self.stop, self.hi, self.unit
-        shape_pending, end_instant = self.shape_pending, self.end_instant
+        end_instant, settle = self.end_instant, self.settle
         apply_change, preempted, finished = self.apply_change, self.preempted, self.finished
-        changed = self.changed
+        changed, touched = self.changed, self.touched
+        touch = touched.append
         current = self.current
         moved: _Cell | None = None  # the cell whose usage the event changes, by ``delta``
         delta = 0
@@ -521,6 +528,8 @@ class _Pass:
             while next_change <= at:  # the submissions and actions up to this instant
                 item = changes[c][3]
                 if next_change != current:
+                    if touched:
+                        settle()
                     if current is not None and (dirty or changed):
                         end_instant(current)
                     current = self.current = next_change
@@ -532,15 +541,14 @@ class _Pass:
                         and item.admissions == 0
                     ):
                         item.pending = True
-                        shape = item.shape
-                        shape.pending += 1
-                        if shape.pending <= 1:
-                            shape_pending(shape, True)
+                        touch(item)
                 else:
                     apply_change(next_change, item)
                 c += 1
                 next_change = changes[c][0] if c < total else _NEVER
             if at != current:
+                if touched:
+                    settle()
                 if current is not None and (dirty or changed):
                     end_instant(current)  # (nothing to read again otherwise)
                 current = self.current = at
@@ -560,10 +568,7 @@ class _Pass:
                 job.on_plan = plan
                 if job.pending:  # no longer (set_pending)
                     job.pending = False
-                    shape = job.shape
-                    shape.pending -= 1
-                    if not shape.pending:
-                        shape_pending(shape, False)
+                    touch(job)
                 borrowed = int(event.get("borrowed") or 0)
                 if borrowed > 0:
                     job.ever_borrowed = True
@@ -624,6 +629,8 @@ class _Pass:
     def move_to(self, at: int) -> None:
         """Enter instant ``at``, ending the one before it."""
         if at != self.current:
+            if self.touched:
+                self.settle()
             if self.current is not None and (self.dirty or self.changed):
                 self.end_instant(self.current)  # (nothing to read again otherwise)
             self.current = at
@@ -690,10 +697,12 @@ class _Pass:
             speed = self.speeds.get(run[0].type.name, 1.0)
             col.completed_work += (at - job.last_run_start) * speed / unit
         if run is not None:
-            type_name = run[0].type.name
-            label = f"{type_name} x{run[1]}"
+            kind, count = run[0].type, run[1]
+            label = kind.labels.get(count)
+            if label is None:  # (made once per type and count)
+                label = kind.labels[count] = f"{kind.name} x{count}"
             runtime = (at - job.last_run_start) / unit
-            cost = run[1] * runtime * self.prices.get(type_name, 0.0) / 3600
+            cost = count * runtime * self.prices.get(kind.name, 0.0) / 3600
             col.runtime[label].append((runtime, cost))
 
     def apply_change(self, at: int, item: Mapping[str, Any]) -> None:
@@ -733,21 +742,34 @@ class _Pass:
             self.i_capacity[kind.name] += kind.capacity * dt
 
     def set_pending(self, job: _Job, on: bool) -> None:
-        # A type needs a fresh idle-lendable reading only when a share's smallest pending
-        # count on it changes (the reading depends on nothing else of the pending jobs).
-        if job.pending == on:
-            return
-        job.pending = on
-        shape = job.shape
-        if on:
-            shape.pending += 1
-            if shape.pending > 1:
-                return
-        else:
-            shape.pending -= 1
-            if shape.pending:
-                return
-        self.shape_pending(shape, on)
+        """The job is pending (``on``) or no longer; its shape counts it at the end of the
+        instant (:meth:`settle`)."""
+        if job.pending != on:
+            job.pending = on
+            self.touched.append(job)
+
+    def settle(self) -> None:
+        """Count the jobs touched in the instant as pending in their shapes, or no longer,
+        as they now are. The reading at the end of the instant is the only reader of the
+        shapes' counts, so a job pending only within the instant (submitted and admitted
+        at once, as nearly half the jobs of a busy queue are) costs its shape nothing.
+        A type needs a fresh idle-lendable reading only when a share's smallest pending
+        count on it changes (the reading depends on nothing else of the pending jobs)."""
+        for job in self.touched:
+            on = job.pending
+            if on is job.shown:
+                continue
+            job.shown = on
+            shape = job.shape
+            if on:
+                shape.pending += 1
+                if shape.pending == 1:
+                    self.shape_pending(shape, True)
+            else:
+                shape.pending -= 1
+                if not shape.pending:
+                    self.shape_pending(shape, False)
+        self.touched.clear()
 
     def shape_pending(self, shape: _Shape, on: bool) -> None:
         """The first of the shape's jobs is now pending (``on``), or the last no longer:
@@ -778,6 +800,8 @@ class _Pass:
         """Integrate each touched type's idle-lendable reading up to ``now`` and read it
         again. The fitting shares at an idle count are remembered until the smallest
         pending counts change: in a deep queue they rarely do, and idle counts repeat."""
+        if self.touched:
+            self.settle()
         dirty, changed = self.dirty, self.changed
         if changed:
             dirty.update(changed)

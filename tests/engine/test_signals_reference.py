@@ -1,6 +1,8 @@
 """The signals pass walks the timeline in one loop with its per-event steps written out
-(``_Pass.replay``, for speed). This keeps the walk it replaced, one method per step
-(an event's dispatch, an admission, the release of a run), as the reference, and
+(``_Pass.replay``, for speed) and counts the jobs that became pending, or stopped
+being so, in their shapes only at the end of each instant (``_Pass.settle``). This keeps
+the walk it replaced, one method per step (an event's dispatch, an admission, the release
+of a run, a job pending or no longer at once), as the reference, and
 checks that both give the same answer, value for value, on seeded random queues: the
 engine's random scenarios, with capacity plans, and windows cutting through them. Each
 group's percentiles (read from its shares' values sorted once) are checked against the
@@ -57,6 +59,23 @@ class _StepPass(_Pass):
             else:
                 self.finished(job, col, etype, ran, at)
         job.last_event = etype
+
+    def set_pending(self, job: _Job, on: bool) -> None:
+        """At once, as it was (the pass counts the jobs touched in an instant in their
+        shapes at its end, ``_Pass.settle``)."""
+        if job.pending == on:
+            return
+        job.pending = on
+        shape = job.shape
+        if on:
+            shape.pending += 1
+            if shape.pending > 1:
+                return
+        else:
+            shape.pending -= 1
+            if shape.pending:
+                return
+        self.shape_pending(shape, on)
 
     def admitted(self, job: _Job, col: _Collector, event: Mapping[str, Any], at: int) -> None:
         count = int(event["count"])
