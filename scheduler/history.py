@@ -68,6 +68,7 @@ from governance.models import (
 )
 from scheduler import signals
 from scheduler.executors import simulated
+from scheduler.gcpause import gc_paused
 
 MS = 1000
 SHARE_FIELDS = ("policy", "borrow_limit", "limits", "in_share_preemption", "preemption_retries")
@@ -1173,7 +1174,7 @@ def signals_window(
     count where its whole life does. Jobs that had ended by ``start`` can change no figure
     of the window, so they are left out: the cost follows the window, not the history."""
     origin = recording_start(queue, start)
-    with signals.gc_paused():  # (hundreds of thousands of rows, events and jobs built)
+    with gc_paused():  # (hundreds of thousands of rows, events and jobs built)
         exported = _window_export(queue, origin, stop, now=now, active_from=start)
     t0 = _ms(origin)
     lo, hi = _ms(start) - t0, _ms(stop) - t0

@@ -26,17 +26,16 @@ Percentiles use the nearest rank; an empty set or a zero denominator gives ``Non
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.engine.drift import drift
+from scheduler.gcpause import gc_paused
 
 FINAL_STATES = {
     "completed": "SUCCEEDED",
@@ -382,20 +381,6 @@ def compute(
     memory, its full collections otherwise cost more than the pass itself."""
     with gc_paused():
         return _compute(recording, start, stop, group_by=group_by)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused for the block: building or walking a large
-    recording allocates hundreds of thousands of objects and frees none of them until it
-    ends, so each full collection over the growing heap only costs time."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _compute(

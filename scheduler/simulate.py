@@ -38,6 +38,7 @@ from scheduler.engine import (
     exact,
     plain,
 )
+from scheduler.gcpause import gc_paused
 
 MAX_SHARES = 20
 MAX_LIMITS = 5
@@ -588,6 +589,7 @@ def _build(data: Mapping[str, Any], incremental: bool = True) -> tuple[Engine, l
     return Engine(types, shares, plans=plans, incremental=incremental, hour=hour), specs
 
 
+@gc_paused()
 def run(
     data: Mapping[str, Any], *, explain: bool = False, incremental: bool = True
 ) -> dict[str, Any]:

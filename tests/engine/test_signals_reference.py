@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import signals
+from scheduler.gcpause import gc_paused
 from scheduler.signals import _NEVER, RUN_ENDS, Recording, _Answer, _Cell, _Collector, _Job, _Pass
 from scheduler.simulate import run
 from tests.engine.test_plans_properties import plan_scenarios
@@ -123,7 +124,7 @@ class _StepPass(_Pass):
 
 
 def _reference(rec: Recording, start: int, stop: int, group_by: str) -> dict[str, Any]:
-    with signals.gc_paused():
+    with gc_paused():
         state = _StepPass(rec, start, stop)
         changes, events = signals._timeline(rec, state.jobs)
         state.replay(events, changes)
