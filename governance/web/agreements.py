@@ -92,10 +92,11 @@ def agreement_list(request: HttpRequest) -> HttpResponse:
             raw = getattr(agreement, attr, None)
             if raw is not None:
                 setattr(agreement, attr, _marked(raw))
+    held = request_roles(request)
     context = {
         "page": page,
         "q": q,
-        "may_create": request_roles(request).admin or bool(request_roles(request).lead_team_ids),
+        "may_create": held.admin or bool(held.lead_team_ids),
     }
     if htmx_target(request) == "agreement-results":
         return render(request, "agreements/list.html#results", context)

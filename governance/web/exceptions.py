@@ -74,8 +74,8 @@ def exception_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(sel.exceptions_listing(state=state, team_id=team_id), PAGE_SIZE).get_page(
         request.GET.get("page")
     )
-    held = request_roles(request)
-    deciding = held.admin or held.reviewer  # roles.can_decide_exceptions
+    held = request_roles(request)  # primes the user's groups: the role checks ask no more
+    deciding = roles.can_decide_exceptions(request.user)
     user_id = request.user.pk
     admin = held.admin
     for exc in page.object_list:
@@ -89,7 +89,7 @@ def exception_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "query": _query_without_page(request),
         "deciding": deciding,
-        "may_file": bool(request_roles(request).lead_team_ids),
+        "may_file": bool(held.lead_team_ids),
     }
     if htmx_target(request) == "exception-results":
         return render(request, "exceptions/list.html#results", context)
