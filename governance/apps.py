@@ -7,6 +7,6 @@ class GovernanceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from governance import dbtimestamps
+        from governance import dbadapters
 
-        connection_created.connect(dbtimestamps.install, dispatch_uid="governance-timestamps")
+        connection_created.connect(dbadapters.install, dispatch_uid="governance-adapters")

@@ -1,4 +1,5 @@
-"""Timestamps are read by the C-parsing loader and equal what Django's own loader reads."""
+"""The connection's own conversions: timestamps read and arrays sent give exactly the
+values Django's and psycopg's would."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from django.db import DataError, connection
 from django.db.backends.postgresql.psycopg_any import register_tzloader
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.types import array
 
-from governance.dbtimestamps import loader_for
+from governance.dbadapters import ListDumper, loader_for
+from governance.models import Job
 from tests.factories import TeamFactory, UserFactory, make_job, make_queue, make_share
 
 pytestmark = pytest.mark.django_db
@@ -87,3 +91,65 @@ def test_a_model_s_timestamps_round_trip() -> None:
     job.refresh_from_db()
     assert job.submitted_at == at
     assert job.submitted_at.tzinfo is UTC
+
+
+# Array elements in every shape that needs quoting: quotes, backslashes, both, braces,
+# delimiters, spaces, the word NULL, the empty string, JSON text, non-ASCII, and nesting.
+ELEMENTS = [
+    'say "hi"',
+    "back\\slash",
+    '\\"both\\"',
+    "{braces}",
+    "a,b",
+    " padded ",
+    "NULL",
+    "",
+    '{"reason": "a \\"quoted\\" word", "n": [1, 2]}',
+    "ünïcode ✓",
+    None,
+    "plain",
+]
+
+
+def test_arrays_are_sent_as_psycopg_sends_them() -> None:
+    connection.ensure_connection()
+    assert connection.connection.adapters.get_dumper(list, PyFormat.TEXT) is ListDumper
+    ours = Transformer(connection.connection).get_dumper(ELEMENTS, PyFormat.TEXT)
+    assert isinstance(ours, ListDumper)
+    theirs = array.ListDumper(list)
+    theirs.sub_dumper = ours.sub_dumper
+    assert bytes(ours.dump(ELEMENTS)) == bytes(theirs.dump(ELEMENTS))
+    nested = [ELEMENTS[:3], ELEMENTS[3:6]]
+    assert bytes(ours.dump(nested)) == bytes(theirs.dump(nested))
+
+
+def test_arrays_round_trip_through_the_server() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::text[], %s::text[]", [ELEMENTS, [ELEMENTS[:2], ELEMENTS[2:4]]])
+        flat, nested = cursor.fetchone()
+    assert flat == ELEMENTS
+    assert nested == [ELEMENTS[:2], ELEMENTS[2:4]]
+
+
+def test_bulk_created_rows_keep_their_quoted_json() -> None:
+    """``bulk_create`` sends each column as an array: an audit-like JSON payload with
+    quotes and backslashes arrives intact."""
+    queue = make_queue()
+    share = make_share(queue, TeamFactory())
+    user = UserFactory()
+
+    names = ['a "quoted" name', "back\\slash", "{x,y}"]
+    Job.objects.bulk_create(
+        Job(
+            queue=queue,
+            share=share,
+            submitter=user,
+            name=name,
+            preferences=[{"instance_type": "ml.g5.xlarge", "count": 1, "note": name}],
+            submitted_at=datetime(2026, 1, 1, tzinfo=UTC),
+        )
+        for name in names
+    )
+    stored = list(Job.objects.order_by("pk").values_list("name", "preferences"))
+    assert [name for name, _ in stored] == names
+    assert [prefs[0]["note"] for _, prefs in stored] == names
