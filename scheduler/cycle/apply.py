@@ -167,7 +167,7 @@ def _admission_text(snapshot: QueueSnapshot, job: Job, d: eng.Decision) -> str:
             f"({_choice(d.preference)}), {share.name}'s own instances until "
             f"{plan.end:%Y-%m-%d %H:%M} UTC."
         )
-    limit = snapshot.engine.shares[job.share.name].limits.get(d.instance_type or "", 0)
+    limit = snapshot.engine.share_limit(job.share.name, d.instance_type or "")
     where = f"{d.count} x {d.instance_type} (preference {(d.preference or 0) + 1})"
     if d.borrowed:
         return (

@@ -101,6 +101,11 @@ class Engine:
         """Current share configurations (copies: change them with ``set_share``)."""
         return {n: replace(s, limits=dict(s.limits)) for n, s in self._state.shares.items()}
 
+    def share_limit(self, share: str, instance_type: str) -> int:
+        """A share's current limit on a type (0 without one): one figure, where ``shares``
+        copies every share's configuration."""
+        return self._state.shares[share].limits.get(instance_type, 0)
+
     @property
     def plans(self) -> dict[str, Plan]:
         """Capacity plans by name, in the order added, with their current count."""

@@ -154,6 +154,8 @@ def test_engine_api_schedule_copy_and_progress() -> None:
     assert out[0].lost_work == 7
     assert engine.job("x1").state is JobState.RUNNING  # the original is untouched
     assert engine.shares["O"].limits == {G: 1}
+    assert (engine.share_limit("O", G), preview.share_limit("O", G)) == (1, 2)
+    assert engine.share_limit("X", "no-such-type") == 0
 
 
 def test_engine_restore_running_and_explain() -> None:
