@@ -40,6 +40,8 @@ from scheduler.engine import (
 )
 from scheduler.gcpause import gc_paused
 
+ADMITTED = DecisionKind.ADMITTED
+
 MAX_SHARES = 20
 MAX_LIMITS = 5
 MAX_PREFERENCES = 5
@@ -637,17 +639,16 @@ def run(
     def emit(decisions: Sequence[Decision]) -> None:
         for decision in decisions:
             event = decision.to_event()
-            event["job"] = raw_ids[decision.job]
-            if event.get("by") is not None:
+            job_id = decision.job
+            event["job"] = raw_ids[job_id]
+            if decision.kind == ADMITTED:
+                token = tokens[job_id] = tokens.get(job_id, 0) + 1
+                finish = engine.finish_time(engine.job(job_id))  # None: stopped again now
+                if finish is not None:
+                    heapq.heappush(finishing, (finish, by_id[job_id].index, job_id, token))
+            elif event.get("by") is not None:
                 event["by"] = raw_ids[str(event["by"])]
             events.append(event)
-            if decision.kind == DecisionKind.ADMITTED:
-                job = engine.job(decision.job)
-                tokens[job.id] = tokens.get(job.id, 0) + 1
-                finish = engine.finish_time(job)  # None: stopped again at this instant
-                if finish is not None:
-                    entry = (finish, by_id[job.id].index, job.id, tokens[job.id])
-                    heapq.heappush(finishing, entry)
 
     def next_finish() -> int | None:
         while finishing:
@@ -661,8 +662,9 @@ def run(
     next_act = 0
     now = 0
     while True:
+        finish = next_finish()
         moment = _earliest(
-            next_finish(),
+            finish,
             submissions[next_sub].job.submitted_at if next_sub < len(submissions) else None,
             actions[next_act][1]["at"] if next_act < len(actions) else None,
             engine.next_deadline(),
@@ -671,9 +673,10 @@ def run(
             break
         now = moment
         done = []
-        while next_finish() == now:
+        while finish == now:
             _, index, job_id, _ = heapq.heappop(finishing)
             done.append((index, job_id))
+            finish = next_finish()
         for _, job_id in sorted(done):
             emit(engine.complete(job_id, now))
         emit(
@@ -692,8 +695,11 @@ def run(
 
 def _earliest(*moments: int | None) -> int | None:
     """The earliest of the moments that are known (None: nothing left to happen)."""
-    known = [t for t in moments if t is not None]
-    return min(known) if known else None
+    found = None
+    for moment in moments:  # a loop, not min() over a list: asked at every instant
+        if moment is not None and (found is None or moment < found):
+            found = moment
+    return found
 
 
 def _submit_due(
