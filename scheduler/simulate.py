@@ -84,6 +84,7 @@ _JOB_KEYS = {
     "deadline",
     "max_cost",
 }
+_PREFERENCE_KEYS = {"instance_type", "count", "plan", "runtime"}
 _PLAN_KEYS = {"name", "instance_type", "count", "share", "start", "end", "hourly_price"}
 _ACTION_KEYS = {
     "set_priority": {"at", "type", "job", "priority"},
@@ -137,10 +138,14 @@ class _Validator:
     def add(self, path: str, message: str) -> None:
         self.problems.append(f"{path}: {message}")
 
-    def name(self, where: str, value: object, names: Collection[str], what: str) -> bool:
-        """``value`` names one of ``names`` (``what`` they are: "share", "plan", ...);
-        required. Any JSON value may arrive, so a list or an object is reported as such
-        before it is looked up (it cannot be, among names)."""
+    def name(self, path: str, key: str, value: object, names: Collection[str], what: str) -> bool:
+        """``value`` (field ``key`` of the object at ``path``) names one of ``names``
+        (``what`` they are: "share", "plan", ...); required. Any JSON value may arrive,
+        so a list or an object is reported as such before it is looked up (it cannot be,
+        among names)."""
+        if isinstance(value, str) and value in names:
+            return True  # the common case, before the field's path is even spelt out
+        where = f"{path}.{key}"
         if value is None:
             self.add(where, "required")
         elif not isinstance(value, str):
@@ -177,6 +182,8 @@ class _Validator:
             and (maximum is None or value <= maximum)
         ):
             return  # the common case, before the field's path is even spelt out
+        if (value is _ABSENT and not required) or (value is None and nullable):
+            return  # an optional field left out, or null where null is allowed
         where = f"{path}.{key}" if path else key
         if value is _ABSENT:
             if required:
@@ -207,6 +214,8 @@ class _Validator:
         value = obj.get(key, _ABSENT)
         if (type(value) is int or type(value) is float) and (value > 0 if positive else value >= 0):
             return  # the common case, before the field's path is even spelt out
+        if (value is _ABSENT and not required) or (value is None and nullable):
+            return  # an optional field left out, or null where null is allowed
         where = f"{path}.{key}"
         if value is _ABSENT:
             if required:
@@ -359,7 +368,7 @@ def _validate_jobs(
         else:
             job_ids.add(str(job_id))
         share = item.get("share")
-        v.name(f"{path}.share", share, shares, "share")
+        v.name(path, "share", share, shares, "share")
         v.int_field(path, item, "submit_at", required=True)
         v.int_field(path, item, "priority", required=True, maximum=MAX_PRIORITY)
         v.number_field(path, item, "duration")
@@ -399,13 +408,13 @@ def _validate_preferences(
         if not isinstance(pref, dict):
             v.add(ppath, "must be an object")
             continue
-        v.unknown(ppath, pref, {"instance_type", "count", "plan", "runtime"})
+        v.unknown(ppath, pref, _PREFERENCE_KEYS)
         v.int_field(ppath, pref, "runtime", minimum=1, nullable=True)
         type_name = pref.get("instance_type")
         if "plan" in pref:
             _validate_plan_preference(v, ppath, pref, plans, share, kind)
         else:
-            v.name(f"{ppath}.instance_type", type_name, types, "instance type")
+            v.name(ppath, "instance_type", type_name, types, "instance type")
         if "count" in pref:
             if common:
                 v.add(
@@ -452,13 +461,13 @@ def _validate_actions(
         if kind == "set_priority":
             v.int_field(path, item, "priority", required=True, maximum=MAX_PRIORITY)
         elif kind == "set_share":
-            v.name(f"{path}.share", item.get("share"), shares, "share")
+            v.name(path, "share", item.get("share"), shares, "share")
             v.share_fields(path, item, types)
         elif kind == "set_capacity":
-            v.name(f"{path}.instance_type", item.get("instance_type"), types, "instance type")
+            v.name(path, "instance_type", item.get("instance_type"), types, "instance type")
             v.int_field(path, item, "capacity", required=True)
         elif kind == "set_plan":
-            v.name(f"{path}.plan", item.get("plan"), plans, "plan")
+            v.name(path, "plan", item.get("plan"), plans, "plan")
             v.int_field(path, item, "count", required=True)
 
 
@@ -487,9 +496,9 @@ def _validate_plans(
         elif name in plans:
             v.add(f"{path}.name", f"duplicate plan {name!r}")
             name = None
-        v.name(f"{path}.instance_type", item.get("instance_type"), types, "instance type")
+        v.name(path, "instance_type", item.get("instance_type"), types, "instance type")
         share = item.get("share")
-        v.name(f"{path}.share", share, shares, "share")
+        v.name(path, "share", share, shares, "share")
         v.int_field(path, item, "count", required=True)
         v.int_field(path, item, "start", required=True)
         v.int_field(path, item, "end", required=True)
@@ -515,7 +524,7 @@ def _validate_plan_preference(
     if "instance_type" in pref:
         v.add(f"{ppath}.instance_type", "must not be given with a plan (it has the plan's type)")
     name = pref["plan"]
-    if not v.name(f"{ppath}.plan", name, plans, "plan"):
+    if not v.name(ppath, "plan", name, plans, "plan"):
         pass
     elif kind != TRAINING:
         v.add(f"{ppath}.plan", f"only training jobs may name a plan (this job is {kind!r})")
