@@ -284,6 +284,22 @@ def pool_facts(pool: Pool) -> PoolFacts:
 # ---------------------------------------------------------------------------- the queue
 
 
+def _placeable_in(
+    pools: dict[str, Pool], shares: dict[str, ShareConfig]
+) -> Callable[[str, str], bool]:
+    """The candidate index's test of whether a share may place anything on a pool (not a
+    type it has no limit for). A closure over the two maps, not a bound method of the
+    state: the index then holds no reference back to the state, so a whole engine is
+    freed as soon as its last user drops it, without waiting for (and costing) a pass
+    of the cyclic garbage collector over its objects (half a second after a
+    100,000-job replay)."""
+
+    def placeable(pool: str, share: str) -> bool:
+        return pool not in pools or pool in shares[share].limits
+
+    return placeable
+
+
 class QueueState:
     """Everything one queue's engine knows, and the clock of its changes.
 
@@ -319,7 +335,7 @@ class QueueState:
         order the plans were added (file order)."""
         self.jobs: dict[str, Job] = {}
         self.pending: dict[str, Job] = {}
-        self.index = CandidateIndex(self._placeable)
+        self.index = CandidateIndex(_placeable_in(self.pools, self.shares))
         self.clock = 0
         self.version: dict[str, int] = {}
         self.now: int | None = None
@@ -328,10 +344,6 @@ class QueueState:
         time: they count as changed at the next instant."""
         self._facts: dict[str, PoolFacts] = {}
         self.seq = 0
-
-    def _placeable(self, pool: str, share: str) -> bool:
-        """May the share place anything on the pool (not a type it has no limit for)?"""
-        return pool not in self.pools or pool in self.shares[share].limits
 
     def facts(self, pool: Pool) -> PoolFacts:
         found = self._facts.get(pool.name)

@@ -129,3 +129,67 @@ def test_incremental_equals_full_on_deep_varied_traces(load: float, seed: int) -
     assert run(data, explain=True, incremental=False) == result
     backlog = sum(1 for job in result["jobs"].values() if job["state"] == "PENDING")
     assert backlog > 50  # it really queues
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_share_given_a_limit_on_a_new_type_runs_its_waiting_jobs_there(seed: int) -> None:
+    """A job's preference on a type its share has no limit for is not indexed there;
+    when the share gains a limit on that type, the job is indexed there at once and
+    runs as full re-examination says, and when it loses one again, it waits."""
+    data = busy_trace(seed, n_jobs=120)
+    rng = random.Random(seed)
+    for share in data["shares"]:
+        missing = [t for t in TYPES if t not in share["limits"]]
+        if not missing:
+            continue
+        gained = dict(share["limits"], **{rng.choice(missing): rng.randint(1, 6)})
+        data["actions"].append(
+            {
+                "at": rng.randint(0, 150),
+                "type": "set_share",
+                "share": share["name"],
+                "limits": gained,
+            }
+        )
+        data["actions"].append(
+            {
+                "at": rng.randint(150, 300),
+                "type": "set_share",
+                "share": share["name"],
+                "limits": share["limits"],
+            }
+        )
+    assert run(data, incremental=True) == run(data, incremental=False)
+
+
+def test_a_new_limit_starts_a_job_that_waited_for_it() -> None:
+    """The plain case: a job asks only for a type its share has no limit for; once the
+    share has one, it starts at that instant."""
+    data = {
+        "instance_types": [
+            {"name": "ml.g5.xlarge", "capacity": 4},
+            {"name": "ml.p4d.24xlarge", "capacity": 4},
+        ],
+        "shares": [{"name": "s", "limits": {"ml.g5.xlarge": 1}}],
+        "jobs": [
+            {
+                "id": "j",
+                "share": "s",
+                "submit_at": 0,
+                "priority": 1,
+                "preferences": [{"instance_type": "ml.p4d.24xlarge", "count": 2}],
+                "duration": 50,
+            }
+        ],
+        "actions": [
+            {
+                "at": 10,
+                "type": "set_share",
+                "share": "s",
+                "limits": {"ml.g5.xlarge": 1, "ml.p4d.24xlarge": 2},
+            }
+        ],
+    }
+    for incremental in (True, False):
+        result = run(data, incremental=incremental)
+        assert result["jobs"]["j"]["started_at"] == 10
