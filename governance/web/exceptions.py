@@ -176,19 +176,40 @@ def exception_new(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def exception_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """A fragment (web/fragments.py) of the exception, its job and its history (audit
+    entries: ``state_cache.page_version``), with words of relative times computed in
+    Python (BUCKET_SECONDS). Per user: the requester withdraws, never decides, their own."""
     exc = sel.exception_detail(pk)
     if exc is None:
         raise Http404("No such exception.")
-    return _render_detail(request, exc, DecisionForm())
+    return fragments.page(
+        request,
+        "exception",
+        "exceptions/detail.html",
+        lambda: _detail_context(request, exc, DecisionForm()),
+        version=state_cache.page_version(),
+        args=[exc.pk],
+        viewer=fragments.Viewer.USER,
+        bucket=BUCKET_SECONDS,
+        around={"exc": exc},
+    )
 
 
 def _render_detail(
     request: HttpRequest, exc: PriorityException, form: DecisionForm, status: int = 200
 ) -> HttpResponse:
+    """The page with a decision's problems: rendered for this request, not cached."""
+    context = _detail_context(request, exc, form)
+    return render(request, "exceptions/detail.html", context, status=status)
+
+
+def _detail_context(
+    request: HttpRequest, exc: PriorityException, form: DecisionForm
+) -> dict[str, Any]:
     history = list(sel.exception_history(exc))
     for entry in history:
         entry.when = sel.relative(entry.created_at)  # type: ignore[attr-defined]
-    context = {
+    return {
         "exc": _times(exc),
         "form": form,
         "history": history,
@@ -197,7 +218,6 @@ def _render_detail(
         "may_withdraw": _can_withdraw(request.user, exc),
         "own_request": exc.requester_id == request.user.pk,
     }
-    return render(request, "exceptions/detail.html", context, status=status)
 
 
 ACTIONS = {
