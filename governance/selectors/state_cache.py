@@ -310,3 +310,13 @@ def usage_history_version() -> str:
         cursor.execute(f"SELECT {sql}")
         row = cursor.fetchone()
     return ":".join(map(str, row or ()))
+
+
+def table_version(model: type[Model]) -> str:
+    """A digest of every row of a small table (ids, ``xmin``, ``ctid``): changes with any
+    write to it, audited or not (the priority bands: a handful of rows). One query."""
+    columns = f"{model._meta.pk.column} || ':' || xmin || ':' || ctid::text"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_ROWS_DIGEST.format(columns=columns, table=model._meta.db_table)}")
+        row = cursor.fetchone()
+    return f"{model._meta.db_table}:{row[0] if row else ''}"
