@@ -179,19 +179,25 @@ def exception_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A fragment (web/fragments.py) of the exception, its job and its history (audit
     entries: ``state_cache.page_version``), with words of relative times computed in
     Python (BUCKET_SECONDS). Per user: the requester withdraws, never decides, their own."""
-    exc = sel.exception_detail(pk)
-    if exc is None:
+    if not PriorityException.objects.filter(pk=pk).exists():
         raise Http404("No such exception.")
+
+    def context() -> dict[str, Any]:
+        exc = sel.exception_detail(pk)
+        if exc is None:  # deleted since: the page is not cached
+            raise Http404("No such exception.")
+        return _detail_context(request, exc, DecisionForm())
+
     return fragments.page(
         request,
         "exception",
         "exceptions/detail.html",
-        lambda: _detail_context(request, exc, DecisionForm()),
+        context,
         version=state_cache.page_version(),
-        args=[exc.pk],
+        args=[pk],
         viewer=fragments.Viewer.USER,
         bucket=BUCKET_SECONDS,
-        around={"exc": exc},
+        around={"exc": {"pk": pk}},
     )
 
 
