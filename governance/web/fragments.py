@@ -32,7 +32,9 @@ serves the HTML cached under a key naming everything the HTML depends on:
   and which part of its version covers it;
 - a time bucket (``bucket`` seconds) where the fragment shows a state that changes with
   time alone ("in 3 days" as words computed in Python, "overdue", an exposure's
-  "reclaim imminent"): the HTML is at most that old. Times written with ``{% when %}``
+  "reclaim imminent"): the HTML is at most that old, and the render of the next
+  bucket's (each key's buckets start at an offset of their own, so a site's fragments do
+  not all end theirs at once). Times written with ``{% when %}``
   need none: they are slots, written at each serving (``web.regions``), and so are
   those of the cached regions the fragment embeds (``regions.deferred_times``).
 
@@ -50,7 +52,8 @@ cached.
 
 Single flight: the first reader of a missing key renders it while the others wait for
 its answer (``state_cache``'s lock, without using a CPU), so 20 clients arriving after a
-write render the fragment once, not 20 times. With the cache unavailable every request
+write render the fragment once, not 20 times; when only the time bucket ended, the
+others are served the previous bucket's HTML meanwhile. With the cache unavailable every request
 renders its own fragment, as without this module.
 """
 
@@ -161,20 +164,29 @@ def fragment_key(
     version: str,
     args: Iterable[Any] = (),
     viewer: Viewer = Viewer.ROLES,
-    bucket: int | None = None,
 ) -> str:
-    """The cache key of a fragment (see the module's docstring for its parts)."""
+    """The cache key of a fragment (see the module's docstring for its parts; the time
+    bucket is stored with the HTML, ``bucket_of``)."""
     parts = [
         code_version(),
         database_identity(),
         repr(tuple(args)),
         viewer_class(request, viewer),
         version,
-        "" if bucket is None else str(int(time.time() // bucket)),
     ]
     # hashed: the parts (a fingerprint, lists of team ids) may pass a key's 250 characters
     digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=20).hexdigest()
     return f"fragment:{SCHEMA}:{name}:{digest}"
+
+
+def bucket_of(key: str, bucket: int | None) -> int:
+    """The time bucket a fragment stored under ``key`` is now in (0 without one). Each
+    key's buckets start at an offset of its own, so the fragments of a site do not all
+    expire in the same second."""
+    if bucket is None:
+        return 0
+    offset = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest()) % bucket
+    return int((time.time() + offset) // bucket)
 
 
 def render_fragment(template_name: str, context: Mapping[str, Any]) -> regions.Rendered:
@@ -231,11 +243,50 @@ def fragment(
     """``template`` rendered from ``context()``, cached under ``fragment_key`` and
     rendered by one request at a time (single flight); served with this request's
     times, CSRF token and ``holes`` (name -> its part, computed when served)."""
-    key = fragment_key(request, name, version=version, args=args, viewer=viewer, bucket=bucket)
-    rendered: regions.Rendered = state_cache.cached(
-        key, lambda: _compute(template, context), timeout
-    )
+    key = fragment_key(request, name, version=version, args=args, viewer=viewer)
+    rendered = _rendered(key, bucket_of(key, bucket), lambda: _compute(template, context), timeout)
     return serve(request, rendered, holes)
+
+
+def _rendered(
+    key: str, now: int, compute: Callable[[], regions.Rendered], timeout: float
+) -> regions.Rendered:
+    """The HTML stored under ``key`` for the time bucket ``now``, computed by one caller
+    at a time (single flight). While another caller computes the new bucket's, the
+    previous bucket's is served (a state of the same version, one bucket older), so a
+    bucket's end makes no one wait; any other miss waits for the one computing."""
+    found: tuple[int, regions.Rendered] | None = state_cache.cache_get_many([key]).get(key)
+    if found is not None and found[0] == now:
+        return found[1]
+    lock = f"{key}:lock"
+    token = state_cache.take_lock(lock)
+    if token is None:
+        if found is not None and found[0] == now - 1:
+            return found[1]
+        found = _wait_for_bucket(key, now - 1)
+        if found is not None:
+            return found[1]
+    try:
+        rendered = compute()
+        state_cache.cache_set_many({key: (now, rendered)}, timeout)
+    finally:
+        if token is not None:
+            state_cache.release_lock(lock, token)
+    return rendered
+
+
+def _wait_for_bucket(key: str, oldest: int) -> tuple[int, regions.Rendered] | None:
+    """What another caller stores under ``key`` for a bucket from ``oldest`` on, polled
+    for up to ``state_cache.WAIT_SECONDS`` (None after that: compute it)."""
+    deadline = time.monotonic() + state_cache.WAIT_SECONDS
+    pause = state_cache.POLL_SECONDS / 8  # most fragments take milliseconds
+    while time.monotonic() < deadline:
+        time.sleep(pause)
+        found: tuple[int, regions.Rendered] | None = state_cache.cache_get_many([key]).get(key)
+        if found is not None and found[0] >= oldest:
+            return found
+        pause = min(state_cache.POLL_SECONDS, pause * 2)
+    return None
 
 
 def page(

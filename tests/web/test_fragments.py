@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from governance import settings as project_settings
 from governance.models import Certification, ExceptionState, PriorityException
+from governance.selectors import state_cache
 from governance.services import certifications as certification_services
 from governance.services import exceptions as exception_services
 from governance.services import jobs as job_services
@@ -198,3 +199,22 @@ def test_pages_render_without_the_cache(world: Any) -> None:
     ):
         body = page(client, url)
         assert "<!--when" not in body and fragments.csrf_slot() not in body, url
+
+
+def test_only_the_previous_bucket_is_served_while_another_request_renders(
+    monkeypatch: Any,
+) -> None:
+    """A fragment whose time bucket just ended is served while one request renders the
+    new bucket's; one older than that is never served: the request waits, then renders."""
+    key, lock = "fragment:test:buckets", "fragment:test:buckets:lock"
+    old: Any = ("old", [])
+    state_cache.cache_set_many({key: (9, old)}, 60)
+    token = state_cache.take_lock(lock)  # another request renders bucket 10
+    assert token is not None
+    assert fragments._rendered(key, 10, lambda: ("new", []), 60) == old
+    state_cache.release_lock(lock, token)
+    assert fragments._rendered(key, 10, lambda: ("new", []), 60) == ("new", [])
+    state_cache.cache_set_many({key: (7, old)}, 60)
+    token = state_cache.take_lock(lock)
+    monkeypatch.setattr(state_cache, "WAIT_SECONDS", 0.2)
+    assert fragments._rendered(key, 10, lambda: ("newer", []), 60) == ("newer", [])
