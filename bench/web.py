@@ -34,6 +34,13 @@ workers. "solo" is the server p50 of a first pass with one client alone (unconte
 Targets (issue 34; on the server p95 under 20 clients): every page <= 50 ms, every
 partial <= 20 ms, and at least 150 requests/s over the whole run.
 
+What it measures. No scheduler runs beside the server, so nothing is written while the
+clients read: after the warm-up round the pages are served from their cached fragments
+(governance/web/fragments.py, docs/architecture.md "Cached pages"), each rendered once
+per state, viewer class and time bucket (the warm-up round renders them; a time bucket
+ending mid-run renders one again). The figures are those of a site between changes: a
+page rendered afresh after a write costs what it cost before the fragments, once.
+
 Pages. Every page a signed-in user reads (governance/web/urls.py), on the busiest
 objects: the overview (usage, decision feed, open decisions, agreements needing
 attention), queues and a queue, a share, its edit form and its lending ledger, jobs and a

@@ -30,19 +30,25 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from django.contrib.auth import get_user_model
 from django.core.cache import caches
 from django.db import connection
+from django.db.models import Field, Model
 
 from governance.models import (
+    Agreement,
     AuditEntry,
     CapacityPlan,
     InstanceType,
     Job,
     JobEvent,
     JobQueue,
+    Promise,
     QueueCapacity,
     Share,
     Team,
+    UsageLevel,
+    UsageRollup,
 )
 from governance.models.shares import ShareLimit
 
@@ -77,6 +83,21 @@ def queue_state_fingerprint(queue_id: int | None = None) -> str:
         cursor.execute(_fingerprint_sql(queue_id), {"q": queue_id})
         row = cursor.fetchone()
     return _fingerprint_of(queue_id, row[0] if row else "")
+
+
+def queue_fingerprint_within(everything: str, queue_id: int) -> str:
+    """``queue_state_fingerprint(queue_id)``, kept under ``everything`` (the fingerprint of
+    every queue, ``queue_state_fingerprint()``): a queue's rows are among every queue's,
+    so while that one holds, so does the queue's, and a page that has read it reads the
+    queue's from the cache instead of asking PostgreSQL again (a digest over the queue's
+    active jobs each)."""
+    key = f"queue-fingerprint:{everything}:{queue_id}"
+    found = cache_get_many([key]).get(key)
+    if isinstance(found, str):
+        return found
+    found = queue_state_fingerprint(queue_id)
+    cache_set_many({key: found}, 600)
+    return found
 
 
 def _fingerprint_of(queue_id: int | None, digest: str | None) -> str:
@@ -211,3 +232,91 @@ def cached(key: str, compute: Callable[[], T], timeout: float = 60.0) -> T:
         if token is not None:
             release_lock(f"{key}:lock", token)
     return value
+
+
+def _column(model: type[Model], name: str) -> str:
+    field = model._meta.get_field(name)
+    column = field.column if isinstance(field, Field) else None
+    assert column is not None, f"{model.__name__}.{name} is no column"
+    return column
+
+
+def rows_version(model: type[Model], column: str, value: Any, **equal: Any) -> str:
+    """A digest of the ids, ``xmin`` and ``ctid`` of ``model``'s rows whose ``column`` is
+    ``value`` (and each of ``equal``'s columns its value): it changes with any insert,
+    update or delete among them, including the writes made without an audit entry (a
+    certification's drift mark, a promise's evaluation, a decision's reminder), which
+    ``queue_record_version`` does not see. ``ctid`` (where the row version lies) tells
+    apart two versions written by one transaction, which share their ``xmin``. For a few
+    rows (one workload's certifications, one team's open decisions): one index read."""
+    table = model._meta.db_table
+    where = " AND ".join(f'"{_column(model, name)}" = %s' for name in (column, *equal))
+    sql = (
+        "SELECT md5(coalesce(string_agg(id || ':' || xmin || ':' || ctid::text, ',' "
+        f"ORDER BY id), '')) FROM \"{table}\" WHERE {where}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value, *equal.values()])
+        row = cursor.fetchone()
+    return f"{table}:{value}:{row[0] if row else ''}"
+
+
+# A digest of a small table's rows (ordered by their own text: deterministic).
+_ROWS_DIGEST = (
+    "(SELECT md5(coalesce(string_agg(v, ',' ORDER BY v), '')) FROM "
+    "(SELECT {columns} AS v FROM {table}) AS rows)"
+)
+_PAGE_VERSION_SQL = "SELECT {record}, {promises}, {agreements}, {users}"
+
+
+def page_version() -> str:
+    """What a cached page fragment (``web.fragments``) shows of the stored state besides
+    its own parts, in one query: ``queue_record_version()`` (every job change writes an
+    event, every policy change, filing, decision and review an audit entry); a digest of
+    the promises' and agreements' rows (an evaluation rewrites its promise's state, the
+    "broken" marks several pages show, without an audit entry; a few rows a site); and
+    of the users' names, which Django's admin site may change without an audit entry."""
+    user = get_user_model()
+    versions = "id || ':' || xmin || ':' || ctid::text"
+    sql = _PAGE_VERSION_SQL.format(
+        record=_record_version_sql(None).strip().rstrip(","),
+        promises=_ROWS_DIGEST.format(columns=versions, table=Promise._meta.db_table),
+        agreements=_ROWS_DIGEST.format(columns=versions, table=Agreement._meta.db_table),
+        users=_ROWS_DIGEST.format(
+            columns=f"id || ':' || {_column(user, user.USERNAME_FIELD)}",
+            table=user._meta.db_table,
+        ),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"q": None})
+        row = cursor.fetchone()
+    event, audit, *digests = row or (None, None)
+    return ":".join([_record_version_of(None, event, audit), *map(str, digests)])
+
+
+def usage_history_version() -> str:
+    """A version of the usage rollups the history charts are drawn from: each cycle adds
+    to them in place with no event, in the transaction that rewrites its queue's
+    ``UsageLevel`` row (a digest of those rows, one a queue), and a rebuild inserts new
+    rows (the newest id). One query."""
+    sql = (
+        _ROWS_DIGEST.format(
+            columns=f"{UsageLevel._meta.pk.column} || ':' || xmin || ':' || ctid::text",
+            table=UsageLevel._meta.db_table,
+        )
+        + f", (SELECT max(id) FROM {UsageRollup._meta.db_table})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {sql}")
+        row = cursor.fetchone()
+    return ":".join(map(str, row or ()))
+
+
+def table_version(model: type[Model]) -> str:
+    """A digest of every row of a small table (ids, ``xmin``, ``ctid``): changes with any
+    write to it, audited or not (the priority bands: a handful of rows). One query."""
+    columns = f"{model._meta.pk.column} || ':' || xmin || ':' || ctid::text"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_ROWS_DIGEST.format(columns=columns, table=model._meta.db_table)}")
+        row = cursor.fetchone()
+    return f"{model._meta.db_table}:{row[0] if row else ''}"

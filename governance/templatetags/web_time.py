@@ -13,11 +13,12 @@ minute — and a future time reads "in ..." instead of timesince's "0 minutes".
 
 from __future__ import annotations
 
-from datetime import datetime
+import html
+import re
+from datetime import datetime, tzinfo
 
 from django import template
 from django.utils import timezone
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
@@ -85,18 +86,28 @@ Slot = datetime | tuple[datetime, bool]
 NEXT_CYCLE_WORDS = "at the next scheduling cycle"
 
 
-def time_html(t: datetime, *, estimate: bool = False) -> SafeString:
+def time_html(
+    t: datetime, *, estimate: bool = False, now: datetime | None = None, zone: tzinfo | None = None
+) -> SafeString:
     """``<time>`` with the relative words and the absolute time in its title; with
-    ``estimate``, a start due within a minute (or past) reads NEXT_CYCLE_WORDS."""
-    shown = timezone.localtime(t) if timezone.is_aware(t) else t
-    # Escaped though none can hold markup: isoformat/strftime/words only.
+    ``estimate``, a start due within a minute (or past) reads NEXT_CYCLE_WORDS.
+    ``now`` and ``zone`` (the current time zone): given by a caller writing many times
+    at once (``fill_slots``), which would otherwise look each up again per time."""
+    aware = timezone.is_aware(t)
+    if aware:
+        shown = t.astimezone(zone or timezone.get_current_timezone())
+        now = now or timezone.now()
+    else:
+        shown = t
+        now = datetime.now()
+    # Neither the ISO time, the strftime output nor the words can hold markup.
     # The title names its time zone (the configured one, "UTC" by default).
     absolute = shown.strftime("%Y-%m-%d %H:%M:%S %Z").rstrip()
-    words = relative_time(t)
-    if estimate and (t - timezone.now()).total_seconds() < 60:
+    words = relative_time(t, now)
+    if estimate and (t - now).total_seconds() < 60:
         words = NEXT_CYCLE_WORDS
     return mark_safe(
-        f'<time datetime="{escape(shown.isoformat())}" title="{absolute}">{escape(words)}</time>'
+        f'<time datetime="{shown.isoformat()}" title="{absolute}">{html.escape(words)}</time>'
     )
 
 
@@ -127,13 +138,49 @@ def estimated_start(context: template.Context, t: datetime | None) -> SafeString
     return _slot_or_html(context, t, True)
 
 
-def fill_slots(html: str, times: list[Slot]) -> SafeString:
-    """HTML rendered with ``when_slots``, each slot replaced by its time's ``time_html``."""
-    parts = html.split(SLOT)
+def fill_slots(html_in: str, times: list[Slot]) -> SafeString:
+    """HTML rendered with ``when_slots``, each slot replaced by its time's ``time_html``
+    (all as of one instant, in one time zone)."""
+    parts = html_in.split(SLOT)
+    if len(parts) != len(times) + 1:
+        raise ValueError("the slots and their times do not match")
+    now, zone = timezone.now(), timezone.get_current_timezone()
+    out = [parts[0]]
+    for t, part in zip(times, parts[1:], strict=True):
+        at, estimate = t if isinstance(t, tuple) else (t, False)
+        out.append(time_html(at, estimate=estimate, now=now, zone=zone))
+        out.append(part)
+    return mark_safe("".join(out))
+
+
+# A slot that carries its own time: what a cached region already rendered (with SLOT
+# markers) becomes when it is written into a larger cached fragment (web/fragments.py),
+# whose own slot list cannot take the region's times in order. ``fill_inline`` writes
+# them at each serving. Stored text cannot imitate one: HTML escaping turns its "<".
+_INLINE = re.compile(r"<!--when@([0-9T:.+\- ]+)\|([01])-->")
+
+
+def inline_slots(html_in: str, times: list[Slot]) -> str:
+    """HTML rendered with ``when_slots``, each slot replaced by one naming its time."""
+    parts = html_in.split(SLOT)
     if len(parts) != len(times) + 1:
         raise ValueError("the slots and their times do not match")
     out = [parts[0]]
     for t, part in zip(times, parts[1:], strict=True):
-        out.append(time_html(t[0], estimate=t[1]) if isinstance(t, tuple) else time_html(t))
+        at, estimate = t if isinstance(t, tuple) else (t, False)
+        out.append(f"<!--when@{at.isoformat()}|{int(estimate)}-->")
         out.append(part)
-    return mark_safe("".join(out))
+    return "".join(out)
+
+
+def fill_inline(html_in: str) -> str:
+    """``inline_slots``'s slots written as ``time_html`` as of now."""
+    if "<!--when@" not in html_in:
+        return html_in
+    now, zone = timezone.now(), timezone.get_current_timezone()
+    return _INLINE.sub(
+        lambda m: time_html(
+            datetime.fromisoformat(m.group(1)), estimate=m.group(2) == "1", now=now, zone=zone
+        ),
+        html_in,
+    )

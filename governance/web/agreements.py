@@ -22,23 +22,32 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from governance import roles
-from governance.models import Agreement, AgreementVersion, PromiseState, Team
+from governance.models import (
+    Agreement,
+    AgreementVersion,
+    PromiseState,
+    Team,
+    WhatIf,
+)
 from governance.selectors import agreements as agreement_selectors
+from governance.selectors import state_cache
 from governance.services import agreements as agreement_services
 from governance.services import promises as promise_services
 from governance.services.errors import ServiceError
+from governance.web import fragments
 from governance.web.charts import promise_chart
 from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_governance import (
     PROMISE_ERROR_FIELDS,
     AgreementForm,
     ReviewForm,
-    htmx_target,
 )
 from governance.web.nav import request_roles
 from governance.web.presenters import governance as sel
 
 PAGE_SIZE = 50
+# How long a cached page may show a review date or a window as of (web/fragments.py).
+BUCKET_SECONDS = 60
 TEXT_FIELDS = (
     ("title", "Title"),
     ("body", "Agreement"),
@@ -47,10 +56,26 @@ TEXT_FIELDS = (
 )
 
 
+# The list is a fragment (web/fragments.py) of what it shows: agreements, their shares,
+# queues and teams (audited) and their promises' states (evaluated without an audit
+# entry: the newest evaluation), all in ``state_cache.page_version``; a review date passes with
+# time alone (BUCKET_SECONDS). The htmx swap of the results is rendered, not cached.
 @login_required
 def agreement_list(request: HttpRequest) -> HttpResponse:
     """All agreements by title, or the ones matching ``?q=`` best first with a highlighted
     snippet (SearchHeadline, computed only for the page shown)."""
+    return fragments.page(
+        request,
+        "agreements",
+        "agreements/list.html",
+        lambda: _list_context(request),
+        version=state_cache.page_version(),
+        bucket=BUCKET_SECONDS,
+        swaps="agreement-results",
+    )
+
+
+def _list_context(request: HttpRequest) -> dict[str, Any]:
     q = request.GET.get("q", "").strip()
     base = agreement_selectors.agreements().prefetch_related("shares__queue", "shares__team")
     qs: Any
@@ -93,14 +118,7 @@ def agreement_list(request: HttpRequest) -> HttpResponse:
             if raw is not None:
                 setattr(agreement, attr, _marked(raw))
     held = request_roles(request)
-    context = {
-        "page": page,
-        "q": q,
-        "may_create": held.admin or bool(held.lead_team_ids),
-    }
-    if htmx_target(request) == "agreement-results":
-        return render(request, "agreements/list.html#results", context)
-    return render(request, "agreements/list.html", context)
+    return {"page": page, "q": q, "may_create": held.admin or bool(held.lead_team_ids)}
 
 
 def _marked(text: str) -> SafeString:
@@ -202,9 +220,37 @@ def _agreement(pk: int) -> Agreement:
     return agreement
 
 
+# The page is a fragment (web/fragments.py) of what it reads: the agreement, its
+# versions, editors, shares' limits, running jobs and reclaims (each written with a job
+# event or an audit entry), its promises' evaluations (the newest: all three in
+# ``state_cache.page_version``) and its what-if evidence, which a what-if run writes
+# without one (``rows_version`` of its rows). The 30-day reclaim window and the review
+# date move with time alone (BUCKET_SECONDS). Per user: editors and reviewers by name.
+
+
 @login_required
 def agreement_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    return render(request, "agreements/detail.html", _detail_context(request, _agreement(pk)))
+    # Its title for the page around the fragment; the rest is read on a miss.
+    agreement = Agreement.objects.only("pk", "title").filter(pk=pk).first()
+    if agreement is None:
+        raise Http404("No such agreement.")
+    version = "|".join(
+        (
+            state_cache.page_version(),
+            state_cache.rows_version(WhatIf, "agreement", agreement.pk),
+        )
+    )
+    body = fragments.fragment(
+        request,
+        "agreement",
+        template="agreements/detail.html#body",
+        context=lambda: _detail_context(request, _agreement(pk)),
+        version=version,
+        args=[agreement.pk],
+        viewer=fragments.Viewer.USER,
+        bucket=BUCKET_SECONDS,
+    )
+    return render(request, "agreements/detail.html", {"agreement": agreement, "body": body})
 
 
 def _detail_context(

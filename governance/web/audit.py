@@ -23,8 +23,9 @@ from django.utils.safestring import SafeString, mark_safe
 
 from governance.models import AuditEntry, AuditEvent
 from governance.selectors import audit as audit_selectors
+from governance.selectors import state_cache
 from governance.selectors.filters import AuditFilter
-from governance.web import regions
+from governance.web import fragments, regions
 from governance.web.forms_governance import htmx_target
 from governance.web.presenters import governance as sel
 
@@ -194,6 +195,11 @@ def _cursor_of(entry: AuditEntry) -> str:
     return f"{entry.created_at.isoformat()}_{entry.pk}"
 
 
+# The page is a fragment (web/fragments.py) of what it shows: audit entries (never
+# changed once written, a new one is the newest id: ``page_version``), their
+# actors' names and the filters' teams, shares, queues and users (renames and new ones
+# are audited too). Reviewers and admins alone read it; per rights all the same. A
+# refused filter (400) and the htmx swap of the results are rendered, not cached.
 @login_required
 def audit_list(request: HttpRequest) -> HttpResponse:
     if not audit_selectors.may_read_audit(request.user):
@@ -203,12 +209,25 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         data={k: v for k, v in filters.items() if v},
         queryset=audit_selectors.audit_entries(request.user),
     )
-    status = 200
-    if filterset.is_valid():
-        queryset = filterset.qs
-    else:
-        queryset = AuditEntry.objects.none()
-        status = 400
+    if not filterset.is_valid():
+        context = _list_context(request, filters, filterset)
+        return render(request, "audit/list.html", context, status=400)
+    if htmx_target(request) == "audit-results":
+        context = _list_context(request, filters, filterset)
+        return render(request, "audit/list.html#results", context)
+    return fragments.page(
+        request,
+        "audit",
+        "audit/list.html",
+        lambda: _list_context(request, filters, filterset),
+        version=state_cache.page_version(),
+    )
+
+
+def _list_context(
+    request: HttpRequest, filters: dict[str, str], filterset: AuditFilter
+) -> dict[str, Any]:
+    queryset = filterset.qs if filterset.is_valid() else AuditEntry.objects.none()
     entries, has_older, has_newer = sel.keyset_page(
         queryset,
         older_than=_cursor(request.GET.get("older")),
@@ -218,7 +237,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     fixed = entry_cells(entries)
     rows = [{"entry": e, "fixed": fixed[e.pk]} for e in entries]
     query = "&".join(f"{k}={v}" for k, v in _encoded(filters))
-    context = {
+    return {
         "filters": filters,
         "filter_errors": filterset.errors,
         "rows": rows,
@@ -229,9 +248,6 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         **sel.audit_filter_choices(),
         "usernames": sel.usernames(),
     }
-    if htmx_target(request) == "audit-results":
-        return render(request, "audit/list.html#results", context, status=status)
-    return render(request, "audit/list.html", context, status=status)
 
 
 def _encoded(filters: dict[str, str]) -> list[tuple[str, str]]:

@@ -20,11 +20,13 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import CapacityPlan, Certification, InstanceType, Workload
 from governance.selectors import certifications as cert_selectors
+from governance.selectors import state_cache
 from governance.selectors import workloads as workload_selectors
 from governance.services import certifications as cert_services
 from governance.services import templates as template_services
 from governance.services import workloads as workload_services
 from governance.services.errors import ServiceError
+from governance.web import fragments
 from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_certifications import DecideForm, ProposeForm, RevokeForm, TemplateForm
 
@@ -84,20 +86,48 @@ def context(
     }
 
 
-def _detail(request: HttpRequest, workload: Workload, status: int, **forms_: Any) -> HttpResponse:
-    data = {
+def _detail_context(request: HttpRequest, workload: Workload, **forms_: Any) -> dict[str, Any]:
+    return {
         "workload": workload,
         "history": workload_selectors.history(workload.pk),
         "recent_jobs": workload_selectors.recent_jobs(workload.pk),
         "may_edit": workload_services.may_edit(request.user, workload.team_id),
         **context(request, workload, **forms_),
     }
+
+
+def _detail(request: HttpRequest, workload: Workload, status: int, **forms_: Any) -> HttpResponse:
+    """The page with a form's problems: rendered for this request, not cached."""
+    data = _detail_context(request, workload, **forms_)
     return render(request, "workloads/detail.html", data, status=status)
+
+
+# The page (as a GET shows it, with no form's problems) is a fragment (web/fragments.py)
+# of what it reads: the workload, its recovery history, template, recent jobs and
+# certifications with their runs, the instance types' prices and the team's plans, all
+# written with a job event or an audit entry (``page_version``), except the
+# certifications' drift and reminder marks (``rows_version`` of the workload's
+# certifications). A certification's status and the plans offered change with time
+# alone (BUCKET_SECONDS). Per user: a proposer may not decide their own proposal.
+BUCKET_SECONDS = 60
 
 
 def workload_page(request: HttpRequest, workload_id: int) -> HttpResponse:
     """The workload page (GET)."""
-    return _detail(request, _workload(workload_id), 200)
+    workload = _workload(workload_id)
+    version = state_cache.page_version()
+    certs = state_cache.rows_version(Certification, "workload", workload.pk)
+    body = fragments.fragment(
+        request,
+        "workload",
+        template="workloads/detail.html#body",
+        context=lambda: _detail_context(request, workload),
+        version=f"{version}|{certs}",
+        args=[workload.pk],
+        viewer=fragments.Viewer.USER,
+        bucket=BUCKET_SECONDS,
+    )
+    return render(request, "workloads/detail.html", {"workload": workload, "body": body})
 
 
 @login_required

@@ -16,11 +16,12 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import ChangeRequestState, ShareChangeRequest
 from governance.selectors import change_requests as cr_selectors
-from governance.selectors import scheduling
+from governance.selectors import scheduling, state_cache
 from governance.selectors import shares as share_selectors
 from governance.services import change_requests as cr_services
 from governance.services import shares as share_services
 from governance.services.errors import ServiceError, ValidationFailed
+from governance.web import fragments
 from governance.web.errors import apply_service_errors
 from governance.web.forms_governance import DecisionForm
 from governance.web.forms_shares import ChangeRequestForm
@@ -57,7 +58,19 @@ def _with_words(preview: dict[str, Any] | None) -> dict[str, Any] | None:
 
 @login_required
 def change_request_list(request: HttpRequest) -> HttpResponse:
-    """Every request (filter by state); admins get the pending ones to review on top."""
+    """Every request (filter by state); admins get the pending ones to review on top.
+    A fragment (web/fragments.py) of the requests, their shares and requesters, all
+    audited (``state_cache.page_version``); per rights (admins review)."""
+    return fragments.page(
+        request,
+        "change-requests",
+        "change_requests/list.html",
+        lambda: _list_context(request),
+        version=state_cache.page_version(),
+    )
+
+
+def _list_context(request: HttpRequest) -> dict[str, Any]:
     state = request.GET.get("state", "")
     listing = cr_selectors.change_requests()
     if state in ChangeRequestState.values:
@@ -73,7 +86,7 @@ def change_request_list(request: HttpRequest) -> HttpResponse:
         context["review_queue"] = list(
             cr_selectors.change_requests().filter(state=ChangeRequestState.PENDING)[:PAGE_SIZE]
         )
-    return render(request, "change_requests/list.html", context)
+    return context
 
 
 @login_required

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from django.http import HttpRequest
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
@@ -226,3 +227,43 @@ def promise_chart(
         )
     parts.append("</svg>")
     return mark_safe("".join(parts))
+
+
+# The usage history is drawn from the rollups every scheduling cycle adds to in place
+# (``services.insight``), with no event or audit entry, in the transaction that rewrites
+# its queue's usage level: its rendering is cached under those rows' version
+# (``state_cache.usage_history_version``, the same for every viewer). The step in
+# progress is averaged over the part of it that has passed, which moves with time
+# alone: HISTORY_BUCKET_SECONDS bounds how long one rendering of it is served.
+HISTORY_BUCKET_SECONDS = 10
+
+
+def history_html(
+    request: HttpRequest,
+    *,
+    queue_id: int | None,
+    share_ids: list[int] | None,
+    subject: str,
+    history_id: int | None = None,
+) -> SafeString:
+    """``templates/partials/usage_history.html`` of the queue (None: every queue) and
+    shares (None: all) over the window ``?history=`` names."""
+    from governance.selectors import insight, state_cache
+    from governance.web import fragments
+
+    window = request.GET.get("history")
+
+    def context() -> dict[str, Any]:
+        history = insight.usage_history(queue_id=queue_id, window_key=window, share_ids=share_ids)
+        return {**history_context(history, subject), "history_id": history_id}
+
+    return fragments.fragment(
+        request,
+        "usage-history",
+        template="partials/usage_history.html",
+        context=context,
+        version=state_cache.usage_history_version(),
+        args=[queue_id, share_ids, window, subject, history_id],
+        viewer=fragments.Viewer.EVERYONE,
+        bucket=HISTORY_BUCKET_SECONDS,
+    )

@@ -20,9 +20,11 @@ from governance.models import Decision, DecisionState
 from governance.models.jobs import MAX_PREFERENCES
 from governance.models.priorities import MAX_PRIORITY
 from governance.selectors import decisions as decision_selectors
+from governance.selectors import state_cache
 from governance.services import decisions as decision_services
 from governance.services import resubmissions
 from governance.services.errors import ServiceError
+from governance.web import fragments
 from governance.web.errors import apply_service_errors, check_with_service
 
 # One preference a line: "ml.g6.xlarge 2" or "plan NAME 2" (the count may be left out
@@ -112,8 +114,14 @@ def _decision(pk: int) -> Decision:
 def _render(
     request: HttpRequest, decision: Decision, status: int = 200, **forms_given: forms.Form
 ) -> HttpResponse:
+    """The page with a form's problems: rendered for this request, not cached."""
+    context = _context(request, decision, **forms_given)
+    return render(request, "decisions/detail.html", context, status=status)
+
+
+def _context(request: HttpRequest, decision: Decision, **forms_given: forms.Form) -> dict[str, Any]:
     defaults = resubmissions.resubmit_defaults(decision.job)
-    context = {
+    return {
         "decision": decision,
         "overdue": decision_selectors.overdue(decision, timezone.now()),
         "may_decide": decision.state == DecisionState.OPEN
@@ -129,12 +137,34 @@ def _render(
         "reclassify_form": forms_given.get("reclassify") or NoteForm(),
         "close_form": forms_given.get("close") or CloseForm(),
     }
-    return render(request, "decisions/detail.html", context, status=status)
+
+
+# The page (as a GET shows it) is a fragment (web/fragments.py) of what it reads: the
+# decision's row (a reminder is marked on it without an audit entry: ``rows_version``),
+# its job and the defaults of a resubmission (its workload's template: job events and
+# audit entries, ``state_cache.page_version``). It falls overdue with time alone
+# (BUCKET_SECONDS). Per rights: the team's leads and admins answer it.
+BUCKET_SECONDS = 60
 
 
 @login_required
 def decision_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    return _render(request, _decision(pk))
+    # Its title for the page around the fragment (the full read, a join of a hundred
+    # columns, only on a miss).
+    title = Decision.objects.filter(pk=pk).values("pk", "job__name").first()
+    if title is None:
+        raise Http404("No such decision.")
+    version = "|".join((state_cache.page_version(), state_cache.rows_version(Decision, "id", pk)))
+    return fragments.page(
+        request,
+        "decision",
+        "decisions/detail.html",
+        lambda: _context(request, _decision(pk)),
+        version=version,
+        args=[pk],
+        bucket=BUCKET_SECONDS,
+        around={"decision": {"pk": title["pk"], "job": {"name": title["job__name"]}}},
+    )
 
 
 def _answer_resubmit(request: HttpRequest, decision: Decision) -> tuple[forms.Form, Any]:

@@ -16,9 +16,11 @@ from django.views.decorators.http import require_POST
 from governance import roles
 from governance.models import ExceptionState, PriorityException
 from governance.models.jobs import ACTIVE_STATES
+from governance.selectors import state_cache
 from governance.services import exceptions as exception_services
 from governance.services.errors import ServiceError
 from governance.web import agreements as agreement_pages
+from governance.web import fragments
 from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_governance import (
     DecisionForm,
@@ -61,10 +63,33 @@ def _can_decide(user: Any, exc: PriorityException) -> bool:
     )
 
 
+# The page is a fragment (web/fragments.py) of what it reads: exceptions, their teams,
+# jobs and shares, the agreements due for review (all written with an audit entry or a
+# job event) and the broken promises (evaluated without one: the newest evaluation),
+# all in ``state_cache.page_version``. Its relative times are words written in Python and its
+# agreements fall overdue with time alone (BUCKET_SECONDS). Per user: "you filed this",
+# and the requester withdraws their own. The htmx swap of the results is not cached.
+BUCKET_SECONDS = 60
+
+
 @login_required
 def exception_list(request: HttpRequest) -> HttpResponse:
     """Everyone reads; reviewers and admins get the review queue on top; leads a button
     to file one. The results region is an htmx-swappable partial."""
+    return fragments.page(
+        request,
+        "exceptions",
+        "exceptions/list.html",
+        lambda: _list_context(request, whole=htmx_target(request) != "exception-results"),
+        version=state_cache.page_version(),
+        viewer=fragments.Viewer.USER,
+        bucket=BUCKET_SECONDS,
+        swaps="exception-results",
+    )
+
+
+def _list_context(request: HttpRequest, *, whole: bool = False) -> dict[str, Any]:
+    """The results (``whole``: and the reviewers' queue and agreements)."""
     teams = sel.teams_for_filter()
     filters = ExceptionFilterForm(request.GET or None, teams=teams)
     state = team_id = None
@@ -91,9 +116,7 @@ def exception_list(request: HttpRequest) -> HttpResponse:
         "deciding": deciding,
         "may_file": bool(held.lead_team_ids),
     }
-    if htmx_target(request) == "exception-results":
-        return render(request, "exceptions/list.html#results", context)
-    if deciding:
+    if whole and deciding:
         queue = list(sel.review_queue()[:PAGE_SIZE])
         for exc in queue:
             _times(exc)
@@ -101,7 +124,7 @@ def exception_list(request: HttpRequest) -> HttpResponse:
         context["review_queue"] = queue
         # The reviewers' page also lists the agreements due for their review.
         context.update(agreement_pages.attention_context())
-    return render(request, "exceptions/list.html", context)
+    return context
 
 
 def _query_without_page(request: HttpRequest) -> str:
@@ -153,19 +176,46 @@ def exception_new(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def exception_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    exc = sel.exception_detail(pk)
-    if exc is None:
+    """A fragment (web/fragments.py) of the exception, its job and its history (audit
+    entries: ``state_cache.page_version``), with words of relative times computed in
+    Python (BUCKET_SECONDS). Per user: the requester withdraws, never decides, their own."""
+    if not PriorityException.objects.filter(pk=pk).exists():
         raise Http404("No such exception.")
-    return _render_detail(request, exc, DecisionForm())
+
+    def context() -> dict[str, Any]:
+        exc = sel.exception_detail(pk)
+        if exc is None:  # deleted since: the page is not cached
+            raise Http404("No such exception.")
+        return _detail_context(request, exc, DecisionForm())
+
+    return fragments.page(
+        request,
+        "exception",
+        "exceptions/detail.html",
+        context,
+        version=state_cache.page_version(),
+        args=[pk],
+        viewer=fragments.Viewer.USER,
+        bucket=BUCKET_SECONDS,
+        around={"exc": {"pk": pk}},
+    )
 
 
 def _render_detail(
     request: HttpRequest, exc: PriorityException, form: DecisionForm, status: int = 200
 ) -> HttpResponse:
+    """The page with a decision's problems: rendered for this request, not cached."""
+    context = _detail_context(request, exc, form)
+    return render(request, "exceptions/detail.html", context, status=status)
+
+
+def _detail_context(
+    request: HttpRequest, exc: PriorityException, form: DecisionForm
+) -> dict[str, Any]:
     history = list(sel.exception_history(exc))
     for entry in history:
         entry.when = sel.relative(entry.created_at)  # type: ignore[attr-defined]
-    context = {
+    return {
         "exc": _times(exc),
         "form": form,
         "history": history,
@@ -174,7 +224,6 @@ def _render_detail(
         "may_withdraw": _can_withdraw(request.user, exc),
         "own_request": exc.requester_id == request.user.pk,
     }
-    return render(request, "exceptions/detail.html", context, status=status)
 
 
 ACTIONS = {

@@ -9,16 +9,18 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
+from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.functional import cached_property
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
 from governance import roles
-from governance.models import Job, JobState
+from governance.models import Job, JobEvent, JobState, SlurmRun
 from governance.models.jobs import ACTIVE_STATES
-from governance.selectors import borrowed, scheduling
+from governance.selectors import borrowed, scheduling, state_cache
 from governance.selectors import exceptions as exception_selectors
 from governance.selectors import jobs as job_selectors
 from governance.selectors import plans as plan_selectors
@@ -28,6 +30,7 @@ from governance.selectors import workloads as workload_selectors
 from governance.services import jobs as job_services
 from governance.services import workloads as workload_services
 from governance.services.errors import ServiceError
+from governance.web import fragments
 from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_jobs import (
     CancelForm,
@@ -59,8 +62,27 @@ class CappedPaginator(Paginator):
         return self.count > COUNT_CAP
 
 
+# The list is a fragment (web/fragments.py) of what it shows: jobs' names, states,
+# priorities, borrowing, preemptions, shares, queues, teams, submitters and instance
+# types, each written with a job event or an audit entry (``page_version``; a
+# heartbeat rewrites only progress fields, which the list does not show). The filters'
+# relative windows ("the last day") move with time alone (BUCKET_SECONDS).
+BUCKET_SECONDS = 60
+
+
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
+    return fragments.page(
+        request,
+        "jobs",
+        "jobs/list.html",
+        lambda: _list_context(request),
+        version=state_cache.page_version(),
+        bucket=BUCKET_SECONDS,
+    )
+
+
+def _list_context(request: HttpRequest) -> dict[str, Any]:
     form = JobFilterForm(request.GET or None, **share_selectors.filter_choices())
     filters = form.filters() if form.is_bound else {}
     page = CappedPaginator(web_jobs.filtered_jobs(**filters), PAGE_SIZE).get_page(
@@ -77,14 +99,13 @@ def job_list(request: HttpRequest) -> HttpResponse:
     page.object_list = rows
     query = request.GET.copy()
     query.pop("page", None)
-    context = {
+    return {
         "form": form,
         "page": page,
         "query": query.urlencode(),
         "filtered": any(v for v in filters.values()),
         "can_submit": _may_submit_any(request),
     }
-    return render(request, "jobs/list.html", context)
 
 
 def _may_submit_any(request: HttpRequest) -> bool:
@@ -127,8 +148,19 @@ def _detail(
     output_form: OutputForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
+    context = _page_context(request, job, priority_form, cancel_form, output_form)
+    return render(request, "jobs/detail.html", context, status=status)
+
+
+def _page_context(
+    request: HttpRequest,
+    job: Job,
+    priority_form: ReprioritiseForm | None = None,
+    cancel_form: CancelForm | None = None,
+    output_form: OutputForm | None = None,
+) -> dict[str, Any]:
     may_manage = job_services.may_manage(request.user, job)
-    context = {
+    return {
         **_status_context(job),
         "may_manage": may_manage,
         "priority_form": priority_form or ReprioritiseForm(initial={"priority": job.priority}),
@@ -150,7 +182,6 @@ def _detail(
         ),
         "output_form": output_form or OutputForm(),
     }
-    return render(request, "jobs/detail.html", context, status=status)
 
 
 @login_required
@@ -176,14 +207,81 @@ def job_output(request: HttpRequest, job_id: int) -> HttpResponse:
     return redirect("web:job", job_id=job.pk)
 
 
+# The job page and its live status are fragments (web/fragments.py) of what they read:
+# the job's row (``xmin`` and ``ctid``: a heartbeat or a checkpoint rewrites its
+# progress without an event), its events and Slurm runs (the newest event, a digest of
+# the runs' rows), its queue's state (the reasons it waits and its forecast, cached
+# under that fingerprint: ``selectors.scheduling``) and what is audited
+# (``page_version``: exceptions, decisions, priority bands, the other jobs named in its
+# timeline). Its outlook, exposure and a forecast's age move with time alone
+# (STATUS_BUCKET_SECONDS, the order of the status's own refresh). The status is the same
+# for everyone; the page per user (who manages the job, judges its output, files an
+# exception). A form with problems is rendered, not cached.
+STATUS_BUCKET_SECONDS = 10
+
+_JOB_VERSION_SQL = """
+SELECT j.queue_id, j.name, j.xmin::text || j.ctid::text,
+  (SELECT max(e.id) FROM {event} e WHERE e.job_id = j.id),
+  (SELECT md5(coalesce(string_agg(r.id || ':' || r.xmin, ',' ORDER BY r.id), ''))
+     FROM {slurm} r WHERE r.job_id = j.id)
+FROM {job} j WHERE j.id = %s
+"""
+
+
+def _job_version(job_id: int) -> tuple[str, str]:
+    """(the job's name, the version its page and status are cached under); 404 if none."""
+    sql = _JOB_VERSION_SQL.format(
+        event=JobEvent._meta.db_table, slurm=SlurmRun._meta.db_table, job=Job._meta.db_table
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [job_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise Http404("No such job.")
+    queue_id, name, *own = row
+    parts = [*map(str, own), state_cache.queue_state_fingerprint(queue_id)]
+    return name, "|".join([*parts, state_cache.page_version()])
+
+
+def _status_html(request: HttpRequest, job_id: int, version: str) -> SafeString:
+    return fragments.fragment(
+        request,
+        "job-status",
+        template="jobs/detail.html#status",
+        context=lambda: _status_context(_job_or_404(job_id)),
+        version=version,
+        args=[job_id],
+        viewer=fragments.Viewer.EVERYONE,
+        bucket=STATUS_BUCKET_SECONDS,
+    )
+
+
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    return _detail(request, _job_or_404(job_id, page=True))
+    name, version = _job_version(job_id)
+
+    def context() -> dict[str, Any]:
+        job = _job_or_404(job_id, page=True)
+        return {**_page_context(request, job), "status_html": fragments.hole("status")}
+
+    body = fragments.fragment(
+        request,
+        "job",
+        template="jobs/detail.html#body",
+        context=context,
+        version=version,
+        args=[job_id],
+        viewer=fragments.Viewer.USER,
+        bucket=STATUS_BUCKET_SECONDS,
+        holes={"status": lambda: _status_html(request, job_id, version)},
+    )
+    return render(request, "jobs/detail.html", {"job": {"name": name}, "body": body})
 
 
 @login_required
 def job_status_partial(request: HttpRequest, job_id: int) -> HttpResponse:
-    return render(request, "jobs/detail.html#status", _status_context(_job_or_404(job_id)))
+    _, version = _job_version(job_id)
+    return HttpResponse(_status_html(request, job_id, version))
 
 
 @login_required

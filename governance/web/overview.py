@@ -8,15 +8,18 @@ stored state it shows, so a page load costs what a poll costs.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import SafeString
 
+from governance.models import Decision, DecisionState
 from governance.selectors import decisions as decision_selectors
-from governance.selectors import insight, state_cache
+from governance.selectors import state_cache
 from governance.web import agreements as agreement_pages
-from governance.web import charts, regions
+from governance.web import charts, fragments, regions
 from governance.web.presenters import overview as web_overview
 
 FEED_CACHE_SECONDS = 300.0
@@ -43,19 +46,54 @@ def feed_html() -> SafeString:
     )
 
 
+# The rest of the page is a fragment (web/fragments.py) of what it reads: the agreements
+# due for review, the open decisions (audited) and the broken promises (evaluated
+# without an audit entry: the newest evaluation), all in ``state_cache.page_version``;
+# the open decisions' rows (a reminder is marked on them without an audit entry:
+# ``rows_version``). Agreements and decisions fall overdue with time alone
+# (BUCKET_SECONDS). The live regions and the usage
+# history are holes, each cached under its own state (``usage_html``, ``feed_html``,
+# ``charts.history_html``). The same for every viewer.
+BUCKET_SECONDS = 60
+
+
 @login_required
 def overview(request: HttpRequest) -> HttpResponse:
-    # Every queue's usage history summed per type: one query (selectors.insight).
-    history = insight.usage_history(queue_id=None, window_key=request.GET.get("history"))
-    context = {
-        "usage_html": usage_html(),
-        "feed_html": feed_html(),
-        **charts.history_context(history, "All queues"),
+    version = "|".join(
+        (
+            state_cache.page_version(),
+            state_cache.rows_version(Decision, "state", DecisionState.OPEN.value),
+        )
+    )
+    body = fragments.fragment(
+        request,
+        "overview",
+        template="overview/overview.html#body",
+        context=_body_context,
+        version=version,
+        viewer=fragments.Viewer.EVERYONE,
+        bucket=BUCKET_SECONDS,
+        holes={
+            "usage": usage_html,
+            "feed": feed_html,
+            # Every queue's usage history summed per type: one query (selectors.insight).
+            "history": lambda: charts.history_html(
+                request, queue_id=None, share_ids=None, subject="All queues"
+            ),
+        },
+    )
+    return render(request, "overview/overview.html", {"body": body})
+
+
+def _body_context() -> dict[str, Any]:
+    return {
+        "usage_html": fragments.hole("usage"),
+        "feed_html": fragments.hole("feed"),
+        "history_html": fragments.hole("history"),
         **agreement_pages.attention_context(),
         # Jobs failed by their retry limit whose teams' leads have not yet decided.
         "open_decisions": list(decision_selectors.open_decisions()[:20]),
     }
-    return render(request, "overview/overview.html", context)
 
 
 @login_required

@@ -3,7 +3,7 @@ timeline with their usage; admins create, resize and end them through ``services
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -16,10 +16,15 @@ from governance import roles
 from governance.models import CapacityPlan, Share
 from governance.selectors import capacity as capacity_selectors
 from governance.selectors import plans as plan_selectors
+from governance.selectors import state_cache
 from governance.services import plans as plan_services
 from governance.services.errors import ServiceError
+from governance.web import fragments
 from governance.web.errors import apply_service_errors, check_with_service, field_words
 from governance.web.forms_plans import PlanCreateForm, PlanEndForm, PlanResizeForm
+
+# How long the plans page may show a plan's start or end as of (web/fragments.py).
+BUCKET_SECONDS = 60
 
 
 def _share_choices() -> list[tuple[int, str]]:
@@ -41,13 +46,27 @@ def _create_form(request: HttpRequest) -> PlanCreateForm:
 
 @login_required
 def plan_list(request: HttpRequest) -> HttpResponse:
+    """A fragment (web/fragments.py) of the plans (audited) and the running jobs on them
+    (their starts and ends are job events): ``state_cache.page_version``; a plan starts
+    and ends with time alone (BUCKET_SECONDS). Per rights: admins resize and end them."""
+    return fragments.page(
+        request,
+        "plans",
+        "plans/list.html",
+        lambda: _list_context(request),
+        version=state_cache.page_version(),
+        args=[],
+        bucket=BUCKET_SECONDS,
+    )
+
+
+def _list_context(request: HttpRequest) -> dict[str, Any]:
     now = timezone.now()
-    context = {
+    return {
         "timelines": plan_selectors.queue_timelines(now),
         "is_admin": roles.is_admin(request.user),
         "now": now,
     }
-    return render(request, "plans/list.html", context)
 
 
 @login_required

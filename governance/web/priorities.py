@@ -16,9 +16,11 @@ from governance import roles
 from governance.models import PriorityDefinition
 from governance.models.priorities import MAX_PRIORITY, BandRole
 from governance.selectors import priorities as priority_selectors
+from governance.selectors import state_cache
 from governance.selectors import teams as team_selectors
 from governance.services import priorities as priority_services
 from governance.services.errors import ServiceError
+from governance.web import fragments
 from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_governance import PriorityDefinitionForm
 from governance.web.nav import request_roles
@@ -47,6 +49,22 @@ def strip_segments(bands: list[PriorityDefinition]) -> list[dict[str, Any]]:
 
 @login_required
 def priority_list(request: HttpRequest) -> HttpResponse:
+    """A fragment (web/fragments.py) of the bands (every row: ``table_version``) and the
+    teams' leads (audited: ``state_cache.page_version``); per rights (the highest
+    priority the viewer's roles and teams may use, whom they ask for more)."""
+    return fragments.page(
+        request,
+        "priorities",
+        "priorities/list.html",
+        lambda: _list_context(request),
+        version="|".join(
+            (state_cache.page_version(), state_cache.table_version(PriorityDefinition))
+        ),
+        args=[],
+    )
+
+
+def _list_context(request: HttpRequest) -> dict[str, Any]:
     bands = list(priority_selectors.priority_definitions())
     for band in bands:
         band.roles = [ROLE_LABELS.get(r, r) for r in band.usable_by]  # type: ignore[attr-defined]
@@ -54,7 +72,7 @@ def priority_list(request: HttpRequest) -> HttpResponse:
     team_ids = sorted(held.lead_team_ids or held.member_team_ids)
     mine = priority_selectors.max_usable_priority(request.user, team_ids[0] if team_ids else None)
     lead_of = held.lead_team_ids
-    context = {
+    return {
         "bands": bands,
         "segments": strip_segments(bands),
         "is_admin": held.admin,
@@ -63,7 +81,6 @@ def priority_list(request: HttpRequest) -> HttpResponse:
         "is_lead": bool(lead_of),
         "my_leads": ([] if lead_of else team_selectors.lead_names(held.member_team_ids)),
     }
-    return render(request, "priorities/list.html", context)
 
 
 def _form_values(form: PriorityDefinitionForm) -> dict[str, Any]:

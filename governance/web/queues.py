@@ -18,7 +18,7 @@ from governance.selectors import insight, scheduling, state_cache
 from governance.selectors import jobs as job_selectors
 from governance.selectors import plans as plan_selectors
 from governance.selectors import shares as share_selectors
-from governance.web import charts, regions
+from governance.web import charts, fragments, regions
 from governance.web.links import url_pattern
 from governance.web.presenters import jobs as web_jobs
 from governance.web.presenters import overview as web_overview
@@ -68,32 +68,57 @@ def _queue_or_404(queue_id: int) -> JobQueue:
     return queue
 
 
+# The page is a fragment (web/fragments.py) of what it reads: the queue, its shares and
+# limits, capacity plans and Slurm settings, its live usage (its state fingerprint:
+# heartbeats rewrite running jobs without an event), the jobs behind the forecast error
+# (their starts are job events) and what is audited (``state_cache.page_version``).
+# The plans' timeline and the forecast error's window move with time alone
+# (BUCKET_SECONDS). Two holes are written at each serving: the job tables (cached under
+# the fingerprint and the generation of the reasons they show, below) and the usage
+# history. The same for every viewer.
+BUCKET_SECONDS = 60
+
+
 @login_required
 def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
     queue = _queue_or_404(queue_id)
-    shares = list(share_selectors.shares().filter(queue=queue).order_by("name"))
     # One read of the queue's state, first (what is cached under it is then never older
     # than it), for the live region, the reasons and the job tables (all cached under it).
     fingerprint = state_cache.queue_state_fingerprint(queue.pk)
-    jobs_html, jobs_context = _jobs_html(request, queue, fingerprint)
-    context = {
-        **jobs_context,  # the tables' figures when rendered now (none when cached)
+    return fragments.page(
+        request,
+        "queue",
+        "queues/detail.html",
+        lambda: _detail_context(queue, fingerprint),
+        version=f"{fingerprint}|{state_cache.page_version()}",
+        args=[queue.pk],
+        viewer=fragments.Viewer.EVERYONE,
+        bucket=BUCKET_SECONDS,
+        holes={
+            "jobs": lambda: _jobs_html(request, queue, fingerprint)[0],
+            "history": lambda: charts.history_html(
+                request, queue_id=queue.pk, share_ids=None, subject=f"Queue {queue.name}"
+            ),
+        },
+        around={"queue": queue},
+    )
+
+
+def _detail_context(queue: JobQueue, fingerprint: str) -> dict[str, Any]:
+    shares = list(share_selectors.shares().filter(queue=queue).order_by("name"))
+    return {
         "queue": queue,
         "queue_live_html": queue_live_html(queue, fingerprint),
         "shares": [{"share": s, "limits": share_selectors.limits_of(s)} for s in shares],
-        "jobs_html": jobs_html,
+        "jobs_html": fragments.hole("jobs"),
+        "history_html": fragments.hole("history"),
         "plan_timeline": plan_selectors.queue_timeline(queue, timezone.now()),
-        **charts.history_context(
-            insight.usage_history(queue_id=queue.pk, window_key=request.GET.get("history")),
-            f"Queue {queue.name}",
-        ),
         "forecast_error": insight.forecast_error(
             queue_id=queue.pk, since=timezone.now() - FORECAST_ERROR_WINDOW
         ),
         # Only queues run by Slurm pay the query: whether their executor is paused.
         "slurm": capacity_selectors.slurm_config(queue) if queue.executor == "slurm" else None,
     }
-    return render(request, "queues/detail.html", context)
 
 
 # The running and pending tables show only the queue's active jobs, their shares, teams

@@ -10,12 +10,14 @@ writes the words current then. One helper, so no view carries its own cache plum
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from django.http import HttpRequest
 from django.template.loader import render_to_string
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from governance.selectors import state_cache
 from governance.templatetags import web_time
@@ -33,8 +35,26 @@ def render_with_slots(
     return html, times
 
 
+# Set while a page fragment is rendered for the cache (web/fragments.py): a region
+# written into it keeps its times as slots, which each serving of the fragment fills.
+_deferring: contextvars.ContextVar[bool] = contextvars.ContextVar("deferring", default=False)
+
+
+@contextlib.contextmanager
+def deferred_times() -> Iterator[None]:
+    """Within: ``fill`` leaves each time as a slot naming it (``web_time.inline_slots``)."""
+    token = _deferring.set(True)
+    try:
+        yield
+    finally:
+        _deferring.reset(token)
+
+
 def fill(rendered: Rendered) -> SafeString:
-    """Rendered HTML with each slot's time written as of now."""
+    """Rendered HTML with each slot's time written as of now (within
+    ``deferred_times``: as slots naming their time, written when served)."""
+    if _deferring.get():
+        return mark_safe(web_time.inline_slots(*rendered))
     return web_time.fill_slots(*rendered)
 
 

@@ -25,14 +25,14 @@ from governance.models import JobState, Share
 from governance.models.shares import Policy
 from governance.selectors import certifications as cert_selectors
 from governance.selectors import change_requests as cr_selectors
-from governance.selectors import insight, scheduling, state_cache
 from governance.selectors import jobs as job_selectors
+from governance.selectors import scheduling, state_cache
 from governance.selectors import shares as share_selectors
 from governance.selectors.windows import parse_window
 from governance.services import shares as share_services
 from governance.services.errors import Conflict, ServiceError
 from governance.web import agreements as agreement_pages
-from governance.web import charts, regions
+from governance.web import charts, fragments, regions
 from governance.web.errors import apply_service_errors, check_with_service
 from governance.web.forms_shares import ShareEditForm
 from governance.web.links import url_pattern
@@ -146,12 +146,50 @@ def _jobs_html(share: Share, fingerprint: str) -> SafeString:
     )
 
 
+# The page is a fragment (web/fragments.py) of what it reads: the queue's usage figures,
+# plans and running and pending jobs (its state fingerprint: heartbeats rewrite running
+# jobs without an event), the share's limits, history, agreements and change requests
+# (audited) and the broken promises of its agreements (evaluated without an audit entry:
+# the newest evaluation), both in ``state_cache.page_version``. The plans ended in the
+# last 30 days move with time alone (BUCKET_SECONDS). The usage history is a hole
+# written at each serving (the cycle adds to its rollups in place). Per rights: admins
+# edit, leads of its team request changes.
+BUCKET_SECONDS = 60
+
+
 @login_required
 def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
     share = _share_or_404(share_id)
+    fingerprint = state_cache.queue_state_fingerprint(share.queue_id)
+    version = "|".join(
+        (
+            fingerprint,
+            state_cache.page_version(),
+        )
+    )
+    body = fragments.fragment(
+        request,
+        "share",
+        template="shares/detail.html#body",
+        context=lambda: _detail_context(request, share, fingerprint),
+        version=version,
+        args=[share.pk],
+        bucket=BUCKET_SECONDS,
+        holes={
+            "history": lambda: charts.history_html(
+                request,
+                queue_id=share.queue_id,
+                share_ids=[share.pk],
+                subject=f"Share {share.name}",
+            )
+        },
+    )
+    return render(request, "shares/detail.html", {"share": share, "body": body})
+
+
+def _detail_context(request: HttpRequest, share: Share, fingerprint: str) -> dict[str, Any]:
     # The queue's usage figures, cached under its state (state_cache): shared by every
     # share page of the queue, recomputed on the first read after any change.
-    fingerprint = state_cache.queue_state_fingerprint(share.queue_id)
     block = state_cache.cached(
         f"usage-block:{fingerprint}",
         lambda: web_overview.usage_blocks([share.queue])[0],
@@ -172,7 +210,7 @@ def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
         }
         for entry in changes
     ]
-    context = {
+    return {
         "share": share,
         "limits": share_selectors.limits_of(share),
         "bars": bars,
@@ -185,16 +223,8 @@ def share_detail(request: HttpRequest, share_id: int) -> HttpResponse:
         "change_requests": list(cr_selectors.change_requests().filter(share=share)[:20]),
         # Its capacity plans beside its limits: not ended, or ended in the last 30 days.
         "plans": [bar for bar in block.plans if bar.share_id == share.pk],
-        **charts.history_context(
-            insight.usage_history(
-                queue_id=share.queue_id,
-                window_key=request.GET.get("history"),
-                share_ids=[share.pk],
-            ),
-            f"Share {share.name}",
-        ),
+        "history_html": fragments.hole("history"),
     }
-    return render(request, "shares/detail.html", context)
 
 
 @login_required

@@ -4,7 +4,9 @@ other team in one line each. ``/teams/<id>/`` shows any team the same way."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -12,12 +14,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import SafeString
 
-from governance.models import Team
+from governance.models import Decision, DecisionState, Team
 from governance.selectors import decisions as decision_selectors
-from governance.selectors import insight, scheduling
+from governance.selectors import scheduling, state_cache
 from governance.selectors import teams as team_selectors
 from governance.selectors import workloads as workload_selectors
-from governance.web import charts, regions
+from governance.web import charts, fragments, regions
 from governance.web.nav import request_roles
 from governance.web.presenters import teams as team_view
 
@@ -53,38 +55,86 @@ def _pending_html(team: Team, queue_ids: list[int], fingerprints: dict[int, str]
     return regions.fill(rendered)
 
 
-def _team_block(team: Team, usage: list[Any], window: str | None) -> dict[str, Any]:
-    fingerprints = team_view.queue_fingerprints()
-    history = insight.usage_history(
-        queue_id=None, window_key=window, share_ids=team_view.team_share_ids(team, usage)
-    )
+# The page's tables are a fragment (web/fragments.py) cached under what they read: the
+# state fingerprint of every queue (the usage now, the teams' summaries and their runs
+# on borrowed capacity: running jobs' rows, rewritten by heartbeats without an event)
+# and ``state_cache.page_version`` (the newest job event and audit entry: exceptions,
+# change requests, workloads and their recovery status, decisions are all audited), the
+# team's open decisions' rows (a reminder is marked without an audit entry:
+# ``rows_version``), within a bucket of BUCKET_SECONDS (an exposure's "reclaim
+# imminent", a decision's "overdue"). Two parts are holes written at each serving: the
+# usage history (the cycle adds to its rollups in place, with no event) and the pending
+# table (cached under its own queues' fingerprints and the reasons' generations, above).
+BUCKET_SECONDS = 30
+
+
+def _team_block(team: Team, usage: list[Any], fingerprints: dict[int, str]) -> dict[str, Any]:
     return {
         "team": team,
         "share_rows": team_view.share_rows(team, usage),
-        "pending_html": _pending_html(team, team_view.team_queue_ids(team, usage), fingerprints),
+        "pending_html": fragments.hole(f"pending-{team.pk}"),
+        "history_html": fragments.hole(f"history-{team.pk}"),
         "borrowed_running": team_view.borrowed_running(team, fingerprints),
         "exceptions": team_view.team_exceptions(team),
         "change_requests": team_view.team_change_requests(team),
         "workloads": workload_selectors.of_team(team.pk),
         "decisions": list(decision_selectors.open_decisions(team_id=team.pk)),
-        **charts.history_context(history, f"Team {team.name}"),
     }
 
 
-def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
-    usage = team_view.all_usage()
+def _body_context(
+    request: HttpRequest, detailed: list[Team], usage: list[Any], fingerprints: dict[int, str]
+) -> dict[str, Any]:
     summaries = team_view.summaries(usage)
     shown = {team.pk for team in detailed}
     others = sorted(
         (s for pk, s in summaries.items() if pk not in shown), key=lambda s: s.name.lower()
     )
-    window = request.GET.get("history")
-    blocks = [_team_block(team, usage, window) for team in detailed]
+    blocks = [_team_block(team, usage, fingerprints) for team in detailed]
     held = request_roles(request)
     for block in blocks:
         block["may_edit_workloads"] = held.admin or block["team"].pk in held.lead_team_ids
-    context = {"blocks": blocks, "others": others, "mine": held.member_team_ids}
-    return render(request, "teams/teams.html", context)
+    return {"blocks": blocks, "others": others, "mine": held.member_team_ids}
+
+
+def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
+    fingerprint = state_cache.queue_state_fingerprint()
+    usage = team_view.all_usage(fingerprint)
+    fingerprints = team_view.queue_fingerprints(fingerprint)
+    holes: dict[str, Callable[[], str]] = {}
+    for team in detailed:
+        queue_ids = team_view.team_queue_ids(team, usage)
+        holes[f"pending-{team.pk}"] = functools.partial(
+            _pending_html, team, queue_ids, fingerprints
+        )
+        holes[f"history-{team.pk}"] = functools.partial(
+            charts.history_html,
+            request,
+            queue_id=None,
+            share_ids=team_view.team_share_ids(team, usage),
+            subject=f"Team {team.name}",
+            history_id=team.pk,
+        )
+    body = fragments.fragment(
+        request,
+        "teams",
+        template="teams/teams.html#body",
+        context=lambda: _body_context(request, detailed, usage, fingerprints),
+        version="|".join(
+            [
+                fingerprint,
+                state_cache.page_version(),
+                *(
+                    state_cache.rows_version(Decision, "team", team.pk, state=DecisionState.OPEN)
+                    for team in detailed
+                ),
+            ]
+        ),
+        args=[team.pk for team in detailed],
+        bucket=BUCKET_SECONDS,
+        holes=holes,
+    )
+    return render(request, "teams/teams.html", {"body": body})
 
 
 @login_required

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from django.db import connection
@@ -23,6 +25,17 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def world() -> Any:
     return make_world()
+
+
+def entry_ids(response: Any) -> list[int]:
+    """The ids of the entries a page of the trail lists, in its order."""
+    return [int(pk) for pk in re.findall(r'<tr data-entry="(\d+)">', response.content.decode())]
+
+
+def cursor(response: Any, direction: str) -> str | None:
+    """The ``older``/``newer`` cursor of the page's pager link, as the browser sends it."""
+    found = re.search(rf'href="\?[^"]*{direction}=([^"&]+)"', response.content.decode())
+    return unquote(found.group(1)) if found else None
 
 
 def client_for(user: Any) -> Client:
@@ -87,7 +100,7 @@ def test_filters_use_the_api_filter(world: Any) -> None:
     def ids(**params: Any) -> list[int]:
         response = c.get(reverse("web:audit"), params)
         assert response.status_code == 200
-        return [row["entry"].pk for row in response.context["rows"]]
+        return entry_ids(response)
 
     assert len(ids(actor="admin")) == 2
     assert len(ids(event_type="job.cancelled")) == 1
@@ -118,16 +131,16 @@ def test_keyset_pages_older_and_newer(world: Any) -> None:
     add_entries(world, 120)
     c = client_for(world.admin)
     first = c.get(reverse("web:audit"))
-    page1 = [r["entry"].pk for r in first.context["rows"]]
-    assert len(page1) == 50 and first.context["newer"] is None
-    older = first.context["older"]
+    page1 = entry_ids(first)
+    assert len(page1) == 50 and cursor(first, "newer") is None
+    older = cursor(first, "older")
     second = c.get(reverse("web:audit"), {"older": older})
-    page2 = [r["entry"].pk for r in second.context["rows"]]
+    page2 = entry_ids(second)
     assert len(page2) == 50 and not set(page1) & set(page2)
     expected = list(AuditEntry.objects.order_by("-created_at", "-id").values_list("pk", flat=True))
     assert page1 + page2 == expected[:100]
-    back = c.get(reverse("web:audit"), {"newer": second.context["newer"]})
-    assert [r["entry"].pk for r in back.context["rows"]] == page1
+    back = c.get(reverse("web:audit"), {"newer": cursor(second, "newer")})
+    assert entry_ids(back) == page1
     # No OFFSET and no COUNT(*) on the trail.
     with CaptureQueriesContext(connection) as ctx:
         c.get(reverse("web:audit"), {"older": older})
@@ -190,7 +203,7 @@ def test_cached_entry_cells_render_as_uncached(world: Any) -> None:
         return c.get(reverse("web:audit")).content.decode().partition('id="audit-results"')[2]
 
     fresh = results()
-    assert fresh.count("<tr>") == 6
+    assert fresh.count("<tr") == 6
     assert results() == fresh
     assert "created with 2 fields" in fresh and "removed with 2 fields" in fresh
     assert "&lt;b&gt;gone&lt;/b&gt;" in fresh and "<b>gone</b>" not in fresh

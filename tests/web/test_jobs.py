@@ -3,9 +3,11 @@ cancel (each through its service, errors beside their fields)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from django.core.cache import caches
 
 from governance.models import AuditEntry, AuditEvent, Job, JobState
 from scheduler import readings
@@ -44,6 +46,11 @@ def submit_data(share: Any, **overrides: Any) -> dict[str, Any]:
     return data
 
 
+def listed_names(response: Any) -> list[str]:
+    """The names of the jobs the list shows, in its order."""
+    return re.findall(r'<td><a href="/jobs/\d+/">([^<]+)</a>', response.content.decode())
+
+
 @pytest.mark.parametrize("role", ["admin", "reviewer", "lead_vision", "member_vision"])
 def test_list_and_job_page_for_every_role(world, role):
     job = submit(world.lead_vision, world.background, "bg-high", 3)
@@ -62,7 +69,7 @@ def test_filters_narrow_the_list(world):
     submit(world.lead_vision, world.background, "bg-high", 3)
     submit(world.lead_language, world.medium, "llm-pretrain", 3)
     client = client_for(world.reviewer)
-    names = lambda r: [j.name for j in r.context["page"].object_list]  # noqa: E731
+    names = listed_names
     assert names(client.get("/jobs/?q=pretrain")) == ["llm-pretrain"]
     assert names(client.get(f"/jobs/?share={world.background.pk}")) == ["bg-high"]
     assert names(client.get(f"/jobs/?team={world.language.pk}")) == ["llm-pretrain"]
@@ -178,7 +185,7 @@ def test_job_pages_run_constant_queries(world):
     big = [count_queries(client, url) for url in urls]
     assert small == big
     response = client.get("/jobs/")
-    assert len(response.context["page"].object_list) == 50
+    assert len(listed_names(response)) == 50
     assert "page=2" in response.content.decode()
 
 
@@ -192,6 +199,7 @@ def test_job_list_count_is_capped(world, monkeypatch):
     body = client_for(world.admin).get("/jobs/").content.decode()
     assert "of more than 2" in body
     monkeypatch.setattr(job_pages, "COUNT_CAP", 1000)
+    caches["shared"].clear()  # the cap is code: a deploy that changes it starts afresh
     body = client_for(world.admin).get("/jobs/").content.decode()
     assert "of more than" not in body
 

@@ -263,8 +263,12 @@ def test_query_count_does_not_grow_with_data(world):
     assert small == big
     # 12, the unread notifications of the top bar, the capacity plans beside the bars and
     # the usage history, the broken promises, the agreements overdue for review and the
-    # open decisions (one query each).
-    assert max(big) <= 18
+    # open decisions (one query each), and the versions its cached parts are kept under
+    # (web/fragments.py: the page's, its open decisions', the usage history's).
+    assert max(big) <= 20
+    # Read again with nothing changed, the page is served from those parts: the session's
+    # user and roles, the versions, the live regions' states.
+    assert count_queries(client, "/") <= 8
 
 
 def test_cached_feed_shows_a_new_decision_on_the_next_poll(world):

@@ -47,11 +47,11 @@ class TeamSummary:
     pending: int = 0
 
 
-def all_usage() -> list[Any]:
+def all_usage(fingerprint: str | None = None) -> list[Any]:
     """Every queue's usage figures, cached under the stored state (one query when
-    nothing changed)."""
+    nothing changed; none when ``fingerprint``, ``queue_state_fingerprint()``, is given)."""
     return state_cache.cached(
-        f"team-usage:{state_cache.queue_state_fingerprint()}",
+        f"team-usage:{fingerprint or state_cache.queue_state_fingerprint()}",
         lambda: capacity_selectors.queues_usage(list(JobQueue.objects.order_by("name"))),
     )
 
@@ -97,14 +97,19 @@ def share_rows(team: Team, usage: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def queue_fingerprints() -> dict[int, str]:
+def queue_fingerprints(everything: str | None = None) -> dict[int, str]:
     """Queue id -> its ``state_cache.queue_state_fingerprint``, read once on first use: a
     page hands one to every cached reading of that queue (reasons, forecasts, exposure),
-    which would otherwise each read it again."""
+    which would otherwise each read it again. With ``everything`` (the fingerprint of
+    every queue, already read) each is kept under it (``queue_fingerprint_within``)."""
 
     class Fingerprints(dict[int, str]):
         def __missing__(self, queue_id: int) -> str:
-            self[queue_id] = state_cache.queue_state_fingerprint(queue_id)
+            self[queue_id] = (
+                state_cache.queue_state_fingerprint(queue_id)
+                if everything is None
+                else state_cache.queue_fingerprint_within(everything, queue_id)
+            )
             return self[queue_id]
 
     return Fingerprints()
