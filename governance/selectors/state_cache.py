@@ -202,11 +202,20 @@ def release_lock(key: str, token: str) -> None:
 def wait_for(keys: list[str], ready: str, seconds: float | None = None) -> dict[str, Any]:
     """``cache_get_many(keys)`` once ``ready`` (one of them) is there, polling while another
     caller computes it; what is there after ``seconds`` (``WAIT_SECONDS``) otherwise."""
+    return wait_until(keys, lambda found: ready in found, seconds)
+
+
+def wait_until(
+    keys: list[str], done: Callable[[dict[str, Any]], bool], seconds: float | None = None
+) -> dict[str, Any]:
+    """``cache_get_many(keys)`` once ``done`` says so of it, polling while another caller
+    computes it (without using a CPU); what is there after ``seconds`` (``WAIT_SECONDS``)
+    otherwise."""
     deadline = time.monotonic() + (WAIT_SECONDS if seconds is None else seconds)
     pause = POLL_SECONDS / 8  # most answers take milliseconds: look again soon, then less often
     while True:
         found = cache_get_many(keys)
-        if ready in found or time.monotonic() >= deadline:
+        if done(found) or time.monotonic() >= deadline:
             return found
         time.sleep(pause)
         pause = min(POLL_SECONDS, pause * 2)

@@ -271,15 +271,12 @@ def _rendered(
 def _wait_for_bucket(key: str, oldest: int) -> tuple[int, regions.Rendered] | None:
     """What another caller stores under ``key`` for a bucket from ``oldest`` on, polled
     for up to ``state_cache.WAIT_SECONDS`` (None after that: compute it)."""
-    deadline = time.monotonic() + state_cache.WAIT_SECONDS
-    pause = state_cache.POLL_SECONDS / 8  # most fragments take milliseconds
-    while time.monotonic() < deadline:
-        time.sleep(pause)
-        found: tuple[int, regions.Rendered] | None = state_cache.cache_get_many([key]).get(key)
-        if found is not None and found[0] >= oldest:
-            return found
-        pause = min(state_cache.POLL_SECONDS, pause * 2)
-    return None
+
+    def stored(found: dict[str, Any]) -> tuple[int, regions.Rendered] | None:
+        held: tuple[int, regions.Rendered] | None = found.get(key)
+        return held if held is not None and held[0] >= oldest else None
+
+    return stored(state_cache.wait_until([key], lambda found: stored(found) is not None))
 
 
 def page(
