@@ -140,3 +140,14 @@ def _flush_past_the_audit_guards() -> None:
 
 
 _flush_past_the_audit_guards()
+
+
+@pytest.fixture(autouse=True)
+def _fingerprints_held_through_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue's state fingerprint is kept for ``FINGERPRINT_SECONDS`` while no event or
+    audit entry is written: a test that happened to cross a window's boundary would read
+    the digest once more, and what it counts would depend on the clock. Held through the
+    test; the tests of that window move it themselves."""
+    from governance.selectors import state_cache
+
+    monkeypatch.setattr(state_cache, "FINGERPRINT_SECONDS", 10**9)

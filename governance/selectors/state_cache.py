@@ -5,11 +5,12 @@ rows: the queues, their active (PENDING/RUNNING) jobs, shares, limits, capacity,
 plans (with whether each has started and ended: a plan's state changes with time alone),
 instance types and teams. One query digests those rows' ids and ``xmin`` (PostgreSQL
 gives every new row version a new ``xmin``, so any insert, update or delete changes the
-digest, and
-the digest is read in the same snapshot as a page's other reads). An answer cached under
-the digest is therefore never the answer for another state: a change shows on the next
-poll, with no invalidation to forget in any service. The cache is Django's ``shared``
-alias (Redis, one for all web workers); when it is unavailable the answer is computed.
+digest). An answer cached under the digest is therefore never the answer for another
+state, with no invalidation to forget in any service. The digest itself is kept for a
+second under the queue's newest job event and audit entry (``queue_state_fingerprint``):
+a change made through the services shows on the next poll, any other within a second.
+The cache is Django's ``shared`` alias (Redis, one for all web workers); when it is
+unavailable the answer is computed.
 
 Single flight. When an answer is missing (a new state, or an answer that expired), the
 clients reading it at that moment would all compute it at once: 20 clients of a page
@@ -54,6 +55,10 @@ from governance.models.shares import ShareLimit
 
 CACHE_ALIAS = "shared"
 LOCK_SECONDS = 30
+# How long a queue's state fingerprint is kept while nothing happens to its jobs or its
+# policy (``queue_state_fingerprint``): the longest a write made without an event or an
+# audit entry takes to show.
+FINGERPRINT_SECONDS = 1
 WAIT_SECONDS = 10.0
 POLL_SECONDS = 0.05
 T = TypeVar("T")
@@ -78,19 +83,39 @@ SELECT md5(concat_ws('|',
 
 def queue_state_fingerprint(queue_id: int | None = None) -> str:
     """A digest that changes whenever anything stored that the usage figures or the
-    engine read for this queue (None: every queue) changes. One query."""
+    engine read for this queue (None: every queue) changes.
+
+    The digest reads every active job's row (a heap visit each: 2 ms of PostgreSQL at
+    1,000 active jobs, and it grows with the backlog), and every live region polled each
+    2 s asks for it. So it is kept in the cache under the queue's ``queue_record_version``
+    (two index reads) and the current ``FINGERPRINT_SECONDS`` window: what happened
+    through the services (a submission, an admission, a start, a completion, a reclaim,
+    any audited edit) shows at once, a write with neither an event nor an audit entry (a
+    heartbeat's progress, an edit in Django's admin site, an event committed after a
+    newer one) within ``FINGERPRINT_SECONDS``, the same as before on the next poll."""
+    return fingerprint_under(queue_record_version(queue_id), queue_id)
+
+
+def fingerprint_under(record: str, queue_id: int | None) -> str:
+    """``queue_state_fingerprint(queue_id)`` where its ``queue_record_version`` is read
+    (with a page's own version, in one query: ``record_version_sql``)."""
+    key = f"queue-fingerprint:{record}:{int(time.time() // FINGERPRINT_SECONDS)}"
+    found = cache_get_many([key]).get(key)
+    if isinstance(found, str):
+        return found
     with connection.cursor() as cursor:
         cursor.execute(_fingerprint_sql(queue_id), {"q": queue_id})
         row = cursor.fetchone()
-    return _fingerprint_of(queue_id, row[0] if row else "")
+    found = _fingerprint_of(queue_id, row[0] if row else "")
+    cache_set_many({key: found}, FINGERPRINT_SECONDS + 1)
+    return found
 
 
 def queue_fingerprint_within(everything: str, queue_id: int) -> str:
     """``queue_state_fingerprint(queue_id)``, kept under ``everything`` (the fingerprint of
     every queue, ``queue_state_fingerprint()``): a queue's rows are among every queue's,
     so while that one holds, so does the queue's, and a page that has read it reads the
-    queue's from the cache instead of asking PostgreSQL again (a digest over the queue's
-    active jobs each)."""
+    queue's from the cache instead of asking PostgreSQL again."""
     key = f"queue-fingerprint:{everything}:{queue_id}"
     found = cache_get_many([key]).get(key)
     if isinstance(found, str):
@@ -139,30 +164,35 @@ def queue_record_version(queue_id: int | None = None) -> str:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {_record_version_sql(queue_id)}", {"q": queue_id})
         row = cursor.fetchone()
-    return _record_version_of(queue_id, *(row or (None, None)))
+    return record_version_of(queue_id, *(row or (None, None)))
 
 
 def queue_fingerprint_and_record_version(queue_id: int) -> tuple[str, str]:
-    """``queue_state_fingerprint`` and ``queue_record_version`` of a queue in one query
-    (a share's ledger page keeps its "now" under the one, its window under the other)."""
-    sql = f"SELECT ({_fingerprint_sql(queue_id).strip()}), {_record_version_sql(queue_id)}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, {"q": queue_id})
-        row = cursor.fetchone()
-    digest, event, audit = row or (None, None, None)
-    return _fingerprint_of(queue_id, digest), _record_version_of(queue_id, event, audit)
+    """``queue_state_fingerprint`` and ``queue_record_version`` of a queue (a share's
+    ledger page keeps its "now" under the one, its window under the other): one query
+    when the fingerprint is cached."""
+    record = queue_record_version(queue_id)
+    return fingerprint_under(record, queue_id), record
 
 
 def _record_version_sql(queue_id: int | None) -> str:
+    return record_version_sql("%(q)s" if queue_id is not None else None)
+
+
+def record_version_sql(queue_column: str | None) -> str:
+    """The two columns ``queue_record_version`` reads, for the queue whose id is
+    ``queue_column`` (an outer query's column, not aliased ``j`` or ``e``; None: every
+    queue), so a page reads them with its own version in one query and passes them to
+    ``record_version_of``."""
     return _RECORD_VERSION_SQL.format(
         event=JobEvent._meta.db_table,
         job=Job._meta.db_table,
         audit=AuditEntry._meta.db_table,
-        queue_filter="j.queue_id = %(q)s" if queue_id is not None else "TRUE",
+        queue_filter=f"j.queue_id = {queue_column}" if queue_column is not None else "TRUE",
     )
 
 
-def _record_version_of(queue_id: int | None, event: int | None, audit: int | None) -> str:
+def record_version_of(queue_id: int | None, event: int | None, audit: int | None) -> str:
     return f"{connection.settings_dict['NAME']}:{queue_id}:{event}:{audit}"
 
 
@@ -300,7 +330,7 @@ def page_version() -> str:
         cursor.execute(sql, {"q": None})
         row = cursor.fetchone()
     event, audit, *digests = row or (None, None)
-    return ":".join([_record_version_of(None, event, audit), *map(str, digests)])
+    return ":".join([record_version_of(None, event, audit), *map(str, digests)])
 
 
 def usage_history_version() -> str:

@@ -207,17 +207,25 @@ def _jobs_context(
     }
 
 
-def queue_live_html(queue: JobQueue, fingerprint: str | None = None) -> SafeString:
+def queue_live_html(queue: JobQueue | int, fingerprint: str | None = None) -> SafeString:
     """The queue page's live usage region, cached under the queue's state (``state_cache``):
-    the page embeds it and its poll endpoint serves it, one query when nothing changed."""
+    the page embeds it and its poll endpoint serves it, reading the queue (or, given its
+    id, a 404 when there is none) only to render it afresh."""
+    queue_id = queue if isinstance(queue, int) else queue.pk
+
+    def context() -> dict[str, Any]:
+        found = _queue_or_404(queue) if isinstance(queue, int) else queue
+        return {"queue": found, "q": web_overview.usage_blocks([found])[0]}
+
     return regions.template_region(
-        f"queue-usage-html:{fingerprint or state_cache.queue_state_fingerprint(queue.pk)}",
+        f"queue-usage-html:{fingerprint or state_cache.queue_state_fingerprint(queue_id)}",
         "queues/detail.html#queue_live",
-        lambda: {"queue": queue, "q": web_overview.usage_blocks([queue])[0]},
+        context,
     )
 
 
 @login_required
 def queue_usage_partial(request: HttpRequest, queue_id: int) -> HttpResponse:
-    """Polled every 2 s (see ``queue_live_html``)."""
-    return HttpResponse(queue_live_html(_queue_or_404(queue_id)))
+    """Polled every 2 s (see ``queue_live_html``): when nothing changed, the queue's
+    record version (one query) and two cache reads (its fingerprint, the region)."""
+    return HttpResponse(queue_live_html(queue_id))

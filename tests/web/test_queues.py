@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.core.cache import caches
+from django.db.models import F
 
+from governance.models import QueueCapacity
+from governance.selectors import state_cache
 from governance.services import jobs as job_services
 from scheduler import readings
 from scheduler.cycle.run import run_cycle
@@ -110,6 +115,28 @@ def test_cached_live_regions_show_a_change_on_the_next_poll(world):
     for waiting, (reason,) in reasons.items():
         assert f'href="/jobs/{waiting}/"' not in page  # no longer listed as pending
         assert reason["message"].replace("'", "&#x27;") not in page  # nor its stale reason
+
+
+def test_a_change_without_an_event_shows_once_the_fingerprint_window_ends(world, monkeypatch):
+    """A write that records neither a job event nor an audit entry (a heartbeat's
+    progress, an edit in Django's admin site) leaves the queue's newest event and audit
+    entry as they were, so the state fingerprint kept under them holds until its window
+    (``FINGERPRINT_SECONDS``) ends; then the change shows, on the queue's partial and
+    the overview's."""
+    client = client_for(world.reviewer)
+    usage_url = f"/queues/{world.queue.pk}/partials/usage/"
+    before = client.get(usage_url).content.decode()
+    overview_before = client.get("/partials/usage/").content.decode()
+    QueueCapacity.objects.filter(queue=world.queue).update(count=F("count") + 40)  # no audit
+    assert client.get(usage_url).content.decode() == before  # the window holds
+    later = time.time() + state_cache.FINGERPRINT_SECONDS
+    monkeypatch.setattr(state_cache.time, "time", lambda: later)
+    after = client.get(usage_url).content.decode()
+    assert after != before
+    overview_after = client.get("/partials/usage/").content.decode()
+    assert overview_after != overview_before
+    capacity = QueueCapacity.objects.filter(queue=world.queue).first()
+    assert capacity is not None and f"{capacity.count}" in after
 
 
 def test_responses_carry_server_timing(world):

@@ -11,6 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from governance.models import ExceptionState, PriorityException
+from governance.services.jobs import job_submit
 from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, make_job, make_lead, make_member, make_queue, make_share
 
@@ -85,6 +86,18 @@ def test_other_team_page_and_no_team(world: Any) -> None:
     assert "This team has no share yet." in loner.get("/teams/").content.decode()
 
 
+def submit(world: Any, name: str, priority: int) -> None:
+    """A job submitted through the service, as the API and the form do."""
+    job_submit(
+        actor=world.lead,
+        share=world.waiting.share,
+        name=name,
+        preferences=[{"instance_type": G5, "count": 1}],
+        priority=priority,
+        duration=50,
+    )
+
+
 def _team_page_queries(client: Client, team_id: int) -> list[str]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -106,13 +119,13 @@ def test_team_page_reads_each_queue_state_once_and_does_not_grow(world: Any) -> 
     assert len(digests) == 2  # every queue (usage), then the team's one queue
     small = _team_page_queries(client, world.red.pk)
     digests = [sql for sql in small if "md5(concat_ws" in sql]
-    assert len(digests) == 1  # every queue's: the team's queue's is kept under it
-    share = world.waiting.share
-    for i in range(6):
-        make_job(share, world.lead, name=f"more-{i}", priority=i, duration=50)
+    assert not digests  # both kept under their queue's newest event and audit entry
+    for i in range(6):  # submitted as users do: each writes its event
+        submit(world, f"more-{i}", priority=i)
     _team_page_queries(client, world.red.pk)
     large = _team_page_queries(client, world.red.pk)
     assert len(large) == len(small)
+    assert "more-5" in client.get(f"/teams/{world.red.pk}/").content.decode()
     # 12: the navigation is one query, the team's queues and shares come with the
     # (cached) usage, the open decisions are one query
     assert len(small) <= 12
@@ -136,7 +149,7 @@ def test_the_pending_table_is_served_from_the_cache_until_the_state_changes(
     assert not pending_reads, pending_reads
     second = client.get(f"/teams/{world.red.pk}/").content.decode()
     assert table(second) == table(first) and "w1" in table(first)
-    make_job(world.waiting.share, world.lead, name="brand-new", priority=1, duration=50)
+    submit(world, "brand-new", priority=1)
     assert "brand-new" in table(client.get(f"/teams/{world.red.pk}/").content.decode())
 
 
