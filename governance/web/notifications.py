@@ -13,10 +13,12 @@ from django.shortcuts import redirect, render
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from governance.models import NotificationKind
+from governance.models import Notification, NotificationKind, NotificationPreference
 from governance.selectors import notifications as selectors
+from governance.selectors import state_cache
 from governance.services import notifications as services
 from governance.services.errors import ServiceError
+from governance.web import fragments
 from governance.web.errors import apply_service_errors
 
 KIND_CHOICES = NotificationKind.choices
@@ -78,9 +80,16 @@ class PreferencesForm(forms.Form):
     )
 
 
+# The list and the preferences form are a fragment (web/fragments.py) of what they read,
+# all the viewer's own: their notifications (new ones, and a read mark, which rewrites
+# the row: ``rows_version``), their preference row (the form's ticks) and their email
+# address (the form says when there is none; Django's admin site changes it without an
+# audit entry). Times are slots. A form with problems is rendered, not cached.
+PAGE_ARG_MAX = 20  # characters of ``?page=`` kept in the key (the paginator reads no more)
+
+
 @login_required
 def notification_list(request: HttpRequest) -> HttpResponse:
-    page = Paginator(selectors.notifications_of(request.user), 50).get_page(request.GET.get("page"))
     if request.method == "POST":
         form = PreferencesForm(request.POST)
         if form.is_valid():
@@ -91,12 +100,43 @@ def notification_list(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, "Notification preferences saved.")
                 return redirect("web:notifications")
-    else:
-        form = PreferencesForm(
-            initial=services.preference_snapshot(selectors.preference_of(request.user))
+        return render(request, "notifications/list.html", _context(request, form), status=400)
+    user = request.user
+    page_arg = request.GET.get("page", "")[:PAGE_ARG_MAX]
+    version = "|".join(
+        (
+            state_cache.rows_version(Notification, "recipient", user.pk),
+            state_cache.rows_version(NotificationPreference, "user", user.pk),
+            getattr(user, "email", ""),
         )
-    status = 400 if form.errors else 200
-    return render(request, "notifications/list.html", {"page": page, "form": form}, status=status)
+    )
+    return fragments.page(
+        request,
+        "notifications",
+        "notifications/list.html",
+        lambda: _context(request, None, page_arg),
+        version=version,
+        args=[page_arg],
+        viewer=fragments.Viewer.USER,
+    )
+
+
+def _context(
+    request: HttpRequest, form: PreferencesForm | None, page_arg: str | None = None
+) -> dict[str, Any]:
+    """The page's context: ``form`` as posted, or the user's stored preferences."""
+    user = request.user
+    notifications = selectors.notifications_of(user)
+    if form is None:
+        form = PreferencesForm(initial=services.preference_snapshot(selectors.preference_of(user)))
+    return {
+        "page": Paginator(notifications, 50).get_page(
+            request.GET.get("page") if page_arg is None else page_arg
+        ),
+        "form": form,
+        "any_unread": notifications.filter(read_at__isnull=True).exists(),
+        "has_email": bool(getattr(user, "email", "")),
+    }
 
 
 @login_required

@@ -94,3 +94,35 @@ def test_the_preference_boxes_render_as_django_does_and_once_per_ticks() -> None
         assert first == plain.render("email_kinds", ticked, {"id": "id_email_kinds"})
         assert kept.render("email_kinds", ticked, {"id": "id_email_kinds"}) is first  # kept
     assert "checked" not in KeptCheckboxes(choices=KIND_CHOICES).render("webhook_kinds", [], {})
+
+
+def test_the_cached_page_shows_each_change_at_once_and_only_ones_own(w: Any) -> None:
+    """The page is served from a cached fragment per user: a new notification, a read
+    mark, saved preferences and an email address set in the admin site each show on the
+    next view, and nobody is served another's list."""
+    client = client_for(w.reviewer)
+    first = client.get("/notifications/").content.decode()
+    assert "Mark all read" in first and "(you have none set)" in first
+    assert "Exception to review" in first
+    client.post("/notifications/read/", {})
+    assert "Mark all read" not in client.get("/notifications/").content.decode()
+    Notification.objects.create(
+        recipient=w.reviewer,
+        kind="exception_decided",
+        key="fresh",
+        title="Fresh news for the reviewer",
+        created_at=timezone.now(),
+    )
+    page = client.get("/notifications/").content.decode()
+    assert "Fresh news for the reviewer" in page and "Mark all read" in page
+    assert 'id="id_email_kinds_2" checked' not in page  # job_preempted: not by default
+    client.post("/notifications/", {"email_kinds": ["job_preempted"]})
+    page = client.get("/notifications/").content.decode()
+    assert 'id="id_email_kinds_2" checked' in page
+    w.reviewer.email = "reviewer@example.org"
+    w.reviewer.save(update_fields=["email"])
+    assert "(you have none set)" not in client.get("/notifications/").content.decode()
+    others = client_for(w.admin).get("/notifications/").content.decode()
+    assert "Fresh news for the reviewer" not in others and "Exception to review" in others
+    token = client.cookies["csrftoken"].value
+    assert len(token) == 32 and token not in others  # each session's own CSRF token
