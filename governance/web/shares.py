@@ -227,18 +227,36 @@ def _detail_context(request: HttpRequest, share: Share, fingerprint: str) -> dic
     }
 
 
+# The edit form as first shown is a fragment (web/fragments.py) of what it reads: the
+# share, its limits, its queue's instance types and names (every change of which is
+# audited: ``state_cache.page_version``). Admins only, alike. A form answered with its
+# problems, a conflict or a preview is rendered for its request.
 @login_required
 def share_edit(request: HttpRequest, share_id: int) -> HttpResponse:
     _require_admin(request)
+    if request.method != "POST":
+        name = Share.objects.filter(pk=share_id).values_list("name", flat=True).first()
+        if name is None:
+            raise Http404("No such share.")
+        return fragments.page(
+            request,
+            "share-edit",
+            "shares/edit.html",
+            lambda: _edit_context(_share_or_404(share_id)),
+            version=state_cache.page_version(),
+            args=[share_id],
+            viewer=fragments.Viewer.ROLES,
+            around={"share": {"name": name}},
+        )
     share = _share_or_404(share_id)
     type_names = share_selectors.queue_type_names(share.queue_id)
     context: dict[str, Any] = {"share": share}
     status = 200
-    if request.method == "POST" and "preview" in request.POST:
+    if "preview" in request.POST:
         # The preview as a plain form submit (without JavaScript): nothing is saved.
         form = ShareEditForm(request.POST, type_names=type_names, require_reason=False)
         context.update(_preview_context(request, share, form))
-    elif request.method == "POST":
+    else:
         form = ShareEditForm(request.POST, type_names=type_names)
         if form.is_valid():
             changes = form.changes()
@@ -294,14 +312,19 @@ def share_edit(request: HttpRequest, share_id: int) -> HttpResponse:
                     reason="",
                 ),
             )
-    else:
-        form = ShareEditForm(
-            initial=ShareEditForm.initial_for(share, share_selectors.limits_of(share)),
-            type_names=type_names,
-        )
     context["form"] = form
     context["borrow_enabled"] = (form["policy"].value() or share.policy) == Policy.LEND_AND_BORROW
     return render(request, "shares/edit.html", context, status=status)
+
+
+def _edit_context(share: Share) -> dict[str, Any]:
+    """The form filled with the share's stored values."""
+    form = ShareEditForm(
+        initial=ShareEditForm.initial_for(share, share_selectors.limits_of(share)),
+        type_names=share_selectors.queue_type_names(share.queue_id),
+    )
+    borrow_enabled = (form["policy"].value() or share.policy) == Policy.LEND_AND_BORROW
+    return {"share": share, "form": form, "borrow_enabled": borrow_enabled}
 
 
 @login_required

@@ -91,6 +91,21 @@ def test_save_goes_through_the_service_with_reason_and_version(world):
     assert entry.after["limits"] == {"ml.g5.xlarge": 2}
 
 
+def test_the_cached_editor_shows_a_saved_change_on_the_next_view(world):
+    """The editor as first shown is cached per state: after a save it shows the new
+    version and values (the title too), and an unknown share is a 404."""
+    client = client_for(world.admin)
+    url = f"/shares/{world.background.pk}/edit/"
+    first = client.get(url).content.decode()
+    assert 'name="version" value="1"' in first and 'value="200"' in first
+    assert client.get(url).content.decode().count('name="version" value="1"') == 1
+    client.post(url, form_data(world.background, borrow_limit=150, reason="Less borrowing"))
+    after = client.get(url).content.decode()
+    assert 'name="version" value="2"' in after and 'value="150"' in after
+    assert f"<title>Edit {world.background.name}" in after
+    assert client.get("/shares/999999/edit/").status_code == 404
+
+
 def test_reason_is_required(world):
     response = client_for(world.admin).post(
         f"/shares/{world.background.pk}/edit/", form_data(world.background, reason="")
