@@ -377,13 +377,20 @@ def _preview_context(request: HttpRequest, share: Share, form: ShareEditForm) ->
 LEDGER_WINDOWS = (("1h", "last hour", 1), ("1d", "last day", 24), ("7d", "last week", 168))
 
 
+# The page is a fragment (web/fragments.py) of what it reads: the share and the names
+# it shows (audited: the newest audit entry is in the queue's record version), its
+# "now" (cached under the queue's state fingerprint and read at ``ledger.now.at``), the
+# window's answer (kept under the record version, as of ``live.as_of``) and the window
+# asked for (the query string). Times are slots. A bad window is rendered, not cached.
 @login_required
 def share_ledger(request: HttpRequest, share_id: int) -> HttpResponse:
     """The share's lending ledger (docs/ledger.md): who holds its idle entitlement and
     whose it holds, now and over a window, and what its pending jobs would reclaim now.
     ``?window=1h|1d|7d`` or ``?from=&to=`` (ISO 8601); a bad window is shown beside the
     fields and the last day is shown instead."""
-    share = _share_or_404(share_id)
+    share = Share.objects.select_related("queue", "team").filter(pk=share_id).first()
+    if share is None:
+        raise Http404("No such share.")
     now = timezone.now()
     chosen = request.GET.get("window", "1d")
     hours = {key: h for key, _, h in LEDGER_WINDOWS}.get(chosen, 24)
@@ -404,11 +411,12 @@ def share_ledger(request: HttpRequest, share_id: int) -> HttpResponse:
     if live.answer is not None:
         start = datetime.fromisoformat(live.answer["window"]["from"])
         stop = datetime.fromisoformat(live.answer["window"]["to"])
+    ledger = scheduling.with_now(
+        live.answer or {}, scheduling.lending_now(share, fingerprint=fingerprint)
+    )
     context = {
         "share": share,
-        "ledger": scheduling.with_now(
-            live.answer or {}, scheduling.lending_now(share, fingerprint=fingerprint)
-        ),
+        "ledger": ledger,
         "computing": live.answer is None,
         "as_of": live.as_of,
         "start": start,
@@ -420,4 +428,18 @@ def share_ledger(request: HttpRequest, share_id: int) -> HttpResponse:
         "raw_to": request.GET.get("to", "")[:64],
         "poll_query": request.GET.urlencode(),
     }
-    return render(request, "shares/ledger.html", context, status=400 if errors else 200)
+    if errors:
+        return render(request, "shares/ledger.html", context, status=400)
+    # what the body shows beyond the share and the query string: the window's answer as
+    # of its time (or that it is being computed), its bounds, and "now" as read at its time
+    shown = (fingerprint, version, live.as_of, live.answer is None, start, stop)
+    return fragments.page(
+        request,
+        "share-ledger",
+        "shares/ledger.html",
+        lambda: context,
+        version="|".join(map(str, (*shown, ledger["now"].get("at")))),
+        args=[share.pk, sorted(request.GET.lists())],
+        viewer=fragments.Viewer.EVERYONE,
+        around={"share": share},
+    )

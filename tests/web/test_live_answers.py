@@ -199,6 +199,26 @@ def test_the_ledger_page_is_as_of_and_the_api_stays_exact(recorded: Any) -> None
     assert signals["window"]["to"] == at(430).isoformat()
 
 
+def test_the_cached_ledger_page_shows_a_change_on_the_next_view(recorded: Any) -> None:
+    """The ledger page is a cached fragment of the answers it shows: after a job event
+    of its queue the window is computed afresh and the page shows it as of then; each
+    share's page and each window asked for is its own."""
+    client = Client()
+    client.force_login(recorded.red_lead)
+    beta = f"/shares/{recorded.beta.pk}/ledger/"
+    assert "As of 2025-03-03 08:06 UTC" in client.get(beta).content.decode()
+    alpha = client.get(f"/shares/{recorded.alpha.pk}/ledger/").content.decode()
+    assert f"Lending ledger of {recorded.alpha.name}" in alpha
+    assert f"Lending ledger of {recorded.beta.name}" not in alpha
+    week = client.get(beta, {"window": "7d"}).content.decode()
+    assert 'href="?window=7d" aria-current="true"' in week
+    recorded.clock.now = at(500)
+    job = make_job(recorded.alpha, recorded.red_lead, name="new", submitted_at=at(490))
+    job_event(job, at(490), "submitted", "Submitted.")  # as the submission service does
+    html = client.get(beta).content.decode()
+    assert "As of 2025-03-03 08:08 UTC" in html and 'href="?window=1d"' in html
+
+
 def test_an_engine_reading_is_computed_by_one_client_while_the_others_wait(
     redis_cache: None,
 ) -> None:
@@ -254,9 +274,10 @@ def test_the_ledger_page_reads_now_once_per_stored_state(
 ) -> None:
     """The page's "now" (an engine reading of the live state) is cached under the queue's
     stored state like the reasons jobs wait: the second view asks the engine nothing, in
-    five queries (the session's user, the share, the queue's fingerprint, read once for
-    "now" and the window alike, the navigation's roles and unread count, in one), none of
-    them the engine's read of every active job."""
+    four queries (the session's user, the share with its queue and team, the queue's
+    record version, under which its fingerprint is kept, read once for "now" and the
+    window alike, the navigation's roles and unread count, in one), none of them the
+    engine's read of every active job."""
     from scheduler import readings
 
     calls: list[int] = []
@@ -271,7 +292,7 @@ def test_the_ledger_page_reads_now_once_per_stored_state(
     client.force_login(recorded.red_lead)
     url = f"/shares/{recorded.beta.pk}/ledger/"
     assert client.get(url).status_code == 200
-    with django_assert_num_queries(5):
+    with django_assert_num_queries(4):
         assert client.get(url).status_code == 200
     assert calls == [recorded.beta.pk]
 
