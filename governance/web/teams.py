@@ -17,7 +17,6 @@ from django.utils.safestring import SafeString
 from governance.models import Decision, DecisionState, Team
 from governance.selectors import decisions as decision_selectors
 from governance.selectors import scheduling, state_cache
-from governance.selectors import teams as team_selectors
 from governance.selectors import workloads as workload_selectors
 from governance.web import charts, fragments, regions
 from governance.web.nav import request_roles
@@ -65,6 +64,9 @@ def _pending_html(team: Team, queue_ids: list[int], fingerprints: dict[int, str]
 # imminent", a decision's "overdue"). Two parts are holes written at each serving: the
 # usage history (the cycle adds to its rollups in place, with no event) and the pending
 # table (cached under its own queues' fingerprints and the reasons' generations, above).
+# What the page needs before the fragment (the teams, their queues, shares and queues'
+# fingerprints) is one cache read under the fingerprint of every queue, which digests all
+# of those rows (``team_view.layout``).
 BUCKET_SECONDS = 30
 
 
@@ -83,8 +85,9 @@ def _team_block(team: Team, usage: list[Any], fingerprints: dict[int, str]) -> d
 
 
 def _body_context(
-    request: HttpRequest, detailed: list[Team], usage: list[Any], fingerprints: dict[int, str]
+    request: HttpRequest, detailed: list[Team], fingerprint: str, fingerprints: dict[int, str]
 ) -> dict[str, Any]:
+    usage = team_view.all_usage(fingerprint)
     summaries = team_view.summaries(usage)
     shown = {team.pk for team in detailed}
     others = sorted(
@@ -97,21 +100,26 @@ def _body_context(
     return {"blocks": blocks, "others": others, "mine": held.member_team_ids}
 
 
-def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
-    fingerprint = state_cache.queue_state_fingerprint()
-    usage = team_view.all_usage(fingerprint)
+def _page(
+    request: HttpRequest,
+    fingerprint: str,
+    detailed: list[Team],
+    layout: team_view.TeamsLayout,
+) -> HttpResponse:
+    """The page showing ``detailed`` in full (their ``layout`` read under ``fingerprint``,
+    the state of every queue)."""
     fingerprints = team_view.queue_fingerprints(fingerprint)
+    fingerprints.update(layout.fingerprints)
     holes: dict[str, Callable[[], str]] = {}
     for team in detailed:
-        queue_ids = team_view.team_queue_ids(team, usage)
         holes[f"pending-{team.pk}"] = functools.partial(
-            _pending_html, team, queue_ids, fingerprints
+            _pending_html, team, layout.queue_ids[team.pk], fingerprints
         )
         holes[f"history-{team.pk}"] = functools.partial(
             charts.history_html,
             request,
             queue_id=None,
-            share_ids=team_view.team_share_ids(team, usage),
+            share_ids=layout.share_ids[team.pk],
             subject=f"Team {team.name}",
             history_id=team.pk,
         )
@@ -119,7 +127,7 @@ def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
         request,
         "teams",
         template="teams/teams.html#body",
-        context=lambda: _body_context(request, detailed, usage, fingerprints),
+        context=lambda: _body_context(request, detailed, fingerprint, fingerprints),
         version="|".join(
             [
                 fingerprint,
@@ -141,16 +149,19 @@ def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
 def team_list(request: HttpRequest) -> HttpResponse:
     """Your teams in full (led ones first), then the others."""
     held = request_roles(request)
-    led, mine = held.lead_team_ids, held.member_team_ids
-    teams = sorted(
-        team_selectors.teams_by_id(mine), key=lambda t: (t.pk not in led, t.name.lower())
-    )
-    return _page(request, teams)
+    led = held.lead_team_ids
+    # One read of every queue's state, first: what is cached under it is never older.
+    fingerprint = state_cache.queue_state_fingerprint()
+    layout = team_view.layout(fingerprint, held.member_team_ids)
+    teams = sorted(layout.teams.values(), key=lambda t: (t.pk not in led, t.name.lower()))
+    return _page(request, fingerprint, teams, layout)
 
 
 @login_required
 def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
-    team = team_selectors.team(team_id)
+    fingerprint = state_cache.queue_state_fingerprint()
+    layout = team_view.layout(fingerprint, [team_id])
+    team = layout.teams.get(team_id)
     if team is None:
         raise Http404("No such team.")
-    return _page(request, [team])
+    return _page(request, fingerprint, [team], layout)
