@@ -254,9 +254,9 @@ def test_the_ledger_page_reads_now_once_per_stored_state(
 ) -> None:
     """The page's "now" (an engine reading of the live state) is cached under the queue's
     stored state like the reasons jobs wait: the second view asks the engine nothing, in
-    five queries (the session's user, the share, the queue's fingerprint, read once for
-    "now" and the window alike, the navigation's roles and unread count, in one), none of
-    them the engine's read of every active job."""
+    four queries (the session's user, the share's queue, the queue's fingerprint, read
+    once for "now", the window and the share itself alike, the navigation's roles and
+    unread count, in one), none of them the engine's read of every active job."""
     from scheduler import readings
 
     calls: list[int] = []
@@ -271,7 +271,7 @@ def test_the_ledger_page_reads_now_once_per_stored_state(
     client.force_login(recorded.red_lead)
     url = f"/shares/{recorded.beta.pk}/ledger/"
     assert client.get(url).status_code == 200
-    with django_assert_num_queries(5):
+    with django_assert_num_queries(4):
         assert client.get(url).status_code == 200
     assert calls == [recorded.beta.pk]
 
