@@ -175,3 +175,15 @@ def test_the_queue_read_for_its_page_follows_a_change(world):
     body = client.get(url).content.decode()
     assert "<h1>cloud</h1>" in body and "<h1>aws</h1>" not in body
     assert "<title>cloud" in body
+
+
+def test_the_navigation_marks_the_current_section(world):
+    """The navigation's links (written once per set of rights and section) mark the
+    section of the page shown, on each page."""
+    client = client_for(world.member_vision)
+    body = client.get(f"/queues/{world.queue.pk}/").content.decode()
+    assert '<a href="/queues/" aria-current="page">Queues</a>' in body
+    assert '<a href="/">Overview</a>' in body and 'href="/admin/"' not in body
+    body = client.get("/").content.decode()
+    assert '<a href="/" aria-current="page">Overview</a>' in body
+    assert '<a href="/queues/">Queues</a>' in body
