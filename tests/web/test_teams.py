@@ -194,3 +194,23 @@ def test_the_teams_queues_and_names_read_before_the_fragment_follow_the_state(
     page = client.get(f"/teams/{world.red.pk}/").content.decode()
     pending = page[page.index('<section class="card team-pending">') :].split("</section>")[0]
     assert ">elsewhere</a>" in pending and ">w1</a>" in pending
+
+
+def test_the_pending_table_is_rendered_again_for_new_reasons(world: Any) -> None:
+    """The cached pending table is served only with the reasons' generation it was
+    rendered from: once the reasons are gone (expired), the next view reads the team's
+    pending jobs again and the engine's reasons anew."""
+    from django.core.cache import caches
+
+    from governance.selectors import state_cache
+
+    client = Client()
+    client.force_login(world.lead)
+    pending_reads = "\"state\" = 'PENDING'"
+    client.get(f"/teams/{world.red.pk}/")
+    assert not [q for q in _team_page_queries(client, world.red.pk) if pending_reads in q]
+    state = state_cache.queue_state_fingerprint(world.queue.pk)
+    caches["shared"].delete_many([f"explain:{state}:ok", f"explain:{state}:kept"])
+    assert [q for q in _team_page_queries(client, world.red.pk) if pending_reads in q]
+    page = client.get(f"/teams/{world.red.pk}/").content.decode()
+    assert ">w1</a>" in page and "own_quota_full" in page
