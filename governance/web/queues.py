@@ -87,9 +87,10 @@ def queue_detail(request: HttpRequest, queue_id: int) -> HttpResponse:
     fingerprint = state_cache.queue_state_fingerprint(queue_id)
     # The queue's row, its capacity rows and their types are among the rows the
     # fingerprint digests: kept under it, one cache read where the queue's two queries
-    # and its models cost the page 1 ms of CPU (None while there is no such queue).
+    # and its models cost the page 1 ms of CPU (None while there is no such queue); and
+    # under the release, whose models unpickle it.
     queue = state_cache.cached(
-        f"queue-row:{fingerprint}",
+        f"queue-row:{fragments.code_version()}:{fingerprint}",
         lambda: capacity_selectors.queues().filter(pk=queue_id).first(),
     )
     if queue is None:

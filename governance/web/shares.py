@@ -64,9 +64,10 @@ def _share_under_fingerprint(share_id: int, fingerprint: str, queue_id: int) -> 
     shares and their limits, every type and team), so it is cached under it, one cache
     read where the share's two queries and its models cost a page 1.7 ms of CPU. A share
     never moves to another queue (``share_update`` refuses it); one deleted is missing
-    from its queue's next fingerprint (404)."""
+    from its queue's next fingerprint (404). Kept under the release too, whose models
+    unpickle it."""
     share = state_cache.cached(
-        f"share-row:{fingerprint}:{share_id}",
+        f"share-row:{fragments.code_version()}:{fingerprint}:{share_id}",
         lambda: share_selectors.shares().filter(pk=share_id, queue_id=queue_id).first(),
     )
     if share is None:

@@ -29,6 +29,7 @@ from governance.selectors import capacity as capacity_selectors
 from governance.selectors import change_requests as cr_selectors
 from governance.selectors import exceptions as exception_selectors
 from governance.selectors import teams as team_selectors
+from governance.web import fragments
 from governance.web.presenters import jobs as web_jobs
 
 PENDING_SHOWN = 50
@@ -265,7 +266,7 @@ def layout(fingerprint: str, team_ids: Collection[int]) -> TeamsLayout:
     (teams, shares and queues; a queue's own fingerprint digests a part of those rows,
     ``queue_fingerprint_within``), so it is cached under it: one cache read where a view
     read the team (a query), the usage figures and each queue's fingerprint (a cache
-    read each)."""
+    read each); and under the release, whose models unpickle it."""
     ids = sorted(set(team_ids))
 
     def compute() -> TeamsLayout:
@@ -281,5 +282,7 @@ def layout(fingerprint: str, team_ids: Collection[int]) -> TeamsLayout:
         )
 
     # hashed: a user in many teams would pass the 250 characters a key may have
-    named = hashlib.blake2b(f"{fingerprint}|{ids}".encode(), digest_size=16).hexdigest()
+    named = hashlib.blake2b(
+        f"{fragments.code_version()}|{fingerprint}|{ids}".encode(), digest_size=16
+    ).hexdigest()
     return state_cache.cached(f"team-layout:{LAYOUT_VERSION}:{named}", compute)
