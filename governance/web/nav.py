@@ -120,11 +120,22 @@ def _nav_urls(script_prefix: str) -> tuple[tuple[str, str, str], ...]:
     return tuple(found)
 
 
+# The user's own pages beside the navigation (key in ``nav_url``, url name).
+OWN_PAGES = (("notifications", "web:notifications"), ("tokens", "web:tokens"), ("logout", "logout"))
+
+
+@cache
+def _own_urls(script_prefix: str) -> dict[str, str]:
+    """``OWN_PAGES``' URLs, reversed once per prefix as ``_nav_urls`` are."""
+    return {key: reverse(name) for key, name in OWN_PAGES}
+
+
 @receiver(setting_changed)
 def _urlconf_changed(*, setting: str, **kwargs: Any) -> None:
     """A test that swaps the URLconf gets its navigation reversed afresh."""
     if setting == "ROOT_URLCONF":
         _nav_urls.cache_clear()
+        _own_urls.cache_clear()
 
 
 def _items(request: HttpRequest) -> tuple[tuple[str, str, bool], ...]:
@@ -173,6 +184,7 @@ def nav(request: HttpRequest) -> dict[str, Any]:
     return {
         # Called by the template (and only where it shows the navigation).
         "nav_links": lambda: _links_html(_items(request)),
+        "nav_url": _own_urls(get_script_prefix()),
         "nav_roles": SimpleLazyObject(lambda: _role_names(request)),
         # A lazy int: counted only when a page (not a live partial) shows the navigation.
         "unread_notifications": SimpleLazyObject(
