@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.core.cache.backends.redis import RedisCache
+from django.core.cache.backends.redis import RedisCache, RedisCacheClient
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -24,8 +24,30 @@ RETRY_AFTER_SECONDS = 5.0
 T = TypeVar("T")
 
 
+class KeptClientRedisCacheClient(RedisCacheClient):
+    """Django's client makes a new ``redis.Redis`` over the same connection pool for every
+    call: about 0.1 ms of CPU each, a millisecond a page reading the cache ten times. A
+    ``redis.Redis`` may be shared between threads (each command takes a connection from
+    the pool and gives it back), so one is kept per pool."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._clients: dict[int, Any] = {}
+
+    def get_client(self, key: Any = None, *, write: bool = False) -> Any:
+        pool = self._get_connection_pool(write)  # type: ignore[attr-defined]
+        client = self._clients.get(id(pool))
+        if client is None:
+            client = self._clients[id(pool)] = self._client(connection_pool=pool)  # type: ignore[attr-defined]
+        return client
+
+
 class ResilientRedisCache(RedisCache):
     _down_until = 0.0
+
+    def __init__(self, server: str, params: dict[str, Any]) -> None:
+        super().__init__(server, params)
+        self._class = KeptClientRedisCacheClient
 
     def _guard(self, call: Callable[[], T], fallback: T) -> T:
         if time.monotonic() < self._down_until:

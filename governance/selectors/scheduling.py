@@ -59,6 +59,7 @@ __all__ = [
     "entitled_forecast_jobs",
     "explain_generation",
     "explain_generations",
+    "explain_generations_with",
     "explain_job",
     "explain_jobs",
     "exposure_jobs",
@@ -130,13 +131,23 @@ def explain_generation(queue_id: int, fingerprint: str) -> str | None:
 
 def explain_generations(fingerprints: dict[int, str]) -> dict[int, str | None]:
     """``explain_generation`` of several queues (id -> fingerprint), in one cache read."""
-    keys = [f"explain:{fp}:{end}" for fp in fingerprints.values() for end in ("ok", "kept")]
-    found = state_cache.cache_get_many(keys)
+    return explain_generations_with(fingerprints, [])[0]
+
+
+def explain_generations_with(
+    fingerprints: dict[int, str], keys: list[str]
+) -> tuple[dict[int, str | None], dict[str, Any]]:
+    """``explain_generations`` and the cache entries ``keys`` found, in one cache read: a
+    page reads what it rendered from the reasons with the reasons' generations."""
+    ends = ("ok", "kept")
+    found = state_cache.cache_get_many(
+        [*keys, *(f"explain:{fp}:{end}" for fp in fingerprints.values() for end in ends)]
+    )
     out: dict[int, str | None] = {}
     for queue_id, fp in fingerprints.items():
         token = found.get(f"explain:{fp}:ok", found.get(f"explain:{fp}:kept"))
         out[queue_id] = token if isinstance(token, str) else None
-    return out
+    return out, {key: found[key] for key in keys if key in found}
 
 
 def explain_job(job: Job) -> list[dict[str, Any]]:

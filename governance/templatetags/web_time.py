@@ -13,6 +13,7 @@ minute — and a future time reads "in ..." instead of timesince's "0 minutes".
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from datetime import datetime, tzinfo
@@ -29,8 +30,18 @@ _MONTHS_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _NBSP = "\xa0"
 
 
+# Under 27 days apart no calendar month lies between two times (the shortest month has
+# 28 days of wall time, and no time zone's change of offset ever took more than one):
+# the words are then the seconds between them in weeks, days, hours and minutes, without
+# the calendar arithmetic below (most times on a page are that close).
+_NO_MONTH_SECONDS = 27 * 86400
+
+
 def span_words(earlier: datetime, later: datetime, depth: int = 2) -> str:
     """``timesince(earlier, later, depth=depth)``'s words (earlier < later); "" under a minute."""
+    remaining = (later - earlier).total_seconds()
+    if remaining < _NO_MONTH_SECONDS:
+        return _words(_UNITS[2:], _chunked(remaining), depth)
     total_months = (later.year - earlier.year) * 12 + (later.month - earlier.month)
     if earlier.day > later.day or (earlier.day == later.day and earlier.time() > later.time()):
         total_months -= 1
@@ -48,14 +59,20 @@ def span_words(earlier: datetime, later: datetime, depth: int = 2) -> str:
             day=min(_MONTHS_DAYS[pivot_month - 1], earlier.day),
             microsecond=0,
         )
-    remaining = (later - pivot).total_seconds()
-    parts = [years, months]
-    for chunk in _CHUNKS:
-        count = int(remaining // chunk)
-        parts.append(count)
-        remaining -= chunk * count
+    return _words(_UNITS, [years, months, *_chunked((later - pivot).total_seconds())], depth)
+
+
+def _chunked(remaining: float) -> list[int]:
+    """``remaining`` seconds as whole weeks, days, hours and minutes."""
+    weeks, left = divmod(int(remaining), _CHUNKS[0])
+    days, left = divmod(left, _CHUNKS[1])
+    hours, left = divmod(left, _CHUNKS[2])
+    return [weeks, days, hours, left // _CHUNKS[3]]
+
+
+def _words(units: tuple[str, ...], parts: list[int], depth: int) -> str:
     words: list[str] = []
-    for unit, value in zip(_UNITS, parts, strict=True):
+    for unit, value in zip(units, parts, strict=True):
         if value:
             words.append(f"{value}{_NBSP}{unit}{'' if value == 1 else 's'}")
             if len(words) == depth:
@@ -69,7 +86,7 @@ def relative_time(t: datetime, now: datetime | None = None) -> str:
     """ "2 hours, 5 minutes ago" / "in 3 days" / "just now" (within a minute)."""
     if now is None:
         now = datetime.now(t.tzinfo if timezone.is_aware(t) else None)
-    elif timezone.is_aware(now) and timezone.is_aware(t):
+    elif now.tzinfo is not t.tzinfo and timezone.is_aware(now) and timezone.is_aware(t):
         now = now.astimezone(t.tzinfo)
     if t <= now:
         words = span_words(t, now)
@@ -93,22 +110,33 @@ def time_html(
     ``estimate``, a start due within a minute (or past) reads NEXT_CYCLE_WORDS.
     ``now`` and ``zone`` (the current time zone): given by a caller writing many times
     at once (``fill_slots``), which would otherwise look each up again per time."""
-    aware = timezone.is_aware(t)
-    if aware:
-        shown = t.astimezone(zone or timezone.get_current_timezone())
-        now = now or timezone.now()
+    now = now or timezone.now()
+    return mark_safe(_time_text(t, estimate, now, zone or timezone.get_current_timezone()))
+
+
+def _time_text(t: datetime, estimate: bool, now: datetime, zone: tzinfo) -> str:
+    """``time_html``'s text (a str: a page writing 150 times joins them first). A naive
+    ``t`` is shown as it is and compared with the naive time now."""
+    if timezone.is_aware(t):
+        iso, absolute = _absolute(t, zone)
     else:
-        shown = t
+        iso, absolute = _absolute(t, None)
         now = datetime.now()
-    # Neither the ISO time, the strftime output nor the words can hold markup.
-    # The title names its time zone (the configured one, "UTC" by default).
-    absolute = shown.strftime("%Y-%m-%d %H:%M:%S %Z").rstrip()
     words = relative_time(t, now)
     if estimate and (t - now).total_seconds() < 60:
         words = NEXT_CYCLE_WORDS
-    return mark_safe(
-        f'<time datetime="{shown.isoformat()}" title="{absolute}">{html.escape(words)}</time>'
-    )
+    return f'<time datetime="{iso}" title="{absolute}">{html.escape(words)}</time>'
+
+
+@functools.lru_cache(maxsize=8192)
+def _absolute(t: datetime, zone: tzinfo | None) -> tuple[str, str]:
+    """The ISO time and the title's absolute time of ``t`` shown in ``zone``: the same
+    at every serving of a cached page, so formatted once per process (an aware time's
+    instant and the zone decide both, whatever zone ``t`` was read in)."""
+    shown = t.astimezone(zone) if zone is not None else t
+    # Neither the ISO time nor the strftime output can hold markup.
+    # The title names its time zone (the configured one, "UTC" by default).
+    return shown.isoformat(), shown.strftime("%Y-%m-%d %H:%M:%S %Z").rstrip()
 
 
 def _slot_or_html(
@@ -148,7 +176,7 @@ def fill_slots(html_in: str, times: list[Slot]) -> SafeString:
     out = [parts[0]]
     for t, part in zip(times, parts[1:], strict=True):
         at, estimate = t if isinstance(t, tuple) else (t, False)
-        out.append(time_html(at, estimate=estimate, now=now, zone=zone))
+        out.append(_time_text(at, estimate, now, zone))
         out.append(part)
     return mark_safe("".join(out))
 
@@ -179,8 +207,10 @@ def fill_inline(html_in: str) -> str:
         return html_in
     now, zone = timezone.now(), timezone.get_current_timezone()
     return _INLINE.sub(
-        lambda m: time_html(
-            datetime.fromisoformat(m.group(1)), estimate=m.group(2) == "1", now=now, zone=zone
-        ),
-        html_in,
+        lambda m: _time_text(_inline_time(m.group(1)), m.group(2) == "1", now, zone), html_in
     )
+
+
+@functools.lru_cache(maxsize=8192)
+def _inline_time(iso: str) -> datetime:
+    return datetime.fromisoformat(iso)

@@ -17,7 +17,6 @@ from django.utils.safestring import SafeString
 from governance.models import Decision, DecisionState, Team
 from governance.selectors import decisions as decision_selectors
 from governance.selectors import scheduling, state_cache
-from governance.selectors import teams as team_selectors
 from governance.selectors import workloads as workload_selectors
 from governance.web import charts, fragments, regions
 from governance.web.nav import request_roles
@@ -26,32 +25,40 @@ from governance.web.presenters import teams as team_view
 # The pending table (the team's first 50 pending jobs with why each waits and when it
 # may start) is a pure function of its queues' stored state and of the engine readings
 # cached under it, as the queue page's job tables are (governance/web/queues.py): its
-# HTML is cached under each queue's fingerprint and the generation of the reasons served
-# ("-": the team had no pending job in that state), for as long as the readings hold
-# (EXPLAIN_MAX_AGE). A view with nothing changed skips two job queries, nine cache reads
-# and 50 rows. Relative times are slots written at each serving (web/regions.py).
-PENDING_HTML_VERSION = 1
+# HTML is cached under each queue's fingerprint with the generations of the reasons
+# served ("-": the team had no pending job in that state), and served while those are
+# the reasons' generations now (read with it, in one cache read), for as long as the
+# readings hold (EXPLAIN_MAX_AGE). A view with nothing changed skips two job queries,
+# nine cache reads and 50 rows. Relative times are slots written at each serving
+# (web/regions.py).
+PENDING_HTML_VERSION = 2  # 2: the generations stored with the HTML
 
 
-def _pending_key(team: Team, queue_ids: list[int], fingerprints: dict[int, str]) -> str:
-    states = {queue_id: fingerprints[queue_id] for queue_id in queue_ids}
-    generations = scheduling.explain_generations(states)
-    parts = "|".join(f"{q}:{fp}:{generations[q] or '-'}" for q, fp in states.items())
+def _pending_key(team: Team, states: dict[int, str]) -> str:
+    parts = "|".join(f"{q}:{fp}" for q, fp in states.items())
     # hashed: a team with several queues would pass the 250 characters a key may have
     digest = hashlib.blake2b(parts.encode(), digest_size=16).hexdigest()
     return f"team-pending:{PENDING_HTML_VERSION}:{team.pk}:{digest}"
 
 
+def _generations(generations: dict[int, str | None]) -> str:
+    return "|".join(f"{q}:{token or '-'}" for q, token in generations.items())
+
+
 def _pending_html(team: Team, queue_ids: list[int], fingerprints: dict[int, str]) -> SafeString:
-    found = regions.lookup(_pending_key(team, queue_ids, fingerprints))
-    if found is not None:
-        return found
+    states = {queue_id: fingerprints[queue_id] for queue_id in queue_ids}
+    key = _pending_key(team, states)
+    generations, found = scheduling.explain_generations_with(states, [key])
+    held: tuple[str, regions.Rendered] | None = found.get(key)
+    if held is not None and held[0] == _generations(generations):
+        return regions.fill(held[1])
     pending, pending_total = team_view.pending_jobs(team, fingerprints)
     rendered = regions.render_with_slots(
         "teams/pending.html", {"pending": pending, "pending_total": pending_total}
     )
-    # keyed by the reasons' generations as now cached (the ones just served)
-    regions.store(_pending_key(team, queue_ids, fingerprints), rendered, scheduling.EXPLAIN_MAX_AGE)
+    # with the reasons' generations as now cached (the ones just served)
+    served = _generations(scheduling.explain_generations(states))
+    state_cache.cache_set_many({key: (served, rendered)}, scheduling.EXPLAIN_MAX_AGE)
     return regions.fill(rendered)
 
 
@@ -65,6 +72,9 @@ def _pending_html(team: Team, queue_ids: list[int], fingerprints: dict[int, str]
 # imminent", a decision's "overdue"). Two parts are holes written at each serving: the
 # usage history (the cycle adds to its rollups in place, with no event) and the pending
 # table (cached under its own queues' fingerprints and the reasons' generations, above).
+# What the page needs before the fragment (the teams, their queues, shares and queues'
+# fingerprints) is one cache read under the fingerprint of every queue, which digests all
+# of those rows (``team_view.layout``).
 BUCKET_SECONDS = 30
 
 
@@ -83,8 +93,9 @@ def _team_block(team: Team, usage: list[Any], fingerprints: dict[int, str]) -> d
 
 
 def _body_context(
-    request: HttpRequest, detailed: list[Team], usage: list[Any], fingerprints: dict[int, str]
+    request: HttpRequest, detailed: list[Team], fingerprint: str, fingerprints: dict[int, str]
 ) -> dict[str, Any]:
+    usage = team_view.all_usage(fingerprint)
     summaries = team_view.summaries(usage)
     shown = {team.pk for team in detailed}
     others = sorted(
@@ -97,21 +108,26 @@ def _body_context(
     return {"blocks": blocks, "others": others, "mine": held.member_team_ids}
 
 
-def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
-    fingerprint = state_cache.queue_state_fingerprint()
-    usage = team_view.all_usage(fingerprint)
+def _page(
+    request: HttpRequest,
+    fingerprint: str,
+    detailed: list[Team],
+    layout: team_view.TeamsLayout,
+) -> HttpResponse:
+    """The page showing ``detailed`` in full (their ``layout`` read under ``fingerprint``,
+    the state of every queue)."""
     fingerprints = team_view.queue_fingerprints(fingerprint)
+    fingerprints.update(layout.fingerprints)
     holes: dict[str, Callable[[], str]] = {}
     for team in detailed:
-        queue_ids = team_view.team_queue_ids(team, usage)
         holes[f"pending-{team.pk}"] = functools.partial(
-            _pending_html, team, queue_ids, fingerprints
+            _pending_html, team, layout.queue_ids[team.pk], fingerprints
         )
         holes[f"history-{team.pk}"] = functools.partial(
             charts.history_html,
             request,
             queue_id=None,
-            share_ids=team_view.team_share_ids(team, usage),
+            share_ids=layout.share_ids[team.pk],
             subject=f"Team {team.name}",
             history_id=team.pk,
         )
@@ -119,7 +135,7 @@ def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
         request,
         "teams",
         template="teams/teams.html#body",
-        context=lambda: _body_context(request, detailed, usage, fingerprints),
+        context=lambda: _body_context(request, detailed, fingerprint, fingerprints),
         version="|".join(
             [
                 fingerprint,
@@ -141,16 +157,19 @@ def _page(request: HttpRequest, detailed: list[Team]) -> HttpResponse:
 def team_list(request: HttpRequest) -> HttpResponse:
     """Your teams in full (led ones first), then the others."""
     held = request_roles(request)
-    led, mine = held.lead_team_ids, held.member_team_ids
-    teams = sorted(
-        team_selectors.teams_by_id(mine), key=lambda t: (t.pk not in led, t.name.lower())
-    )
-    return _page(request, teams)
+    led = held.lead_team_ids
+    # One read of every queue's state, first: what is cached under it is never older.
+    fingerprint = state_cache.queue_state_fingerprint()
+    layout = team_view.layout(fingerprint, held.member_team_ids)
+    teams = sorted(layout.teams.values(), key=lambda t: (t.pk not in led, t.name.lower()))
+    return _page(request, fingerprint, teams, layout)
 
 
 @login_required
 def team_detail(request: HttpRequest, team_id: int) -> HttpResponse:
-    team = team_selectors.team(team_id)
+    fingerprint = state_cache.queue_state_fingerprint()
+    layout = team_view.layout(fingerprint, [team_id])
+    team = layout.teams.get(team_id)
     if team is None:
         raise Http404("No such team.")
-    return _page(request, [team])
+    return _page(request, fingerprint, [team], layout)

@@ -274,10 +274,10 @@ def test_the_ledger_page_reads_now_once_per_stored_state(
 ) -> None:
     """The page's "now" (an engine reading of the live state) is cached under the queue's
     stored state like the reasons jobs wait: the second view asks the engine nothing, in
-    four queries (the session's user, the share with its queue and team, the queue's
-    record version, under which its fingerprint is kept, read once for "now" and the
-    window alike, the navigation's roles and unread count, in one), none of them the
-    engine's read of every active job."""
+    four queries (the session's user, the share's queue, the queue's record version, under
+    which its fingerprint is kept, read once for "now", the window and the share itself
+    alike, the navigation's roles and unread count, in one), none of them the engine's
+    read of every active job."""
     from scheduler import readings
 
     calls: list[int] = []

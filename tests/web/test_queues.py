@@ -184,3 +184,33 @@ def test_cached_job_tables_match_uncached_with_current_times(world):
         shifted = tables()
     assert shifted != fresh and "1\xa0hour ago</time>" in shifted
     assert shifted.count("<time ") == fresh.count("<time ")
+
+
+def test_the_queue_read_for_its_page_follows_a_change(world):
+    """The queue with its capacity is kept under its state: a renamed queue or a new
+    capacity shows on the next view."""
+    from governance.services.capacity import queue_update
+
+    client = client_for(world.admin)
+    url = f"/queues/{world.queue.pk}/"
+    assert "<h1>aws</h1>" in client.get(url).content.decode()
+    queue_update(
+        actor=world.admin,
+        queue=world.queue,
+        changes={"name": "cloud", "capacity": {"ml.g5.xlarge": 5}},
+    )
+    body = client.get(url).content.decode()
+    assert "<h1>cloud</h1>" in body and "<h1>aws</h1>" not in body
+    assert "<title>cloud" in body
+
+
+def test_the_navigation_marks_the_current_section(world):
+    """The navigation's links (written once per set of rights and section) mark the
+    section of the page shown, on each page."""
+    client = client_for(world.member_vision)
+    body = client.get(f"/queues/{world.queue.pk}/").content.decode()
+    assert '<a href="/queues/" aria-current="page">Queues</a>' in body
+    assert '<a href="/">Overview</a>' in body and 'href="/admin/"' not in body
+    body = client.get("/").content.decode()
+    assert '<a href="/" aria-current="page">Overview</a>' in body
+    assert '<a href="/queues/">Queues</a>' in body

@@ -327,3 +327,42 @@ def test_the_editor_sets_borrowing_requires_verified_recovery(world):
     assert entry.after["borrow_requires_verified_recovery"] is True
     page = client_for(world.admin).get(url).content.decode()
     assert "only for jobs of workloads with verified recovery" in page
+
+
+def test_the_share_read_for_its_pages_follows_every_change(world):
+    """The share with its limits, queue and team is kept under its queue's state: an
+    edit of the share or of its team shows on the next view of its page, editor and
+    ledger, and a deleted share is not found."""
+    from governance.services.teams import team_update
+
+    client = client_for(world.admin)
+    url = f"/shares/{world.background.pk}/"
+    pages = (url, url + "edit/", url + "ledger/")
+    for page in pages:
+        assert client.get(page).status_code == 200
+    share_services.share_update(
+        actor=world.admin,
+        share=world.background,
+        version=1,
+        changes={"limits": {"ml.g5.xlarge": 2}},
+        reason="more",
+    )
+    team_update(actor=world.admin, team=world.vision, changes={"name": "sight"})
+    assert "2 \u00d7 ml.g5.xlarge" in client.get(url).content.decode()
+    assert "team sight · version 2" in client.get(url + "edit/").content.decode()
+    for page in pages:
+        body = client.get(page).content.decode()
+        assert "sight" in body and "team vision" not in body, page
+    spare = share_services.share_create(
+        actor=world.admin,
+        queue=world.queue,
+        team=world.speech,
+        name="spare",
+        limits={"ml.g5.xlarge": 1},
+    )
+    spare_url = f"/shares/{spare.pk}/"
+    for page in (spare_url, spare_url + "edit/", spare_url + "ledger/"):
+        assert client.get(page).status_code == 200
+    share_services.share_delete(actor=world.admin, share=spare)
+    for page in (spare_url, spare_url + "edit/", spare_url + "ledger/"):
+        assert client.get(page).status_code == 404, page

@@ -182,3 +182,55 @@ def test_exception_and_change_request_rows_cost_no_query_each(world: Any) -> Non
     page = client.get(f"/teams/{world.red.pk}/").content.decode()
     assert "job w1" in page and "share red-share" in page
     assert "team-q/red-share" in page and "red_lead" in page and "2 \u00d7 ml.g5.xlarge" in page
+
+
+def test_the_teams_queues_and_names_read_before_the_fragment_follow_the_state(
+    world: Any,
+) -> None:
+    """The team, its queues and shares and their fingerprints are kept under the state of
+    every queue (``presenters.teams.layout``): a renamed team, its list page, a share in
+    another queue with a pending job, all show on the next view."""
+    from governance.services.teams import team_update
+    from tests.factories import make_admin
+
+    client = Client()
+    client.force_login(world.lead)
+    assert "<h2>red" in client.get(f"/teams/{world.red.pk}/").content.decode()
+    client.get("/teams/")
+    team_update(actor=make_admin(), team=world.red, changes={"name": "crimson"})
+    page = client.get(f"/teams/{world.red.pk}/").content.decode()
+    assert "<h2>crimson" in page and "<h2>red" not in page
+    assert "<h2>crimson" in client.get("/teams/").content.decode()
+    other = make_queue("other-q", {G5: 1})
+    share = make_share(other, world.red, "crimson-other", {G5: 1}, policy="RESERVE")
+    job_submit(  # as users submit: its event is what moves the state's version
+        actor=world.lead,
+        share=share,
+        name="elsewhere",
+        preferences=[{"instance_type": G5, "count": 1}],
+        priority=1,
+        duration=50,
+    )
+    page = client.get(f"/teams/{world.red.pk}/").content.decode()
+    pending = page[page.index('<section class="card team-pending">') :].split("</section>")[0]
+    assert ">elsewhere</a>" in pending and ">w1</a>" in pending
+
+
+def test_the_pending_table_is_rendered_again_for_new_reasons(world: Any) -> None:
+    """The cached pending table is served only with the reasons' generation it was
+    rendered from: once the reasons are gone (expired), the next view reads the team's
+    pending jobs again and the engine's reasons anew."""
+    from django.core.cache import caches
+
+    from governance.selectors import state_cache
+
+    client = Client()
+    client.force_login(world.lead)
+    pending_reads = "\"state\" = 'PENDING'"
+    client.get(f"/teams/{world.red.pk}/")
+    assert not [q for q in _team_page_queries(client, world.red.pk) if pending_reads in q]
+    state = state_cache.queue_state_fingerprint(world.queue.pk)
+    caches["shared"].delete_many([f"explain:{state}:ok", f"explain:{state}:kept"])
+    assert [q for q in _team_page_queries(client, world.red.pk) if pending_reads in q]
+    page = client.get(f"/teams/{world.red.pk}/").content.decode()
+    assert ">w1</a>" in page and "own_quota_full" in page

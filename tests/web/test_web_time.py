@@ -58,6 +58,18 @@ def test_future_times_read_as_timeuntil(delta: timedelta) -> None:
     assert relative_time(NOW + delta, NOW) == f"in {timesince(NOW, NOW + delta)}"
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1)),
+    st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=40)),
+)
+def test_times_weeks_apart_read_as_timesince_did(t: datetime, delta: timedelta) -> None:
+    """Around the shortcut for times under 27 days apart (no calendar month between)."""
+    t = t.replace(tzinfo=UTC)
+    old = timesince(t, t + delta)
+    assert relative_time(t, t + delta) == ("just now" if old == "0\xa0minutes" else f"{old} ago")
+
+
 def test_when_tag_keeps_the_absolute_time_in_its_title() -> None:
     t = datetime.now(UTC) - timedelta(hours=2, minutes=1, seconds=5)
     html = Template("{% load web_time %}{% when t %}").render(Context({"t": t}))
@@ -84,3 +96,18 @@ def test_one_unit_relative_reads_as_before(delta: timedelta) -> None:
     else:
         expected = f"{timesince(when, NOW, depth=1)} ago".replace("\xa0", " ")
     assert relative(when, NOW) == expected
+
+
+def test_a_time_is_shown_in_each_requests_time_zone() -> None:
+    """The absolute time is formatted once per time and zone: the same time written in
+    another zone afterwards reads in that zone."""
+    from django.utils import timezone
+
+    from governance.templatetags.web_time import time_html
+
+    t = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
+    assert 'title="2026-01-15 12:00:00 UTC"' in time_html(t)
+    with timezone.override("Europe/Paris"):
+        assert 'title="2026-01-15 13:00:00 CET"' in time_html(t)
+        assert 'datetime="2026-01-15T13:00:00+01:00"' in time_html(t)
+    assert 'title="2026-01-15 12:00:00 UTC"' in time_html(t)

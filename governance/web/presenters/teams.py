@@ -10,7 +10,9 @@ wait and when they may start come from ``selectors.scheduling`` (cached per queu
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,8 @@ from governance.selectors import borrowed, scheduling, state_cache
 from governance.selectors import capacity as capacity_selectors
 from governance.selectors import change_requests as cr_selectors
 from governance.selectors import exceptions as exception_selectors
+from governance.selectors import teams as team_selectors
+from governance.web import fragments
 from governance.web.presenters import jobs as web_jobs
 
 PENDING_SHOWN = 50
@@ -239,3 +243,46 @@ def team_queue_ids(team: Team, usage: list[Any]) -> list[int]:
 def team_share_ids(team: Team, usage: list[Any]) -> list[int]:
     """The team's shares, read off ``all_usage`` as ``team_queue_ids``."""
     return sorted(s["share"] for queue in usage for s in queue["shares"] if s["team"] == team.pk)
+
+
+@dataclass(frozen=True)
+class TeamsLayout:
+    """What the team page needs before its cached fragment: the teams it shows in full
+    (by id, those that exist), the queues and shares of each (``team_queue_ids``,
+    ``team_share_ids``) and those queues' state fingerprints."""
+
+    teams: dict[int, Team]
+    queue_ids: dict[int, list[int]]
+    share_ids: dict[int, list[int]]
+    fingerprints: dict[int, str]
+
+
+LAYOUT_VERSION = 1
+
+
+def layout(fingerprint: str, team_ids: Collection[int]) -> TeamsLayout:
+    """The ``TeamsLayout`` of ``team_ids`` under ``fingerprint`` (``queue_state_fingerprint()``,
+    read by the caller). Every part of it is stored in rows that fingerprint digests
+    (teams, shares and queues; a queue's own fingerprint digests a part of those rows,
+    ``queue_fingerprint_within``), so it is cached under it: one cache read where a view
+    read the team (a query), the usage figures and each queue's fingerprint (a cache
+    read each); and under the release, whose models unpickle it."""
+    ids = sorted(set(team_ids))
+
+    def compute() -> TeamsLayout:
+        usage = all_usage(fingerprint)
+        teams = {team.pk: team for team in team_selectors.teams_by_id(ids)} if ids else {}
+        queue_ids = {pk: team_queue_ids(team, usage) for pk, team in teams.items()}
+        queues = sorted({queue_id for found in queue_ids.values() for queue_id in found})
+        return TeamsLayout(
+            teams=teams,
+            queue_ids=queue_ids,
+            share_ids={pk: team_share_ids(team, usage) for pk, team in teams.items()},
+            fingerprints={q: state_cache.queue_fingerprint_within(fingerprint, q) for q in queues},
+        )
+
+    # hashed: a user in many teams would pass the 250 characters a key may have
+    named = hashlib.blake2b(
+        f"{fragments.code_version()}|{fingerprint}|{ids}".encode(), digest_size=16
+    ).hexdigest()
+    return state_cache.cached(f"team-layout:{LAYOUT_VERSION}:{named}", compute)
