@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from django.contrib.auth import get_user_model
@@ -305,7 +305,7 @@ _ROWS_DIGEST = (
     "(SELECT md5(coalesce(string_agg(v, ',' ORDER BY v), '')) FROM "
     "(SELECT {columns} AS v FROM {table}) AS rows)"
 )
-_PAGE_VERSION_SQL = "SELECT {record}, {promises}, {agreements}, {users}"
+PAGE_VERSION_COLUMNS = 5  # the columns of ``page_version_sql``
 
 
 def page_version() -> str:
@@ -315,21 +315,34 @@ def page_version() -> str:
     the promises' and agreements' rows (an evaluation rewrites its promise's state, the
     "broken" marks several pages show, without an audit entry; a few rows a site); and
     of the users' names, which Django's admin site may change without an audit entry."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {page_version_sql()}")
+        row = cursor.fetchone()
+    return page_version_of(row or (None,) * PAGE_VERSION_COLUMNS)
+
+
+def page_version_sql() -> str:
+    """The ``PAGE_VERSION_COLUMNS`` columns ``page_version`` reads (no parameter), for a
+    view that reads them with its own version in one query and passes them to
+    ``page_version_of``."""
     user = get_user_model()
     versions = "id || ':' || xmin || ':' || ctid::text"
-    sql = _PAGE_VERSION_SQL.format(
-        record=_record_version_sql(None).strip().rstrip(","),
-        promises=_ROWS_DIGEST.format(columns=versions, table=Promise._meta.db_table),
-        agreements=_ROWS_DIGEST.format(columns=versions, table=Agreement._meta.db_table),
-        users=_ROWS_DIGEST.format(
-            columns=f"id || ':' || {_column(user, user.USERNAME_FIELD)}",
-            table=user._meta.db_table,
-        ),
+    return ", ".join(
+        (
+            record_version_sql(None).strip(),
+            _ROWS_DIGEST.format(columns=versions, table=Promise._meta.db_table),
+            _ROWS_DIGEST.format(columns=versions, table=Agreement._meta.db_table),
+            _ROWS_DIGEST.format(
+                columns=f"id || ':' || {_column(user, user.USERNAME_FIELD)}",
+                table=user._meta.db_table,
+            ),
+        )
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, {"q": None})
-        row = cursor.fetchone()
-    event, audit, *digests = row or (None, None)
+
+
+def page_version_of(columns: Sequence[Any]) -> str:
+    """``page_version`` from the columns ``page_version_sql`` read."""
+    event, audit, *digests = columns
     return ":".join([record_version_of(None, event, audit), *map(str, digests)])
 
 

@@ -224,29 +224,32 @@ SELECT job.queue_id, job.name, job.xmin::text || job.ctid::text,
   (SELECT max(e.id) FROM {event} e WHERE e.job_id = job.id),
   (SELECT md5(coalesce(string_agg(r.id || ':' || r.xmin, ',' ORDER BY r.id), ''))
      FROM {slurm} r WHERE r.job_id = job.id),
-  {record}
+  {record},
+  {page}
 FROM {job} job WHERE job.id = %s
 """
 
 
 def _job_version(job_id: int) -> tuple[str, str]:
     """(the job's name, the version its page and status are cached under); 404 if none.
-    The job's rows and its queue's record version in one query."""
+    The job's rows, its queue's record version and ``page_version`` in one query."""
     sql = _JOB_VERSION_SQL.format(
         event=JobEvent._meta.db_table,
         slurm=SlurmRun._meta.db_table,
         job=Job._meta.db_table,
-        record=state_cache.record_version_sql("job.queue_id"),
+        record=state_cache.record_version_sql("job.queue_id").strip(),
+        page=state_cache.page_version_sql(),
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [job_id])
         row = cursor.fetchone()
     if row is None:
         raise Http404("No such job.")
-    queue_id, name, *own, queue_event, audit = row
+    split = len(row) - state_cache.PAGE_VERSION_COLUMNS
+    queue_id, name, *own, queue_event, audit = row[:split]
     record = state_cache.record_version_of(queue_id, queue_event, audit)
     parts = [*map(str, own), state_cache.fingerprint_under(record, queue_id)]
-    return name, "|".join([*parts, state_cache.page_version()])
+    return name, "|".join([*parts, state_cache.page_version_of(row[split:])])
 
 
 def _status_html(request: HttpRequest, job_id: int, version: str) -> SafeString:
