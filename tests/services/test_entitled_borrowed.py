@@ -23,6 +23,7 @@ from rest_framework.test import APIClient
 
 from governance.models import JobEvent, JobState
 from governance.selectors import borrowed, scheduling
+from governance.services.jobs import job_submit
 from scheduler.cycle.run import run_cycle
 from tests.factories import TeamFactory, make_job, make_lead, make_queue, make_share
 
@@ -134,9 +135,9 @@ def test_exposure_of_the_borrowed_run(live: SimpleNamespace, client: Any) -> Non
     # r runs within blue's limit, but blue borrows on the type: r is open to reclaim too
     assert scheduling.exposure_jobs(live.queue.pk, [live.r.pk])[live.r.pk]["share_borrowed"] == 2
     # red's own work arrives, more than the one free instance: reclaim is imminent
-    q = make_job(
-        live.red,
-        live.red_lead,
+    q = job_submit(  # as users submit: its event moves the queue's state version
+        actor=live.red_lead,
+        share=live.red,
         name="q",
         duration=10,
         preferences=[{"instance_type": G5, "count": 2}],
