@@ -9,6 +9,7 @@ service with a message naming the field, not as a nested DRF error.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -95,6 +96,35 @@ class ServiceViewSet(viewsets.GenericViewSet):
         """The object re-read through the selector queryset, shaped for the response."""
         fresh = self.get_queryset().get(pk=instance.pk)
         return self.get_serializer(fresh).data
+
+
+_kept = threading.local()
+
+
+def represent(
+    serializer_class: type[serializers.BaseSerializer], instance: Any, context: dict[str, Any]
+) -> dict[str, Any]:
+    """What ``serializer_class(instance, context=context).data`` gives, from a serializer
+    whose fields are built once per thread.
+
+    A ModelSerializer builds, copies and binds its whole field tree for every instance it
+    is made for: 0.9 ms of CPU for a job with its events and Slurm runs, a tenth of a
+    submission's. The fields keep nothing of what they show, and read the context from
+    the root serializer at each use, so one serializer per class and thread can serve
+    request after request with its context set anew. It is taken out of the thread's
+    keeping while in use, so a nested use of the same class, or one that fails half-way,
+    never shares it or leaves another request's context on it.
+    """
+    kept: dict[type[serializers.BaseSerializer], Any] = _kept.__dict__.setdefault("by_class", {})
+    serializer = kept.pop(serializer_class, None)
+    if serializer is None:
+        serializer = serializer_class(context={})
+    serializer._context = context
+    data: dict[str, Any] = serializer.to_representation(instance)
+    # Kept again only when it succeeded: one that failed half-way is dropped.
+    serializer._context = {}
+    kept[serializer_class] = serializer
+    return data
 
 
 def path_id(raw: object, what: str) -> int:

@@ -18,7 +18,7 @@ from governance.api.borrowed import (
     EntitledSerializer,
     ExposureSerializer,
 )
-from governance.api.common import call_service, path_id
+from governance.api.common import call_service, path_id, represent
 from governance.api.idempotency import idempotent
 from governance.models import Job, JobEvent, JobKind, SlurmRun
 from governance.selectors import borrowed, scheduling
@@ -334,7 +334,7 @@ class JobViewSet(
         job = job_selectors.job_with_events(job_id)
         if job is None:
             raise NotFound({"detail": [f"No job with id {job_id}."]})
-        return Response(JobDetailSerializer(job, context={"request": self.request}).data)
+        return Response(represent(JobDetailSerializer, job, {"request": self.request}))
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self._detail(self._pk())
@@ -376,8 +376,7 @@ class JobViewSet(
         # it again cost two queries per submission).
         context = {"request": request, "program_visible": True}
         return Response(
-            JobDetailSerializer(job, context=context).data,
-            status=status.HTTP_201_CREATED,
+            represent(JobDetailSerializer, job, context), status=status.HTTP_201_CREATED
         )
 
     @extend_schema(

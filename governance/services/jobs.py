@@ -15,9 +15,8 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any, cast
 
-from django.contrib.postgres.expressions import ArraySubquery
 from django.db import transaction
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Q
 from django.utils import timezone
 
 from governance import roles
@@ -32,10 +31,8 @@ from governance.models import (
     JobKind,
     JobQueue,
     JobState,
-    Membership,
     PriorityException,
     Share,
-    ShareLimit,
 )
 from governance.models.capacity import Executor
 from governance.models.jobs import ACTIVE_STATES, MAX_PREFERENCES
@@ -43,6 +40,7 @@ from governance.models.priorities import MAX_PRIORITY, MIN_PRIORITY
 from governance.roles import AnyUser
 from governance.selectors import jobs as job_selectors
 from governance.selectors import priorities as priority_selectors
+from governance.selectors import shares as share_selectors
 from governance.services import audit, hooks, limits
 from governance.services import slurm as slurm_services
 from governance.services import templates as template_services
@@ -463,7 +461,7 @@ def job_submit(
     signature and once where it is stored; the checks between are named steps.
     """
     with transaction.atomic():
-        share_obj, share_types = _submit_share(
+        share_obj, actor_role, share_types = _submit_share(
             actor, share.pk if isinstance(share, Share) else share
         )
         errors = Errors()
@@ -506,7 +504,7 @@ def job_submit(
         if budget is not None and resolved and not errors.fields() & {"preferences", "count"}:
             clean_duration = duration if is_int(duration) else None
             _check_budget(errors, budget, resolved, clean_duration, share_obj, share_plans)
-        _check_submit_priority(errors, actor, share_obj, priority)
+        _check_submit_priority(errors, actor, share_obj, actor_role, priority)
         errors.raise_if_any()
 
         job = Job.objects.create(
@@ -539,38 +537,22 @@ def job_submit(
     return job
 
 
-def _submit_share(actor: AnyUser, share_id: Any) -> tuple[Share, list[str]]:
-    """The share a job is submitted to, when the actor may submit to it, and the names
-    of the instance types it has a limit for (sorted).
+def _submit_share(actor: AnyUser, share_id: Any) -> tuple[Share, str | None, list[str]]:
+    """The share a job is submitted to, when the actor may submit to it, the actor's role
+    in its team (None for a non-member) and the names of the instance types it has a
+    limit for (sorted).
 
-    One query: the share with its queue and team, the actor's role in its team
-    (``actor_role``, None for a non-member) and its limits' type names (a submission's
-    own cost is mostly its round trips to PostgreSQL;
-    docs/operations.md#submissions-per-second)."""
-    share_obj = (
-        Share.objects.select_related("queue", "team")
-        .annotate(
-            actor_role=Subquery(
-                Membership.objects.filter(
-                    team_id=OuterRef("team_id"), user_id=actor.pk or 0
-                ).values("role")[:1]
-            ),
-            limit_type_names=ArraySubquery(
-                ShareLimit.objects.filter(share_id=OuterRef("pk"))
-                .order_by("instance_type__name")
-                .values("instance_type__name")
-            ),
-        )
-        .filter(pk=share_id)
-        .order_by()
-        .first()
+    One query (``selectors.shares.share_for_submission``): the share with its queue and
+    team, the actor's role in its team and its limits' type names."""
+    found = (
+        share_selectors.share_for_submission(share_id, actor.pk)
         if limits.valid_id(share_id)
         else None
     )
-    if share_obj is None:
+    if found is None:
         raise ValidationFailed({"share": [f"No share with id {share_id}."]})
+    share_obj, role, type_names = found
     # Membership first: most submitters are members, and it spares the groups query.
-    role = share_obj.actor_role
     is_member = actor.is_authenticated and role is not None
     if not (is_member or roles.is_admin(actor)):
         raise PermissionDenied(
@@ -581,7 +563,7 @@ def _submit_share(actor: AnyUser, share_id: Any) -> tuple[Share, list[str]]:
                 ]
             }
         )
-    return share_obj, list(share_obj.limit_type_names)
+    return share_obj, role, type_names
 
 
 def _plans_named(share_obj: Share, preferences: Any, max_cost: Any) -> dict[str, CapacityPlan]:
@@ -654,15 +636,18 @@ def _check_preferences(
     return resolved, override
 
 
-def _check_submit_priority(errors: Errors, actor: AnyUser, share_obj: Share, priority: Any) -> None:
-    """The priority is in range, and within the submitter's bands or an exception's."""
+def _check_submit_priority(
+    errors: Errors, actor: AnyUser, share_obj: Share, team_role: str | None, priority: Any
+) -> None:
+    """The priority is in range, and within the submitter's bands or an exception's
+    (``team_role``: the submitter's role in the share's team, None for a non-member)."""
     if _check_priority_range(errors, priority):
         refusal = priority_refusal(
             user=actor,
             team_id=share_obj.team_id,
             priority=priority,
             share_id=share_obj.pk,
-            team_role=getattr(share_obj, "actor_role", roles.UNREAD),
+            team_role=team_role,
         )
         if refusal:
             errors.add("priority", refusal)

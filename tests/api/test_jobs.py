@@ -336,3 +336,37 @@ def test_the_submitter_reads_their_program_back(w: Any) -> None:
     )
     assert response.status_code == 201, response.content
     assert response.json()["program"] == SECRET_PROGRAM
+
+
+def test_a_kept_serializer_shows_each_reader_their_own_view(w: Any) -> None:
+    """The job's serializer is kept from request to request (``api.common.represent``):
+    the member who submitted sees the program in the 201, and the reviewer reading the
+    same job next on the same thread does not, nor does a reader after a failed render."""
+    submitted = client_for(w, "member").post(
+        "/api/jobs/", body(w, program=SECRET_PROGRAM), format="json"
+    )
+    assert submitted.json()["program"] == SECRET_PROGRAM
+    job_id = submitted.json()["id"]
+    for role, sees in (("reviewer", False), ("admin", True), ("lead_other", False)):
+        shown = client_for(w, role).get(f"/api/jobs/{job_id}/").json()
+        assert shown["program"] == (SECRET_PROGRAM if sees else None), role
+        assert shown["id"] == job_id and shown["events"][0]["type"] == "submitted"
+    other = make_job(w.red_share, w.red_member, program={"command": ["other"]})
+    assert client_for(w, "member").get(f"/api/jobs/{other.pk}/").json()["program"] == {
+        "command": ["other"]
+    }
+
+
+def test_represent_gives_what_the_serializer_gives_even_after_a_failure(w: Any) -> None:
+    from governance.api.common import represent
+    from governance.api.jobs import JobDetailSerializer
+
+    job = make_job(w.red_share, w.red_member, program=SECRET_PROGRAM)
+    for context in ({"program_visible": True}, {}, {"program_visible": True}):
+        assert represent(JobDetailSerializer, job, context) == (
+            JobDetailSerializer(job, context=context).data
+        )
+    with pytest.raises(AttributeError):
+        represent(JobDetailSerializer, object(), {"program_visible": True})
+    # The next use on this thread shows its own view, not the failed one's.
+    assert represent(JobDetailSerializer, job, {})["program"] is None

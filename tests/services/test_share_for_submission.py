@@ -1,0 +1,59 @@
+"""``selectors.shares.share_for_submission``: the one statement every submission reads
+its share with, built without the ORM's compiler, must give what the ORM gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db.models import Model
+
+from governance.models import JobQueue, Share, Team
+from governance.selectors.shares import share_for_submission
+from tests.factories import make_share, make_world
+
+pytestmark = pytest.mark.django_db
+
+
+def _fields(obj: Model) -> dict[str, Any]:
+    return {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields}
+
+
+def test_the_share_its_queue_and_team_are_the_orms_field_for_field() -> None:
+    w = make_world()
+    shown = make_share(
+        w.queue,
+        w.blue,
+        "shown",
+        {"ml.p4d.24xlarge": 1, "ml.g5.xlarge": 3},
+        policy="LEND_AND_BORROW",
+        borrow_limit=50,
+        preemption_retries=2,
+        certified_only=True,
+    )
+    found = share_for_submission(shown.pk, w.blue_lead.pk)
+    assert found is not None
+    share, role, types = found
+    orm = Share.objects.select_related("queue", "team").get(pk=shown.pk)
+    assert _fields(share) == _fields(orm)
+    assert _fields(share.queue) == _fields(JobQueue.objects.get(pk=orm.queue_id))
+    assert _fields(share.team) == _fields(Team.objects.get(pk=orm.team_id))
+    assert (role, types) == ("lead", ["ml.g5.xlarge", "ml.p4d.24xlarge"])
+    # A model built from the row behaves as a fetched one: saved, it updates its row.
+    assert not share._state.adding and share._state.db == "default"
+    assert str(share) == f"{w.queue.name}/shown"
+
+
+def test_the_role_is_that_of_the_user_in_the_shares_team_and_none_otherwise() -> None:
+    w = make_world()
+    red = w.red_share.pk
+    assert share_for_submission(red, w.red_member.pk)[1:] == (  # type: ignore[index]
+        "member",
+        ["ml.g5.xlarge", "ml.p4d.24xlarge"],
+    )
+    for outsider in (w.blue_lead.pk, w.admin.pk, None):
+        assert share_for_submission(red, outsider)[1] is None  # type: ignore[index]
+    assert share_for_submission(10**9, w.red_member.pk) is None
+    bare = make_share(w.queue, w.red, "no-limits")
+    bare.limits.all().delete()
+    assert share_for_submission(bare.pk, w.red_lead.pk)[1:] == ("lead", [])  # type: ignore[index]
