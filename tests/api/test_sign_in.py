@@ -232,3 +232,32 @@ def test_security_headers(alice: Any) -> None:
     assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
     assert response["X-Frame-Options"] == "DENY"
     assert response["X-Content-Type-Options"] == "nosniff"
+
+
+def test_a_token_is_checked_whole_and_for_an_active_user(alice: Any) -> None:
+    """The key (the token's first characters) only finds the row: a token sharing it but
+    not its digest is refused, as is a deactivated user's, and bytes that are not UTF-8
+    are an invalid token, not an error."""
+    from governance.selectors import tokens as token_selectors
+
+    instance, token = AuthToken.objects.create(user=alice)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get("/api/queues/").status_code == 200
+    forged = token[:-1] + ("0" if token[-1] != "0" else "1")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {forged}")
+    assert client.get("/api/queues/").status_code == 401
+    client.credentials(HTTP_AUTHORIZATION="Token \xe9\xff")
+    assert client.get("/api/queues/").status_code == 401
+    # The rows read as knox's queryset reads them, user included, field for field.
+    (read,) = token_selectors.with_key(instance.token_key)
+    orm = AuthToken.objects.select_related("user").get(token_key=instance.token_key)
+    for obj, other in ((read, orm), (read.user, orm.user)):
+        fields = obj._meta.concrete_fields
+        assert [getattr(obj, f.attname) for f in fields] == [
+            getattr(other, f.attname) for f in fields
+        ]
+    alice.is_active = False
+    alice.save()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert client.get("/api/queues/").status_code == 401
