@@ -370,3 +370,18 @@ def test_represent_gives_what_the_serializer_gives_even_after_a_failure(w: Any) 
         represent(JobDetailSerializer, object(), {"program_visible": True})
     # The next use on this thread shows its own view, not the failed one's.
     assert represent(JobDetailSerializer, job, {})["program"] is None
+
+
+def test_a_kept_parser_reads_each_body_afresh(w: Any) -> None:
+    """Request bodies are parsed by a serializer kept per thread (``api.common``): a
+    refused body leaves nothing behind for the next, and each says its own problems."""
+    client = client_for(w, "member")
+    refused = client.post("/api/jobs/", body(w, duration="long", name=""), format="json")
+    assert refused.status_code == 400
+    assert set(refused.json()) >= {"duration"}
+    accepted = client.post("/api/jobs/", body(w, duration=60, name="second"), format="json")
+    assert accepted.status_code == 201, accepted.content
+    assert (accepted.json()["duration"], accepted.json()["name"]) == (60, "second")
+    defaults = client.post("/api/jobs/", {"share": w.red_share.pk, "name": "bare"}, format="json")
+    assert set(defaults.json()) == {"preferences"}  # only the missing list, no leftovers
+    assert Job.objects.filter(name="second", duration=60, priority=0).count() == 1
