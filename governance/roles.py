@@ -27,6 +27,12 @@ def _groups(user: AnyUser) -> set[str]:
     return cached
 
 
+def remember_groups(user: AnyUser, names: list[str]) -> None:
+    """The user's group names, read with the user by the caller (the API's token check
+    reads them in its one statement), so no role check of this request reads them."""
+    setattr(user, "_role_groups", set(names))  # noqa: B010
+
+
 def is_admin(user: AnyUser) -> bool:
     return bool(
         user.is_authenticated

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import NamedTuple
 
 from django.db import connection
 from django.db.models import Prefetch, QuerySet
@@ -13,6 +14,7 @@ from governance.models import (
     InstanceType,
     JobQueue,
     Membership,
+    PriorityDefinition,
     QueueCapacity,
     Share,
     ShareLimit,
@@ -49,23 +51,31 @@ def _submission_sql() -> str:
         "  WHERE m.team_id = s.team_id AND m.user_id = %s LIMIT 1), "
         f"ARRAY(SELECT it.name FROM {table(ShareLimit)} l"
         f"  JOIN {table(InstanceType)} it ON it.id = l.instance_type_id"
-        "  WHERE l.share_id = s.id ORDER BY it.name) "
+        "  WHERE l.share_id = s.id ORDER BY it.name), "
+        "ARRAY(SELECT json_build_array(p.max_priority, p.usable_by)"
+        f"  FROM {table(PriorityDefinition)} p) "
         f"FROM {table(Share)} s JOIN {table(JobQueue)} q ON q.id = s.queue_id"
         f" JOIN {table(Team)} t ON t.id = s.team_id WHERE s.id = %s"
     )
 
 
-def share_for_submission(
-    share_id: int, user_id: int | None
-) -> tuple[Share, str | None, list[str]] | None:
-    """The share with its queue and team, the role of ``user_id`` in the share's team
-    (None for a non-member) and the names of the types the share has a limit for
-    (sorted); None when there is no such share.
+class SubmissionReads(NamedTuple):
+    """What a submission checks itself against (``services.jobs.job_submit``)."""
+
+    share: Share  # with its queue and team
+    role: str | None  # the submitter's role in the share's team; None: not a member
+    type_names: list[str]  # the types the share has a limit for, sorted
+    bands: list[tuple[int, list[str]]]  # as ``selectors.priorities.band_limits``
+
+
+def share_for_submission(share_id: int, user_id: int | None) -> SubmissionReads | None:
+    """What a submission to ``share_id`` by ``user_id`` reads; None when there is no such
+    share.
 
     One statement, its text built once (``selectors.rows``): every submission reads this,
     and the ORM spent 1.1 ms of CPU compiling the same select_related query with two
-    subqueries each time, a tenth of a submission's web CPU
-    (docs/operations.md#submissions-per-second).
+    subqueries each time, a tenth of a submission's web CPU, and read the priority bands
+    in a round trip of their own (docs/operations.md#submissions-per-second).
     """
     with connection.cursor() as cursor:
         cursor.execute(_submission_sql(), [user_id or 0, share_id])
@@ -77,7 +87,10 @@ def share_for_submission(
     share: Share = built(Share, row[:queue_at])
     share.queue = built(JobQueue, row[queue_at:team_at])
     share.team = built(Team, row[team_at : team_at + width(Team)])
-    return share, row[-2], list(row[-1])
+    role, type_names, bands = row[-3:]
+    return SubmissionReads(
+        share, role, list(type_names), [(int(top), list(usable)) for top, usable in bands]
+    )
 
 
 def limits_of(share: Share) -> dict[str, int]:

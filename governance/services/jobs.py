@@ -95,6 +95,7 @@ def priority_refusal(
     job_id: int | None = None,
     now: datetime | None = None,
     team_role: Any = roles.UNREAD,
+    bands: list[tuple[int, list[str]]] | None = None,
 ) -> str | None:
     """Why ``user`` may not give a job of ``share_id`` this priority, or None if allowed.
 
@@ -103,9 +104,11 @@ def priority_refusal(
     exception for the share (or for the job itself, when ``job_id`` is given) reaches at
     least that priority. With no priority definitions at all (a fresh installation)
     there are no bands to enforce and every priority in range is allowed. ``team_role``:
-    the user's membership role in the team, when the caller read it (``roles.band_roles``).
+    the user's membership role in the team, when the caller read it (``roles.band_roles``);
+    ``bands``: ``selectors.priorities.band_limits()``, when the caller read them.
     """
-    bands = priority_selectors.band_limits()
+    if bands is None:
+        bands = priority_selectors.band_limits()
     if not bands:
         return None
     highest = priority_selectors.highest_usable(
@@ -461,9 +464,8 @@ def job_submit(
     signature and once where it is stored; the checks between are named steps.
     """
     with transaction.atomic():
-        share_obj, actor_role, share_types = _submit_share(
-            actor, share.pk if isinstance(share, Share) else share
-        )
+        reads = _submit_share(actor, share.pk if isinstance(share, Share) else share)
+        share_obj, share_types = reads.share, reads.type_names
         errors = Errors()
         _check_submit_basics(errors, share_obj, queue, name, kind)
         now = timezone.now()
@@ -504,7 +506,7 @@ def job_submit(
         if budget is not None and resolved and not errors.fields() & {"preferences", "count"}:
             clean_duration = duration if is_int(duration) else None
             _check_budget(errors, budget, resolved, clean_duration, share_obj, share_plans)
-        _check_submit_priority(errors, actor, share_obj, actor_role, priority)
+        _check_submit_priority(errors, actor, reads, priority)
         errors.raise_if_any()
 
         job = Job.objects.create(
@@ -537,13 +539,10 @@ def job_submit(
     return job
 
 
-def _submit_share(actor: AnyUser, share_id: Any) -> tuple[Share, str | None, list[str]]:
-    """The share a job is submitted to, when the actor may submit to it, the actor's role
-    in its team (None for a non-member) and the names of the instance types it has a
-    limit for (sorted).
-
-    One query (``selectors.shares.share_for_submission``): the share with its queue and
-    team, the actor's role in its team and its limits' type names."""
+def _submit_share(actor: AnyUser, share_id: Any) -> share_selectors.SubmissionReads:
+    """The share a job is submitted to, when the actor may submit to it, with the rest
+    a submission checks itself against, in one query
+    (``selectors.shares.share_for_submission``)."""
     found = (
         share_selectors.share_for_submission(share_id, actor.pk)
         if limits.valid_id(share_id)
@@ -551,19 +550,18 @@ def _submit_share(actor: AnyUser, share_id: Any) -> tuple[Share, str | None, lis
     )
     if found is None:
         raise ValidationFailed({"share": [f"No share with id {share_id}."]})
-    share_obj, role, type_names = found
     # Membership first: most submitters are members, and it spares the groups query.
-    is_member = actor.is_authenticated and role is not None
+    is_member = actor.is_authenticated and found.role is not None
     if not (is_member or roles.is_admin(actor)):
         raise PermissionDenied(
             {
                 "share": [
-                    f"Only members and leads of team {share_obj.team.name}, and admins, "
+                    f"Only members and leads of team {found.share.team.name}, and admins, "
                     "may submit jobs to this share."
                 ]
             }
         )
-    return share_obj, role, type_names
+    return found
 
 
 def _plans_named(share_obj: Share, preferences: Any, max_cost: Any) -> dict[str, CapacityPlan]:
@@ -637,17 +635,17 @@ def _check_preferences(
 
 
 def _check_submit_priority(
-    errors: Errors, actor: AnyUser, share_obj: Share, team_role: str | None, priority: Any
+    errors: Errors, actor: AnyUser, reads: share_selectors.SubmissionReads, priority: Any
 ) -> None:
-    """The priority is in range, and within the submitter's bands or an exception's
-    (``team_role``: the submitter's role in the share's team, None for a non-member)."""
+    """The priority is in range, and within the submitter's bands or an exception's."""
     if _check_priority_range(errors, priority):
         refusal = priority_refusal(
             user=actor,
-            team_id=share_obj.team_id,
+            team_id=reads.share.team_id,
             priority=priority,
-            share_id=share_obj.pk,
-            team_role=team_role,
+            share_id=reads.share.pk,
+            team_role=reads.role,
+            bands=reads.bands,
         )
         if refusal:
             errors.add("priority", refusal)

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from django.db.models import Model
 
-from governance.models import JobQueue, Share, Team
+from governance.models import JobQueue, PriorityDefinition, Share, Team
+from governance.selectors.priorities import band_limits
 from governance.selectors.shares import share_for_submission
 from tests.factories import make_share, make_world
 
@@ -33,12 +34,13 @@ def test_the_share_its_queue_and_team_are_the_orms_field_for_field() -> None:
     )
     found = share_for_submission(shown.pk, w.blue_lead.pk)
     assert found is not None
-    share, role, types = found
+    share, role, types, bands = found
     orm = Share.objects.select_related("queue", "team").get(pk=shown.pk)
     assert _fields(share) == _fields(orm)
     assert _fields(share.queue) == _fields(JobQueue.objects.get(pk=orm.queue_id))
     assert _fields(share.team) == _fields(Team.objects.get(pk=orm.team_id))
     assert (role, types) == ("lead", ["ml.g5.xlarge", "ml.p4d.24xlarge"])
+    assert sorted(bands) == sorted(band_limits()) and len(bands) >= 2
     # A model built from the row behaves as a fetched one: saved, it updates its row.
     assert not share._state.adding and share._state.db == "default"
     assert str(share) == f"{w.queue.name}/shown"
@@ -47,7 +49,7 @@ def test_the_share_its_queue_and_team_are_the_orms_field_for_field() -> None:
 def test_the_role_is_that_of_the_user_in_the_shares_team_and_none_otherwise() -> None:
     w = make_world()
     red = w.red_share.pk
-    assert share_for_submission(red, w.red_member.pk)[1:] == (  # type: ignore[index]
+    assert share_for_submission(red, w.red_member.pk)[1:3] == (  # type: ignore[index]
         "member",
         ["ml.g5.xlarge", "ml.p4d.24xlarge"],
     )
@@ -56,4 +58,6 @@ def test_the_role_is_that_of_the_user_in_the_shares_team_and_none_otherwise() ->
     assert share_for_submission(10**9, w.red_member.pk) is None
     bare = make_share(w.queue, w.red, "no-limits")
     bare.limits.all().delete()
-    assert share_for_submission(bare.pk, w.red_lead.pk)[1:] == ("lead", [])  # type: ignore[index]
+    assert share_for_submission(bare.pk, w.red_lead.pk)[1:3] == ("lead", [])  # type: ignore[index]
+    PriorityDefinition.objects.all().delete()  # a fresh installation: no bands
+    assert share_for_submission(bare.pk, w.red_lead.pk).bands == []  # type: ignore[union-attr]
