@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from governance.models import AuditChainHead, AuditCheckpoint, AuditEntry, AuditEvent
 from governance.models.audit import audit_key_id, checkpoint_mac
+from governance.services import inserts
 
 P = ParamSpec("P")
 
@@ -23,7 +24,7 @@ def _written(build: Callable[P, AuditEntry]) -> Callable[P, AuditEntry]:
 
     def write(*args: P.args, **kwargs: P.kwargs) -> AuditEntry:
         entry = build(*args, **kwargs)
-        entry.save()
+        inserts.insert(entry)
         return entry
 
     write.__doc__ = f"Append the entry ``{build.__name__}`` describes (and return it)."

@@ -41,7 +41,7 @@ from governance.roles import AnyUser
 from governance.selectors import jobs as job_selectors
 from governance.selectors import priorities as priority_selectors
 from governance.selectors import shares as share_selectors
-from governance.services import audit, hooks, limits
+from governance.services import audit, hooks, inserts, limits
 from governance.services import slurm as slurm_services
 from governance.services import templates as template_services
 from governance.services import workloads as workload_services
@@ -509,7 +509,7 @@ def job_submit(
         _check_submit_priority(errors, actor, reads, priority)
         errors.raise_if_any()
 
-        job = Job.objects.create(
+        job = Job(
             queue_id=share_obj.queue_id,
             share=share_obj,
             name=name.strip(),
@@ -532,6 +532,7 @@ def job_submit(
             state=JobState.PENDING,
             submitted_at=now,
         )
+        inserts.insert(job)
         submitted = _record_submission(actor, job, share_obj, expansion, now)
     # A fresh job's timeline is exactly its ``submitted`` event: cache it as prefetched,
     # so ``job.events.all()`` (the API's 201 response) costs no query.

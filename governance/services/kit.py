@@ -8,6 +8,7 @@ from typing import Any
 
 from governance.models import Job, JobEvent
 from governance.roles import AnyUser, is_admin
+from governance.services import inserts
 from governance.services.errors import NotFound, PermissionDenied
 from governance.services.limits import is_int, valid_id
 
@@ -38,4 +39,6 @@ def lock_job(job: Job | int, *related: str) -> Job:
 
 def job_event(job: Job, at: datetime, type_: str, message: str, **data: Any) -> JobEvent:
     """One entry of the job's timeline (what its page shows; the audit trail is apart)."""
-    return JobEvent.objects.create(job=job, at=at, type=type_, message=message, data=data)
+    event = JobEvent(job=job, at=at, type=type_, message=message, data=data)
+    inserts.insert(event)
+    return event

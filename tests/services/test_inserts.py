@@ -1,0 +1,101 @@
+"""``services.inserts.insert`` writes the row ``save()`` writes, for the models a
+submission writes through it (the job, its event, its audit entry)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db.models import Model
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from governance.models import AuditEntry, AuditEvent, Job, JobEvent
+from governance.models.audit import AppendOnlyError
+from governance.services import audit
+from governance.services.inserts import insert
+from tests.factories import make_job, make_world
+
+pytestmark = pytest.mark.django_db
+
+# Filled by the database for each row: the key, and the audit chain's seal (at commit).
+OWN = {"id", "chain", "chain_seq", "prev_hash", "hash"}
+
+
+def _stored(obj: Model) -> dict[str, Any]:
+    fresh = type(obj)._default_manager.get(pk=obj.pk)
+    return {
+        f.attname: getattr(fresh, f.attname)
+        for f in fresh._meta.concrete_fields
+        if f.attname not in OWN
+    }
+
+
+def _twice(build: Any) -> tuple[Model, Model]:
+    """The same object written by ``save()`` and by ``insert``."""
+    saved, inserted = build(), build()
+    saved.save()
+    insert(inserted)
+    assert inserted.pk is not None and inserted.pk != saved.pk
+    assert not inserted._state.adding and inserted._state.db == "default"
+    return saved, inserted
+
+
+def test_a_job_with_every_kind_of_value_is_stored_as_save_stores_it() -> None:
+    w = make_world()
+    now = timezone.now()
+
+    def job() -> Job:
+        return Job(
+            queue=w.queue,
+            share=w.red_share,
+            submitter=w.red_member,
+            name="train 'quoted' \\ name",
+            preferences=[{"instance_type": "ml.g5.xlarge", "count": 2, "runtime": 60}],
+            program={"command": ["python", "-c", "print('hi')"], "env": {"A": 'b"c'}},
+            max_cost=Decimal("12.50"),
+            deadline=now,
+            submitted_at=now,
+            count=None,
+        )
+
+    saved, inserted = _twice(job)
+    assert _stored(saved) == _stored(inserted)
+    assert _stored(inserted)["template"] == {}  # a default, as save() gives it
+
+
+def test_an_event_and_an_audit_entry_are_stored_as_save_stores_them() -> None:
+    w = make_world()
+    job = make_job(w.red_share, w.red_member)
+    at = timezone.now()
+    saved, inserted = _twice(
+        lambda: JobEvent(job=job, at=at, type="submitted", message="m", data={"p": [1, None]})
+    )
+    assert _stored(saved) == _stored(inserted)
+
+    def entry() -> AuditEntry:
+        return audit.entry_for(
+            event_type=AuditEvent.JOB_SUBMITTED,
+            actor=w.red_member,
+            subject=job,
+            after={"priority": 3, "name": "j"},
+            job_id=job.pk,
+            at=at,
+        )
+
+    saved_entry, inserted_entry = _twice(entry)
+    assert _stored(saved_entry) == _stored(inserted_entry)
+
+
+def test_what_insert_does_not_cover_goes_to_save() -> None:
+    w = make_world()
+    job = make_job(w.red_share, w.red_member)
+    event = JobEvent(job=job, at=Now(), type="submitted", message="m")
+    insert(event)  # an expression: save() writes it
+    assert JobEvent.objects.get(pk=event.pk).at is not None
+    entry = audit.record(
+        event_type=AuditEvent.JOB_SUBMITTED, actor=w.red_member, subject=job, job_id=job.pk
+    )
+    with pytest.raises(AppendOnlyError):  # an entry already written: save() refuses it
+        insert(entry)
