@@ -195,7 +195,10 @@ def test_concurrent_cycles_never_overcommit_and_apply_each_decision_once(setting
         raise errors[0]
 
     admissions = assert_each_decision_applied_once(queue.pk)
-    assert admissions > ROUNDS // 2  # the race had something to decide
+    # The race had something to decide. How much depends on the machine's speed (the jobs
+    # finish on the wall clock, so a faster run frees less capacity to admit again): 80 to
+    # 110 admissions in 200 rounds on a 2-core machine, hence a bound well below that.
+    assert admissions > ROUNDS // 4
     assert peak[G5] == capacity[G5]
     states = Counter(Job.objects.filter(queue=queue).values_list("state", flat=True))
     assert states[JobState.SUCCEEDED] > 0 and states[JobState.CANCELLED] > 0
