@@ -5,10 +5,10 @@ columns that is about 0.4 ms of CPU, and a submission writes three rows (the job
 event, its audit entry). ``insert`` writes the same row with the same values: each field's
 ``pre_save`` (defaults, ``auto_now``) and ``get_db_prep_save`` (JSON, decimals) as the
 ORM's compiler applies them, the primary key read back and the instance marked saved. It
-sends no ``pre_save``/``post_save`` signal (none is connected to the models it writes) and
-hands to ``save()`` whatever it does not cover: an instance with a primary key already,
-a value that is an expression, a model with inherited parents, a field with its own
-placeholder or columns filled by the database.
+hands to ``save()`` whatever it does not cover: a model with a ``pre_save`` or
+``post_save`` receiver (none of those it writes has one), an instance with a primary
+key already, a value that is an expression, a model with inherited parents, a field with
+its own placeholder or columns filled by the database.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from functools import cache
 from typing import Any, cast
 
 from django.db import connection
-from django.db.models import Field, Model
+from django.db.models import Field, Model, signals
 
 
 @cache
@@ -45,8 +45,14 @@ def _plan(model: type[Model]) -> tuple[str, list[Field[Any, Any]]] | None:
 
 def insert(obj: Model) -> None:
     """Write ``obj`` as a new row, as ``obj.save()`` would, and set its primary key."""
-    plan = _plan(type(obj))
-    if plan is None or obj.pk is not None:
+    model = type(obj)
+    plan = _plan(model)
+    if (
+        plan is None
+        or obj.pk is not None
+        or signals.pre_save.has_listeners(model)
+        or signals.post_save.has_listeners(model)
+    ):
         obj.save()
         return
     sql, fields = plan

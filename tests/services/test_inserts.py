@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.db.models import Model
 from django.db.models.functions import Now
+from django.db.models.signals import post_save, pre_save
 from django.utils import timezone
 
 from governance.models import AuditEntry, AuditEvent, Job, JobEvent
@@ -99,3 +100,34 @@ def test_what_insert_does_not_cover_goes_to_save() -> None:
     )
     with pytest.raises(AppendOnlyError):  # an entry already written: save() refuses it
         insert(entry)
+
+
+def test_the_models_a_submission_writes_take_the_built_insert(monkeypatch: Any) -> None:
+    """No receiver of ``pre_save``/``post_save`` sends them to ``save()`` (the speed of a
+    submission depends on it), and one connected later would: its signal is sent."""
+    for model in (Job, JobEvent, AuditEntry):
+        assert not pre_save.has_listeners(model) and not post_save.has_listeners(model)
+    w = make_world()
+    job = make_job(w.red_share, w.red_member)
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("save() was called")
+
+    monkeypatch.setattr(JobEvent, "save", refused)
+    event = JobEvent(job=job, at=timezone.now(), type="submitted", message="m")
+    insert(event)
+    assert JobEvent.objects.filter(pk=event.pk).exists()
+    monkeypatch.undo()
+
+    heard: list[Any] = []
+
+    def receiver(sender: Any, instance: Any, **kwargs: Any) -> None:
+        heard.append(instance)
+
+    post_save.connect(receiver, sender=JobEvent)
+    try:
+        later = JobEvent(job=job, at=timezone.now(), type="submitted", message="m")
+        insert(later)
+    finally:
+        post_save.disconnect(receiver, sender=JobEvent)
+    assert heard == [later]
