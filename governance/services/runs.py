@@ -30,7 +30,7 @@ from governance import metrics
 from governance.models import AuditEntry, AuditEvent, DecisionRule, Job, JobEvent, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
-from governance.services import audit, decisions, notifications
+from governance.services import audit, decisions, inserts, notifications
 from governance.services import workloads as workload_services
 from governance.services.errors import Conflict, PermissionDenied, ValidationFailed
 from governance.services.hooks import queue_changed
@@ -435,8 +435,8 @@ def run_complete(
     event, entry = _completed(job, actor, run, now, work)
     job.output_valid = output_valid
     job.save(update_fields=[*COMPLETED_FIELDS, "output_valid"])
-    event.save()
-    entry.save()
+    inserts.insert(event)
+    inserts.insert(entry)
     workload_services.run_outcome(job, output_valid=output_valid, actor=actor, at=now)
     queue_changed(job.queue_id)
     return job
@@ -629,8 +629,8 @@ def run_report(
 def _record_started(job: Job, actor: AnyUser | None, now: datetime) -> None:
     """The run's ``started`` timeline event and audit entry."""
     event, entry = _started(job, actor, now)
-    event.save()
-    entry.save()
+    inserts.insert(event)
+    inserts.insert(entry)
 
 
 def _started(job: Job, actor: AnyUser | None, now: datetime) -> tuple[JobEvent, AuditEntry]:
