@@ -77,8 +77,10 @@ def assert_each_decision_applied_once(queue_id: int) -> int:
 
 
 def test_concurrent_cycles_never_overcommit_and_apply_each_decision_once(settings: Any) -> None:
-    # Simulated jobs of 60-600 s finish within 0.1-1 s: completions race the cycles too.
-    settings.DEMO_TIME_FACTOR = 600
+    # Simulated jobs of 60-600 s finish within 0.05-0.5 s: completions race the cycles too,
+    # and free capacity to decide on again however fast the machine runs the rounds (at
+    # 600x a 2-core machine finished too few for the count below: 80 to 100 admissions).
+    settings.DEMO_TIME_FACTOR = 1200
     queue = make_queue("race", CAPACITY)
     admin = make_admin("root")
     teams = [TeamFactory(name=f"t{i}") for i in range(3)]
@@ -195,10 +197,7 @@ def test_concurrent_cycles_never_overcommit_and_apply_each_decision_once(setting
         raise errors[0]
 
     admissions = assert_each_decision_applied_once(queue.pk)
-    # The race had something to decide. How much depends on the machine's speed (the jobs
-    # finish on the wall clock, so a faster run frees less capacity to admit again): 80 to
-    # 110 admissions in 200 rounds on a 2-core machine, hence a bound well below that.
-    assert admissions > ROUNDS // 4
+    assert admissions > ROUNDS // 2  # the race had something to decide
     assert peak[G5] == capacity[G5]
     states = Counter(Job.objects.filter(queue=queue).values_list("state", flat=True))
     assert states[JobState.SUCCEEDED] > 0 and states[JobState.CANCELLED] > 0
