@@ -105,6 +105,16 @@ def make_share(
     return share
 
 
+def field_values(obj: Any, *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Every stored field of a model instance by attribute name (but ``skip``): what a
+    read built without the ORM is compared with, field for field."""
+    return {
+        f.attname: getattr(obj, f.attname)
+        for f in obj._meta.concrete_fields
+        if f.attname not in skip
+    }
+
+
 def make_job(share: m.Share, submitter: Any, **fields: Any) -> m.Job:
     fields.setdefault("name", "job")
     fields.setdefault("preferences", [{"instance_type": "ml.g5.xlarge", "count": 1}])

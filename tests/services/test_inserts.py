@@ -16,21 +16,16 @@ from governance.models import AuditEntry, AuditEvent, Job, JobEvent
 from governance.models.audit import AppendOnlyError
 from governance.services import audit
 from governance.services.inserts import insert
-from tests.factories import make_job, make_world
+from tests.factories import field_values, make_job, make_world
 
 pytestmark = pytest.mark.django_db
 
 # Filled by the database for each row: the key, and the audit chain's seal (at commit).
-OWN = {"id", "chain", "chain_seq", "prev_hash", "hash"}
+OWN = frozenset({"id", "chain", "chain_seq", "prev_hash", "hash"})
 
 
 def _stored(obj: Model) -> dict[str, Any]:
-    fresh = type(obj)._default_manager.get(pk=obj.pk)
-    return {
-        f.attname: getattr(fresh, f.attname)
-        for f in fresh._meta.concrete_fields
-        if f.attname not in OWN
-    }
+    return field_values(type(obj)._default_manager.get(pk=obj.pk), skip=OWN)
 
 
 def _twice(build: Any) -> tuple[Model, Model]:

@@ -3,21 +3,14 @@ its share with, built without the ORM's compiler, must give what the ORM gives."
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from django.db.models import Model
 
 from governance.models import JobQueue, PriorityDefinition, Share, Team
 from governance.selectors.priorities import band_limits
 from governance.selectors.shares import share_for_submission
-from tests.factories import make_share, make_world
+from tests.factories import field_values, make_share, make_world
 
 pytestmark = pytest.mark.django_db
-
-
-def _fields(obj: Model) -> dict[str, Any]:
-    return {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields}
 
 
 def test_the_share_its_queue_and_team_are_the_orms_field_for_field() -> None:
@@ -36,9 +29,9 @@ def test_the_share_its_queue_and_team_are_the_orms_field_for_field() -> None:
     assert found is not None
     share, role, types, bands = found
     orm = Share.objects.select_related("queue", "team").get(pk=shown.pk)
-    assert _fields(share) == _fields(orm)
-    assert _fields(share.queue) == _fields(JobQueue.objects.get(pk=orm.queue_id))
-    assert _fields(share.team) == _fields(Team.objects.get(pk=orm.team_id))
+    assert field_values(share) == field_values(orm)
+    assert field_values(share.queue) == field_values(JobQueue.objects.get(pk=orm.queue_id))
+    assert field_values(share.team) == field_values(Team.objects.get(pk=orm.team_id))
     assert (role, types) == ("lead", ["ml.g5.xlarge", "ml.p4d.24xlarge"])
     assert sorted(bands) == sorted(band_limits()) and len(bands) >= 2
     # A model built from the row behaves as a fetched one: saved, it updates its row.
