@@ -31,6 +31,9 @@ flushed at start: give it one nobody else uses). Parts:
 3. ``makespan``: 480 one-second jobs on a queue of 16 single-GPU instances run by
    ``examples/agent.py`` over HTTP (gunicorn), ideal 30 s, target 33 s (at most 100 ms
    of overhead per job start).
+
+``--seconds S`` sets the latency run's length; ``BENCH_WORKER_LOGLEVEL=INFO`` makes the
+worker log each task with its time (in ``BENCH_LOG_DIR``, default /tmp/bench_live_logs).
 """
 
 from __future__ import annotations
@@ -213,7 +216,7 @@ def worker_command(name: str) -> list[str]:
         "--pool",
         "solo",
         "--loglevel",
-        "WARNING",
+        os.environ.get("BENCH_WORKER_LOGLEVEL", "WARNING"),
         "--hostname",
         name,
         "--without-heartbeat",
@@ -331,8 +334,15 @@ def database_sessions(name: str) -> Callable[[], list[Any]]:
 
     def find() -> list[Any]:
         found = []
-        for proc in psutil.process_iter(["cmdline"]):
-            words = " ".join(proc.info["cmdline"] or []).split()
+        # by name first: reading every process's command line twice a second cost the
+        # machine under test more than the figure is worth
+        for proc in psutil.process_iter(["name"]):
+            if proc.info["name"] != "postgres":
+                continue
+            try:
+                words = " ".join(proc.cmdline()).split()
+            except psutil.Error:
+                continue
             if words[:1] == ["postgres:"] and name in words:
                 found.append(proc)
         return found
@@ -700,6 +710,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="latency run of 10 s, not 60 s")
     parser.add_argument("--rate", type=int, default=200, help="submissions per second")
     parser.add_argument(
+        "--seconds", type=float, default=0.0, help="latency run of this many seconds"
+    )
+    parser.add_argument(
         "--profile-post", type=int, default=0, metavar="N", help="profile N POSTs in-process"
     )
     parser.add_argument(
@@ -716,7 +729,7 @@ def main() -> None:
         os.environ,
         DATABASE_URL=bench_url,
         REDIS_URL=redis_url,
-        LOG_LEVEL="WARNING",
+        LOG_LEVEL=os.environ.get("BENCH_WORKER_LOGLEVEL", "WARNING"),
         DB_CONN_MAX_AGE="60",
     )
     logs = Path(os.environ.get("BENCH_LOG_DIR", "/tmp/bench_live_logs"))
@@ -726,7 +739,7 @@ def main() -> None:
     if "cycle" in parts:
         bench_cycle()
     if "latency" in parts:
-        bench_latency(10.0 if args.quick else 60.0, env, logs, args.rate)
+        bench_latency(args.seconds or (10.0 if args.quick else 60.0), env, logs, args.rate)
     if args.profile_post or "profile" in parts:
         profile_post(args.profile_post or 300)
     if "makespan" in parts:

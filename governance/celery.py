@@ -9,6 +9,10 @@ the worker must outlive any Redis outage and pick up again as soon as Redis is b
 - ``governance.broker``: kombu's Redis transport fails with "'NoneType' object has no
   attribute 'hostname'" when a task in progress outlives the lost connection, which ends
   the worker; its fixed subclass serves every ``redis`` broker URL;
+- :func:`_keep_connections`: each task starts and ends with Django's check of its kept
+  database connection (``CONN_MAX_AGE``, ``CONN_HEALTH_CHECKS``), as each web request
+  does, rather than Celery's close of it: reconnecting cost every cycle a new
+  PostgreSQL backend with cold caches, about 7% of a busy worker's time;
 - the run command and the documented units start the worker ``--without-gossip
   --without-mingle --without-heartbeat``: those steps serve clusters of workers that
   watch one another, and restarting them after a broker loss is more of the same code.
@@ -19,8 +23,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 from celery.worker.consumer import Consumer
+from django.db import close_old_connections
 
 from governance import broker
 
@@ -48,6 +53,17 @@ class PromptReconnectConsumer(Consumer):
         # no setting for them: this connection object gets the prompt ones.
         conn.ensure_connection = ensure_promptly
         return super().ensure_connected(conn)
+
+
+@signals.task_prerun.connect(dispatch_uid="governance.keep_connections.prerun")
+@signals.task_postrun.connect(dispatch_uid="governance.keep_connections.postrun")
+def _keep_connections(sender: Any = None, **_: Any) -> None:
+    """Drop a kept connection that broke or outlived ``CONN_MAX_AGE`` (settings
+    ``CELERY_DB_REUSE_MAX`` stops Celery closing every one). A task run eagerly runs
+    inside its caller's request or transaction: its connection is the caller's."""
+    if sender is not None and getattr(sender.request, "is_eager", False):
+        return
+    close_old_connections()
 
 
 broker.use_for_redis_urls()

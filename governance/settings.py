@@ -510,6 +510,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_PUBLISH_RETRY = False
+# Celery's Django fix-up closes every database connection before and after each task
+# unless this is set; the worker keeps its connection as the web processes do instead
+# (``DB_CONN_MAX_AGE``, dropped when broken: governance/celery.py). The fix-up then
+# closes it only every this many tasks (counted twice per task).
+CELERY_DB_REUSE_MAX = 10_000
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 1, "socket_timeout": 5}
 # What-if replays go to their own queue, consumed by their own worker (./scripts/run,
 # docs/operations.md), so a long replay never delays a scheduling cycle; cycles and the

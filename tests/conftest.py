@@ -53,6 +53,8 @@ def celery_worker_process(
         DATABASE_URL=database_url(connection.settings_dict),
         REDIS_URL=settings.REDIS_URL,
         CELERY_TASK_ALWAYS_EAGER="false",
+        # as deployed (./scripts/run, docs/operations.md): the worker keeps its connection
+        DB_CONN_MAX_AGE="60",
     )
     command = [sys.executable, "-m", "celery", "-A", "governance", "worker"]
     command += ["--pool", "solo", "--loglevel", "INFO", "--hostname", f"test-{os.getpid()}@%h"]

@@ -71,6 +71,31 @@ def test_api_job_is_admitted_runs_on_the_simulated_fleet_and_completes(world: An
     assert AuditEntry.objects.filter(event_type=AuditEvent.JOB_ADMITTED, job_id=first).count() == 1
 
 
+def worker_sessions() -> set[tuple[int, object]]:
+    """The other client sessions on the test database: the worker's, as it keeps them."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, backend_start FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+        return set(cursor.fetchall())
+
+
+def test_the_worker_keeps_its_database_connection_from_task_to_task(world: Any) -> None:
+    """Celery closes a task's database connections after it unless told otherwise: each
+    cycle would pay for a new PostgreSQL session. The worker keeps one, as the web does."""
+    first = submit(world, "first", duration=100)
+    wait_for(lambda: state(first) == JobState.RUNNING, timeout=15)
+    kept = wait_for(worker_sessions)
+    second = submit(world, "second", duration=50)
+    # the second waits for the first to complete (its timer's cycle), then is admitted:
+    # two more cycles at least, each a task of its own
+    wait_for(lambda: state(second) == JobState.RUNNING)
+    assert worker_sessions() == kept
+
+
 @pytest.fixture
 def agent_world(world: Any) -> Any:
     world.queue.executor = Executor.AGENT
