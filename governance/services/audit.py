@@ -46,7 +46,7 @@ def entry_for(
     at: Any = None,
 ) -> AuditEntry:
     """One audit entry, not yet written: ``record`` appends it; a service that writes many
-    in one statement passes them to ``AuditEntry.objects.bulk_create`` in its transaction.
+    in one statement passes them to ``inserts.insert_many`` in its transaction.
     ``before``/``after`` are JSON-able snapshots of the change."""
     actor_id = actor.pk if actor is not None and actor.is_authenticated else None
     return AuditEntry(

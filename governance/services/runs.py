@@ -191,8 +191,8 @@ def runs_admit(*, admissions: Sequence[Admission], now: datetime) -> list[Job]:
             claimed_at=None,
             last_heartbeat_at=None,
         )
-    JobEvent.objects.bulk_create(events)
-    AuditEntry.objects.bulk_create(entries)
+    inserts.insert_many(events)
+    inserts.insert_many(entries)
     return [a.job for a in admissions]
 
 
@@ -484,8 +484,8 @@ def runs_complete(
         checkpoint_work=work_done,
         run_started_at=None,
     )
-    JobEvent.objects.bulk_create(events)
-    AuditEntry.objects.bulk_create(entries)
+    inserts.insert_many(events)
+    inserts.insert_many(entries)
     for queue_id in sorted({job.queue_id for job in completed}):
         queue_changed(queue_id)
     return completed
@@ -675,8 +675,8 @@ def runs_started(*, started: Sequence[tuple[int, int]], now: datetime) -> list[J
     Job.objects.filter(pk__in=[job.pk for job in reported]).update(
         last_heartbeat_at=now, progress_at=now
     )
-    JobEvent.objects.bulk_create(events)
-    AuditEntry.objects.bulk_create(entries)
+    inserts.insert_many(events)
+    inserts.insert_many(entries)
     return reported
 
 

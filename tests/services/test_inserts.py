@@ -1,5 +1,6 @@
 """``services.inserts.insert`` writes the row ``save()`` writes, for the models a
-submission writes through it (the job, its event, its audit entry)."""
+submission writes through it (the job, its event, its audit entry); ``insert_many`` the
+rows ``bulk_create`` writes, for a cycle's events and audit entries."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from django.utils import timezone
 
 from governance.models import AuditEntry, AuditEvent, Job, JobEvent
 from governance.models.audit import AppendOnlyError
-from governance.services import audit
-from governance.services.inserts import insert
+from governance.services import audit, inserts
+from governance.services.inserts import insert, insert_many
 from tests.factories import field_values, make_job, make_world
 
 pytestmark = pytest.mark.django_db
@@ -126,3 +127,61 @@ def test_the_models_a_submission_writes_take_the_built_insert(monkeypatch: Any) 
     finally:
         post_save.disconnect(receiver, sender=JobEvent)
     assert heard == [later]
+
+
+def test_many_events_and_entries_are_stored_as_bulk_create_stores_them() -> None:
+    w = make_world()
+    jobs = [make_job(w.red_share, w.red_member) for _ in range(3)]
+    at = timezone.now()
+
+    def events() -> list[JobEvent]:
+        return [
+            JobEvent(job=j, at=at, type="admitted", message="it's \\ fine", data={"run": i})
+            for i, j in enumerate(jobs)
+        ]
+
+    def entries() -> list[AuditEntry]:
+        return [
+            audit.job_entry(
+                event_type=AuditEvent.JOB_ADMITTED,
+                actor=None,
+                job=j,
+                before={"state": "pending"},
+                after={"state": "running", "note": 'a "quoted" word'},
+                at=at,
+            )
+            for j in jobs
+        ]
+
+    for build in (events, entries):
+        bulk, built = build(), build()
+        type(bulk[0])._default_manager.bulk_create(bulk)
+        insert_many(built)
+        assert all(not obj._state.adding and obj.pk is not None for obj in built)
+        # in the order given, each as bulk_create stored its twin
+        assert [o.pk for o in built] == sorted(o.pk for o in built)
+        assert [_stored(o) for o in built] == [_stored(o) for o in bulk]
+
+
+def test_more_rows_than_one_statement_takes_are_all_written(monkeypatch: Any) -> None:
+    monkeypatch.setattr(inserts, "MANY_ROWS", 4)
+    w = make_world()
+    job = make_job(w.red_share, w.red_member)
+    at = timezone.now()
+    built = [JobEvent(job=job, at=at, type="progress", message=str(i)) for i in range(10)]
+    insert_many(built)
+    stored = JobEvent.objects.filter(pk__in=[e.pk for e in built]).order_by("pk")
+    assert [e.message for e in stored] == [str(i) for i in range(10)]
+    insert_many([])  # nothing to write: no statement
+
+
+def test_what_insert_many_does_not_cover_goes_to_bulk_create() -> None:
+    w = make_world()
+    job = make_job(w.red_share, w.red_member)
+    built = [
+        JobEvent(job=job, at=timezone.now(), type="submitted", message="m"),
+        JobEvent(job=job, at=Now(), type="admitted", message="m"),  # an expression
+    ]
+    insert_many(built)
+    assert JobEvent.objects.filter(job=job).count() == 2
+    assert all(e.pk is not None for e in built)
