@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from functools import cache
 from typing import Any
 
+from django.db import connection
 from django.db.models import Prefetch, QuerySet
 
-from governance.models import CapacityPlan, InstanceType, Job, JobEvent, JobQueue, SlurmRun
+from governance.models import (
+    CapacityPlan,
+    InstanceType,
+    Job,
+    JobEvent,
+    JobQueue,
+    Share,
+    SlurmRun,
+    Team,
+)
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
+from governance.selectors.rows import built, columns, table, width
 from governance.services.errors import NotFound, ValidationFailed
 from governance.services.limits import valid_id
 from scheduler.engine import constraints as engine_constraints
@@ -23,6 +35,46 @@ def jobs() -> QuerySet[Job]:
     """Every job, newest first, with what its listing shows loaded in the same query."""
     return Job.objects.select_related(
         "queue", "share", "share__team", "submitter", "instance_type", "plan", "workload"
+    )
+
+
+def jobs_with_share(ids: Collection[int], *, lock: bool = False) -> list[Job]:
+    """Jobs by id, in id order, as ``Job.objects.select_related("share__team",
+    "instance_type", "queue")`` gives them; ``lock``: their rows locked, the jobs' alone
+    (``FOR UPDATE OF``). The cycle reads through this the jobs it admits and completes, a
+    few at a time, tens of times a second: one statement whose text is built once
+    (``selectors.rows``), where the ORM compiled the four joins anew each time."""
+    if not ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(_with_share_sql(lock), [sorted(ids)])
+        rows = cursor.fetchall()
+    share_at = width(Job)
+    team_at = share_at + width(Share)
+    queue_at = team_at + width(Team)
+    type_at = queue_at + width(JobQueue)
+    found = []
+    for row in rows:
+        job: Job = built(Job, row[:share_at])
+        share: Share = built(Share, row[share_at:team_at])
+        share.team = built(Team, row[team_at:queue_at])
+        job.share = share
+        job.queue = built(JobQueue, row[queue_at:type_at])
+        job.instance_type = None if row[type_at] is None else built(InstanceType, row[type_at:])
+        found.append(job)
+    return found
+
+
+@cache
+def _with_share_sql(lock: bool) -> str:
+    return (
+        f"SELECT {columns(Job, 'j')}, {columns(Share, 's')}, {columns(Team, 't')}, "
+        f"{columns(JobQueue, 'q')}, {columns(InstanceType, 'it')} "
+        f"FROM {table(Job)} j JOIN {table(Share)} s ON s.id = j.share_id"
+        f" JOIN {table(Team)} t ON t.id = s.team_id"
+        f" JOIN {table(JobQueue)} q ON q.id = j.queue_id"
+        f" LEFT JOIN {table(InstanceType)} it ON it.id = j.instance_type_id"
+        " WHERE j.id = ANY(%s) ORDER BY j.id" + (" FOR UPDATE OF j" if lock else "")
     )
 
 

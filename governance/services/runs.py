@@ -30,6 +30,7 @@ from governance import metrics
 from governance.models import AuditEntry, AuditEvent, DecisionRule, Job, JobEvent, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
+from governance.selectors import jobs as job_selectors
 from governance.services import audit, decisions, inserts, notifications
 from governance.services import workloads as workload_services
 from governance.services.errors import Conflict, PermissionDenied, ValidationFailed
@@ -684,12 +685,7 @@ def _locked_runs(runs: Sequence[tuple[int, int]]) -> list[Job]:
     """The jobs of ``runs`` ``(job id, run)`` whose running run is the one named, locked
     (in id order, as every multi-job lock here is taken)."""
     wanted = dict(runs)
-    jobs = (
-        Job.objects.select_for_update(of=("self",))
-        .select_related("share__team", "instance_type", "queue")
-        .filter(pk__in=[job_id for job_id in wanted if valid_id(job_id)])
-        .order_by("pk")
-    )
+    jobs = job_selectors.jobs_with_share([j for j in wanted if valid_id(j)], lock=True)
     return [job for job in jobs if job.run == wanted[job.pk] and job.state == JobState.RUNNING]
 
 

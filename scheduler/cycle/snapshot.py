@@ -17,6 +17,7 @@ from typing import Any
 from django.db.models import DEFERRED
 
 from governance.models import CapacityPlan, Job, JobQueue, JobState, Share
+from governance.selectors.jobs import jobs_with_share
 from scheduler import engine as eng
 
 MS = 1000
@@ -71,9 +72,7 @@ class ActiveJobs:
         if missing:
             if self.verify is not None:
                 self.verify(missing)
-            for job in Job.objects.filter(pk__in=missing).select_related(
-                "instance_type", "share__team"
-            ):
+            for job in jobs_with_share(missing):
                 self._models[str(job.pk)] = job
 
     def __getitem__(self, key: str) -> Job:
