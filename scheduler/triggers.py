@@ -115,13 +115,18 @@ def cycle_starting(queue_id: int, asked: int | None = None) -> bool:
 def request_cycle_at(queue_id: int, seconds: float) -> None:
     """Ask for a cycle in ``seconds`` (a completion or a timeout is due then).
 
-    One timer per queue: a later request is dropped while an earlier or equal one waits.
+    One timer per queue: a later request is dropped while an earlier or equal one waits,
+    and none is set while a cycle already asked for has yet to start: that cycle sets
+    the timer it needs (on a busy queue that spares a timer task per cycle).
     """
     due = time.time() + seconds
     key = TIMER_KEY.format(queue_id=queue_id)
     try:
-        current = client().get(key)
-        if current is not None and float(current) <= due + 0.05:
+        pipe = client().pipeline(transaction=False)
+        pipe.get(key)
+        pipe.exists(PENDING_KEY.format(queue_id=queue_id))
+        current, asked = pipe.execute()
+        if asked or (current is not None and float(current) <= due + 0.05):
             return
         client().set(key, due, ex=max(1, int(seconds) + 5))
         _send(TIMER_TASK, queue_id, countdown=max(0.0, seconds))

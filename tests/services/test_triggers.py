@@ -93,6 +93,18 @@ def test_a_timer_is_a_request_when_due_and_a_cycle_clears_it(sent: list[Any]) ->
     assert sent[-1] == (triggers.TIMER_TASK, (QUEUE,), 60)
 
 
+def test_no_timer_is_set_while_a_cycle_asked_for_has_yet_to_start(sent: list[Any]) -> None:
+    """That cycle sets the timer it needs when it ends: a busy queue, whose next cycle is
+    always asked for by the time one ends, sends no timer task per cycle."""
+    triggers.request_cycle(QUEUE)
+    triggers.request_cycle_at(QUEUE, 30)
+    assert sent == [(triggers.CYCLE_TASK, (QUEUE, 1), 0.0)]
+    assert triggers.client().get(triggers.TIMER_KEY.format(queue_id=QUEUE)) is None
+    assert triggers.cycle_starting(QUEUE, 1)  # it starts, and at its end:
+    triggers.request_cycle_at(QUEUE, 30)
+    assert sent[-1] == (triggers.TIMER_TASK, (QUEUE,), 30)
+
+
 def test_without_redis_a_request_says_so_and_a_cycle_runs(sent: list[Any], settings: Any) -> None:
     kept = settings.REDIS_URL
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
