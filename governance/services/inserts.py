@@ -29,31 +29,25 @@ MANY_ROWS = 500
 
 
 @cache
-def _plan(model: type[Model]) -> tuple[str, list[Field[Any, Any]]] | None:
-    """The INSERT's text for one row and its fields, in order; None when the ORM must
-    write it."""
+def _fields(model: type[Model]) -> list[Field[Any, Any]] | None:
+    """The fields an INSERT writes, in order; None when the ORM must write the model."""
     meta = model._meta
     fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
-    returning = meta.db_returning_fields
     if (
         meta.parents
         or meta.auto_field is None
-        or returning != [meta.auto_field]
+        or meta.db_returning_fields != [meta.auto_field]
         or any(hasattr(f, "get_placeholder") for f in fields)
         or len(fields) * MANY_ROWS > 65_535
     ):
         return None
-    return _statement(model, fields, 1), fields
+    return fields
 
 
 @lru_cache(maxsize=256)
-def _many(model: type[Model], rows: int) -> str:
-    plan = _plan(model)
-    assert plan is not None
-    return _statement(model, plan[1], rows)
-
-
-def _statement(model: type[Model], fields: list[Field[Any, Any]], rows: int) -> str:
+def _statement(model: type[Model], rows: int) -> str:
+    """The INSERT of ``rows`` rows of ``model`` (``_fields``), returning their keys."""
+    fields = cast("list[Field[Any, Any]]", _fields(model))
     quote = connection.ops.quote_name
     meta = model._meta
     columns = ", ".join(quote(str(f.column)) for f in fields)
@@ -63,33 +57,39 @@ def _statement(model: type[Model], fields: list[Field[Any, Any]], rows: int) -> 
     return f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {values} RETURNING {key}"
 
 
+def _params(obj: Model, fields: list[Field[Any, Any]], operation: str) -> list[Any] | None:
+    """``obj``'s values as the ORM's compiler sends them; None when one is an expression
+    (the ORM writes it). As the ORM does first: a related object must be saved, and its
+    key is taken."""
+    cast(Any, obj)._prepare_related_fields_for_save(operation_name=operation)
+    values = [field.pre_save(obj, True) for field in fields]
+    if any(hasattr(value, "resolve_expression") for value in values):
+        return None
+    return [field.get_db_prep_save(v, connection) for field, v in zip(fields, values, strict=True)]
+
+
+def _saved(obj: Model, pk: Any) -> None:
+    obj.pk = pk
+    obj._state.adding = False
+    obj._state.db = connection.alias
+
+
 def insert(obj: Model) -> None:
     """Write ``obj`` as a new row, as ``obj.save()`` would, and set its primary key."""
     model = type(obj)
-    plan = _plan(model)
+    fields = _fields(model)
     if (
-        plan is None
+        fields is None
         or obj.pk is not None
         or signals.pre_save.has_listeners(model)
         or signals.post_save.has_listeners(model)
+        or (params := _params(obj, fields, "save")) is None
     ):
         obj.save()
         return
-    sql, fields = plan
-    # As save(): a related object must be saved, and its key is taken (Django's own step).
-    cast(Any, obj)._prepare_related_fields_for_save(operation_name="save")
-    values = [field.pre_save(obj, True) for field in fields]
-    if any(hasattr(value, "resolve_expression") for value in values):
-        obj.save()
-        return
-    params = [
-        field.get_db_prep_save(v, connection) for field, v in zip(fields, values, strict=True)
-    ]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        (obj.pk,) = cursor.fetchone()
-    obj._state.adding = False
-    obj._state.db = connection.alias
+        cursor.execute(_statement(model, 1), params)
+        _saved(obj, cursor.fetchone()[0])
 
 
 def insert_many(objs: Sequence[Model]) -> None:
@@ -98,31 +98,25 @@ def insert_many(objs: Sequence[Model]) -> None:
     if not objs:
         return
     model = type(objs[0])
-    plan = _plan(model)
-    if plan is None or any(type(obj) is not model or obj.pk is not None for obj in objs):
+    fields = _fields(model)
+    if fields is None or any(type(obj) is not model or obj.pk is not None for obj in objs):
         model._default_manager.bulk_create(objs)
         return
-    fields = plan[1]
     params: list[Any] = []
     for obj in objs:
-        cast(Any, obj)._prepare_related_fields_for_save(operation_name="bulk_create")
-        values = [field.pre_save(obj, True) for field in fields]
-        if any(hasattr(value, "resolve_expression") for value in values):
+        values = _params(obj, fields, "bulk_create")
+        if values is None:
             model._default_manager.bulk_create(objs)
             return
-        params.extend(
-            field.get_db_prep_save(v, connection) for field, v in zip(fields, values, strict=True)
-        )
+        params.extend(values)
     width = len(fields)
     with connection.cursor() as cursor:
         for start in range(0, len(objs), MANY_ROWS):
             batch = objs[start : start + MANY_ROWS]
             cursor.execute(
-                _many(model, len(batch)), params[start * width : (start + len(batch)) * width]
+                _statement(model, len(batch)), params[start * width : (start + len(batch)) * width]
             )
             # PostgreSQL returns an INSERT ... VALUES's rows in the order given (bulk_create
             # relies on it too)
             for obj, (pk,) in zip(batch, cursor.fetchall(), strict=True):
-                obj.pk = pk
-                obj._state.adding = False
-                obj._state.db = connection.alias
+                _saved(obj, pk)
