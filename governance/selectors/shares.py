@@ -12,6 +12,7 @@ from governance.models import (
     AuditEntry,
     AuditEvent,
     InstanceType,
+    Job,
     JobQueue,
     Membership,
     PriorityDefinition,
@@ -53,7 +54,8 @@ def _submission_sql() -> str:
         f"  JOIN {table(InstanceType)} it ON it.id = l.instance_type_id"
         "  WHERE l.share_id = s.id ORDER BY it.name), "
         "ARRAY(SELECT json_build_array(p.max_priority, p.usable_by)"
-        f"  FROM {table(PriorityDefinition)} p) "
+        f"  FROM {table(PriorityDefinition)} p), "
+        f"nextval(pg_get_serial_sequence('{table(Job)}', 'id')) "
         f"FROM {table(Share)} s JOIN {table(JobQueue)} q ON q.id = s.queue_id"
         f" JOIN {table(Team)} t ON t.id = s.team_id WHERE s.id = %s"
     )
@@ -66,6 +68,7 @@ class SubmissionReads(NamedTuple):
     role: str | None  # the submitter's role in the share's team; None: not a member
     type_names: list[str]  # the types the share has a limit for, sorted
     bands: list[tuple[int, list[str]]]  # as ``selectors.priorities.band_limits``
+    new_job_id: int  # taken from the jobs' sequence, for the job if it is accepted
 
 
 def share_for_submission(share_id: int, user_id: int | None) -> SubmissionReads | None:
@@ -75,7 +78,10 @@ def share_for_submission(share_id: int, user_id: int | None) -> SubmissionReads 
     One statement, its text built once (``selectors.rows``): every submission reads this,
     and the ORM spent 1.1 ms of CPU compiling the same select_related query with two
     subqueries each time, a tenth of a submission's web CPU, and read the priority bands
-    in a round trip of their own (docs/operations.md#submissions-per-second).
+    in a round trip of their own (docs/operations.md#submissions-per-second). It also
+    takes the id the job will have, so that its event and audit entry can name it and the
+    three rows go to PostgreSQL in one statement (``services.inserts.insert_together``);
+    a refused submission leaves that id unused, as a rolled-back insert would.
     """
     with connection.cursor() as cursor:
         cursor.execute(_submission_sql(), [user_id or 0, share_id])
@@ -87,9 +93,13 @@ def share_for_submission(share_id: int, user_id: int | None) -> SubmissionReads 
     share: Share = built(Share, row[:queue_at])
     share.queue = built(JobQueue, row[queue_at:team_at])
     share.team = built(Team, row[team_at : team_at + width(Team)])
-    role, type_names, bands = row[-3:]
+    role, type_names, bands, new_job_id = row[-4:]
     return SubmissionReads(
-        share, role, list(type_names), [(int(top), list(usable)) for top, usable in bands]
+        share,
+        role,
+        list(type_names),
+        [(int(top), list(usable)) for top, usable in bands],
+        new_job_id,
     )
 
 

@@ -13,6 +13,11 @@ its own placeholder or columns filled by the database.
 ``insert_many`` does the same for ``bulk_create``: a cycle writes an event and an audit
 entry for each job it admits or completes, and the ORM's compiler cost more per row than
 PostgreSQL spent writing it.
+
+``insert_together`` writes the rows of several models in one statement, so in one round
+trip and, outside a transaction, as one transaction of their own: a submission's job,
+event and audit entry cost seven round trips to PostgreSQL with ``BEGIN`` and ``COMMIT``,
+and three of those are left.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Sequence
 from functools import cache, lru_cache
 from typing import Any, cast
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Field, Model, signals
 
 # Rows per statement of ``insert_many``: PostgreSQL takes at most 65,535 parameters.
@@ -45,16 +50,26 @@ def _fields(model: type[Model]) -> list[Field[Any, Any]] | None:
 
 
 @lru_cache(maxsize=256)
-def _statement(model: type[Model], rows: int) -> str:
-    """The INSERT of ``rows`` rows of ``model`` (``_fields``), returning their keys."""
+def _statement(model: type[Model], rows: int, keyed: bool = False) -> str:
+    """The INSERT of ``rows`` rows of ``model`` (``_fields``, after the key when ``keyed``:
+    the rows come with theirs), returning their keys."""
     fields = cast("list[Field[Any, Any]]", _fields(model))
     quote = connection.ops.quote_name
     meta = model._meta
-    columns = ", ".join(quote(str(f.column)) for f in fields)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     key = quote(str(cast(Any, meta.auto_field).column))
+    columns = ", ".join(([key] if keyed else []) + [quote(str(f.column)) for f in fields])
+    row = "(" + ", ".join(["%s"] * (len(fields) + keyed)) + ")"
     values = ", ".join([row] * rows)
     return f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {values} RETURNING {key}"
+
+
+@lru_cache(maxsize=64)
+def _together(parts: tuple[tuple[type[Model], int, bool], ...]) -> str:
+    """One statement of the INSERTs ``parts`` describes (model, rows, keyed), returning
+    each part's keys as an array, in the order of its rows."""
+    inserts = ", ".join(f"i{n} AS ({_statement(*part)})" for n, part in enumerate(parts))
+    arrays = ", ".join(f"ARRAY(SELECT * FROM i{n})" for n in range(len(parts)))
+    return f"WITH {inserts} SELECT {arrays}"
 
 
 def _params(obj: Model, fields: list[Field[Any, Any]], operation: str) -> list[Any] | None:
@@ -74,21 +89,23 @@ def _saved(obj: Model, pk: Any) -> None:
     obj._state.db = connection.alias
 
 
+def _plain(model: type[Model]) -> list[Field[Any, Any]] | None:
+    """The fields ``insert`` writes of ``model``; None when ``save()`` must (it has
+    fields ``_fields`` leaves to the ORM, or receivers of ``save``'s signals)."""
+    fields = _fields(model)
+    if fields is None or signals.pre_save.has_listeners(model):
+        return None
+    return None if signals.post_save.has_listeners(model) else fields
+
+
 def insert(obj: Model) -> None:
     """Write ``obj`` as a new row, as ``obj.save()`` would, and set its primary key."""
-    model = type(obj)
-    fields = _fields(model)
-    if (
-        fields is None
-        or obj.pk is not None
-        or signals.pre_save.has_listeners(model)
-        or signals.post_save.has_listeners(model)
-        or (params := _params(obj, fields, "save")) is None
-    ):
+    fields = _plain(type(obj))
+    if fields is None or obj.pk is not None or (params := _params(obj, fields, "save")) is None:
         obj.save()
         return
     with connection.cursor() as cursor:
-        cursor.execute(_statement(model, 1), params)
+        cursor.execute(_statement(type(obj), 1), params)
         _saved(obj, cursor.fetchone()[0])
 
 
@@ -120,3 +137,44 @@ def insert_many(objs: Sequence[Model]) -> None:
             # relies on it too)
             for obj, (pk,) in zip(batch, cursor.fetchall(), strict=True):
                 _saved(obj, pk)
+
+
+def insert_together(objs: Sequence[Model]) -> None:
+    """Write ``objs``, new instances of one or more models, as ``insert`` writes each, in
+    one statement: all of them or, when it fails, none, inside a transaction or not. An
+    instance may come with its primary key (taken from its sequence beforehand, so that the
+    rows after it can name it). Consecutive instances of a model are one multi-row INSERT,
+    in their order; the INSERTs of different models run in no set order, so a trigger must
+    not depend on it (foreign keys are checked at the statement's end, or at commit).
+
+    When ``insert`` would hand one of them to ``save()``, or one names another that has
+    no key yet, each is saved in turn instead, in a transaction."""
+    parts: list[tuple[type[Model], int, bool]] = []
+    params: list[Any] = []
+    for obj in objs:
+        model, keyed = type(obj), obj.pk is not None
+        fields = _plain(model)
+        try:
+            values = _params(obj, fields, "save") if fields is not None else None
+        except ValueError:  # it names an instance of ``objs`` that has no key yet
+            values = None
+        if values is None:
+            with transaction.atomic():
+                for each in objs:
+                    each.save(force_insert=True)
+            return
+        params.extend([obj.pk, *values] if keyed else values)
+        if parts and parts[-1][0] is model and parts[-1][2] == keyed:
+            parts[-1] = (model, parts[-1][1] + 1, keyed)
+        else:
+            parts.append((model, 1, keyed))
+    if not parts:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_together(tuple(parts)), params)
+        keys = cast("tuple[list[Any], ...]", cursor.fetchone())
+    at = 0
+    for (_, rows, _), part_keys in zip(parts, keys, strict=True):
+        for obj, pk in zip(objs[at : at + rows], part_keys, strict=True):
+            _saved(obj, pk)
+        at += rows

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from governance import roles
 from governance.models import (
+    AuditEntry,
     AuditEvent,
     CapacityPlan,
     ExceptionState,
@@ -460,80 +461,88 @@ def job_submit(
     share every preference must be a certified configuration of the job's workload,
     unless an admin gives a ``certification_override`` reason (audited).
 
+    The checks only read, and the job, its event and its audit entries are written by one
+    statement (its id taken with the share, so the others can name it): that statement is
+    the transaction, so a submission opens none and costs three round trips, not seven
+    (docs/operations.md#submissions-per-second).
+
     Long because its eighteen keyword arguments are the job's fields, each named once in the
     signature and once where it is stored; the checks between are named steps.
     """
-    with transaction.atomic():
-        reads = _submit_share(actor, share.pk if isinstance(share, Share) else share)
-        share_obj, share_types = reads.share, reads.type_names
-        errors = Errors()
-        _check_submit_basics(errors, share_obj, queue, name, kind)
-        now = timezone.now()
-        workload_obj = workload_services.clean_job_workload(errors, workload, share_obj.team_id)
-        expansion: template_services.Expansion | None = None
-        if workload_obj is not None and preferences in (None, [], "") and count is None:
-            expansion = template_services.expand(errors, workload_obj, now)
-            if expansion is not None:
-                preferences = expansion.preferences
-                max_pending = max_pending if max_pending is not None else expansion.max_pending
-                max_cost = max_cost if max_cost is not None else expansion.max_cost
-                if deadline is None and expansion.deadline_offset is not None:
-                    deadline = now + timedelta(seconds=expansion.deadline_offset)
-        share_plans = _plans_named(share_obj, preferences, max_cost)
-        resolved, override = _check_preferences(
-            errors,
-            actor,
-            share_obj,
-            preferences,
-            count,
-            share_types=share_types,
-            kind=kind,
-            share_plans=share_plans,
-            workload_obj=workload_obj,
-            certification_override=certification_override,
-            now=now,
-        )
-        clean_program = _check_program(errors, share_obj, program)
-        for field, value in (
-            ("max_pending", max_pending),
-            ("checkpoint_interval", checkpoint_interval),
-            ("duration", duration),
-        ):
-            _optional_positive(errors, field, value)
-        if workload_obj is not None and workload_obj.interruption == Interruption.PROTECTED:
-            may_borrow, preemptible = False, False
-        budget = _check_constraints(errors, may_borrow, preemptible, deadline, max_cost)
-        if budget is not None and resolved and not errors.fields() & {"preferences", "count"}:
-            clean_duration = duration if is_int(duration) else None
-            _check_budget(errors, budget, resolved, clean_duration, share_obj, share_plans)
-        _check_submit_priority(errors, actor, reads, priority)
-        errors.raise_if_any()
+    reads = _submit_share(actor, share.pk if isinstance(share, Share) else share)
+    share_obj, share_types = reads.share, reads.type_names
+    errors = Errors()
+    _check_submit_basics(errors, share_obj, queue, name, kind)
+    now = timezone.now()
+    workload_obj = workload_services.clean_job_workload(errors, workload, share_obj.team_id)
+    expansion: template_services.Expansion | None = None
+    if workload_obj is not None and preferences in (None, [], "") and count is None:
+        expansion = template_services.expand(errors, workload_obj, now)
+        if expansion is not None:
+            preferences = expansion.preferences
+            max_pending = max_pending if max_pending is not None else expansion.max_pending
+            max_cost = max_cost if max_cost is not None else expansion.max_cost
+            if deadline is None and expansion.deadline_offset is not None:
+                deadline = now + timedelta(seconds=expansion.deadline_offset)
+    share_plans = _plans_named(share_obj, preferences, max_cost)
+    resolved, override = _check_preferences(
+        errors,
+        actor,
+        share_obj,
+        preferences,
+        count,
+        share_types=share_types,
+        kind=kind,
+        share_plans=share_plans,
+        workload_obj=workload_obj,
+        certification_override=certification_override,
+        now=now,
+    )
+    clean_program = _check_program(errors, share_obj, program)
+    for field, value in (
+        ("max_pending", max_pending),
+        ("checkpoint_interval", checkpoint_interval),
+        ("duration", duration),
+    ):
+        _optional_positive(errors, field, value)
+    if workload_obj is not None and workload_obj.interruption == Interruption.PROTECTED:
+        may_borrow, preemptible = False, False
+    budget = _check_constraints(errors, may_borrow, preemptible, deadline, max_cost)
+    if budget is not None and resolved and not errors.fields() & {"preferences", "count"}:
+        clean_duration = duration if is_int(duration) else None
+        _check_budget(errors, budget, resolved, clean_duration, share_obj, share_plans)
+    _check_submit_priority(errors, actor, reads, priority)
+    errors.raise_if_any()
 
-        job = Job(
-            queue_id=share_obj.queue_id,
-            share=share_obj,
-            name=name.strip(),
-            submitter=cast(Any, actor),
-            kind=kind,
-            priority=priority,
-            preferences=resolved,
-            count=count,
-            max_pending=max_pending,
-            checkpoint_interval=checkpoint_interval,
-            duration=duration,
-            program=clean_program,
-            workload=workload_obj,
-            template=expansion.record if expansion is not None else {},
-            certification_override=override,
-            may_borrow=may_borrow,
-            preemptible=preemptible,
-            deadline=deadline,
-            max_cost=budget,
-            state=JobState.PENDING,
-            submitted_at=now,
-        )
-        inserts.insert(job)
-        submitted = _record_submission(actor, job, share_obj, expansion, now)
+    job = Job(
+        id=reads.new_job_id,
+        queue_id=share_obj.queue_id,
+        share=share_obj,
+        name=name.strip(),
+        submitter=cast(Any, actor),
+        kind=kind,
+        priority=priority,
+        preferences=resolved,
+        count=count,
+        max_pending=max_pending,
+        checkpoint_interval=checkpoint_interval,
+        duration=duration,
+        program=clean_program,
+        workload=workload_obj,
+        template=expansion.record if expansion is not None else {},
+        certification_override=override,
+        may_borrow=may_borrow,
+        preemptible=preemptible,
+        deadline=deadline,
+        max_cost=budget,
+        state=JobState.PENDING,
+        submitted_at=now,
+    )
+    # The job, its event and its audit entries in one statement, a transaction of its own
+    # unless the caller holds one: the checks above only read.
+    submitted, entries = _submission_rows(actor, job, share_obj, expansion, now)
+    inserts.insert_together([job, submitted, *entries])
+    hooks.queue_changed(share_obj.queue_id)
     # A fresh job's timeline is exactly its ``submitted`` event: cache it as prefetched,
     # so ``job.events.all()`` (the API's 201 response) costs no query.
     job._prefetched_objects_cache = {"events": [submitted], "slurm_runs": []}  # type: ignore[attr-defined]
@@ -668,44 +677,47 @@ def _check_program(errors: Errors, share_obj: Share, program: Any) -> dict[str, 
     return clean_program
 
 
-def _record_submission(
+def _submission_rows(
     actor: AnyUser,
     job: Job,
     share_obj: Share,
     expansion: template_services.Expansion | None,
     now: datetime,
-) -> JobEvent:
-    """The new job's ``submitted`` event, its audit entries (the submission, and the
-    certification override when there is one), and the queue's wake-up on commit."""
+) -> tuple[JobEvent, list[AuditEntry]]:
+    """The new job's ``submitted`` event and its audit entries (the submission, and the
+    certification override when there is one), not yet written."""
     prefs_text = ", ".join(preference_text(p) for p in job.preferences)
-    submitted = job_event(
-        job,
-        now,
-        "submitted",
-        f"Submitted by {_actor_name(actor)} to {share_obj} with priority {job.priority}; "
-        f"preferences: {prefs_text}." + _template_words(job.workload, expansion),
-        priority=job.priority,
-    )
-    audit.record_job(
-        event_type=AuditEvent.JOB_SUBMITTED,
-        actor=actor,
+    submitted = JobEvent(
         job=job,
-        before=None,
-        after=job_snapshot(job),
         at=now,
+        type="submitted",
+        message=f"Submitted by {_actor_name(actor)} to {share_obj} with priority "
+        f"{job.priority}; preferences: {prefs_text}." + _template_words(job.workload, expansion),
+        data={"priority": job.priority},
     )
-    if job.certification_override:
-        audit.record_job(
-            event_type=AuditEvent.JOB_CERTIFICATION_OVERRIDDEN,
+    entries = [
+        audit.job_entry(
+            event_type=AuditEvent.JOB_SUBMITTED,
             actor=actor,
             job=job,
             before=None,
-            after={"preferences": job.preferences, "workload": job.workload_id},
-            reason=job.certification_override,
+            after=job_snapshot(job),
             at=now,
         )
-    hooks.queue_changed(share_obj.queue_id)
-    return submitted
+    ]
+    if job.certification_override:
+        entries.append(
+            audit.job_entry(
+                event_type=AuditEvent.JOB_CERTIFICATION_OVERRIDDEN,
+                actor=actor,
+                job=job,
+                before=None,
+                after={"preferences": job.preferences, "workload": job.workload_id},
+                reason=job.certification_override,
+                at=now,
+            )
+        )
+    return submitted, entries
 
 
 OVERRIDE_MAX_LENGTH = 500

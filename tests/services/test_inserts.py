@@ -5,18 +5,20 @@ rows ``bulk_create`` writes, for a cycle's events and audit entries."""
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import Model
 from django.db.models.functions import Now
 from django.db.models.signals import post_save, pre_save
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from governance.models import AuditEntry, AuditEvent, Job, JobEvent
 from governance.models.audit import AppendOnlyError
 from governance.services import audit, inserts
-from governance.services.inserts import insert, insert_many
+from governance.services.inserts import insert, insert_many, insert_together
 from tests.factories import field_values, make_job, make_world
 
 pytestmark = pytest.mark.django_db
@@ -185,3 +187,103 @@ def test_what_insert_many_does_not_cover_goes_to_bulk_create() -> None:
     insert_many(built)
     assert JobEvent.objects.filter(job=job).count() == 2
     assert all(e.pk is not None for e in built)
+
+
+def _submission(w: Any, job_id: int | None, entries: int = 1, now: Any = None) -> list[Model]:
+    """A job (with the key it will have, when given), its event and ``entries`` audit
+    entries, not yet written: what a submission writes."""
+    now = now or timezone.now()
+    job = Job(
+        id=job_id,
+        queue=w.queue,
+        share=w.red_share,
+        submitter=w.red_member,
+        name="together 'quoted'",
+        preferences=[{"instance_type": "ml.g5.xlarge", "count": 1}],
+        program={"command": ["true"]},
+        max_cost=Decimal("3.50"),
+        submitted_at=now,
+    )
+    event = JobEvent(job=job, at=now, type="submitted", message="m", data={"priority": 0})
+    built = [
+        audit.job_entry(
+            event_type=AuditEvent.JOB_SUBMITTED,
+            actor=w.red_member,
+            job=job,
+            after={"id": job_id, "n": n},
+            at=now,
+        )
+        for n in range(entries)
+    ]
+    return [job, event, *built]
+
+
+def _next_job_id() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT nextval(pg_get_serial_sequence('governance_job', 'id'))")
+        return int(cursor.fetchone()[0])
+
+
+def test_rows_of_several_models_are_written_in_one_statement_as_save_writes_them() -> None:
+    w = make_world()
+    now = timezone.now()
+    together = _submission(w, _next_job_id(), entries=2, now=now)
+    with CaptureQueriesContext(connection) as queries:
+        insert_together(together)
+    assert len(queries) == 1
+    saved = _submission(w, _next_job_id(), entries=2, now=now)
+    for obj in saved:
+        obj.save(force_insert=True)
+    naming_the_job = {"job_id", "subject_id", "subject_repr", "after"}
+    for mine, theirs in zip(together, saved, strict=True):
+        assert not mine._state.adding and mine.pk is not None
+        stored = _stored(mine)
+        assert {k: v for k, v in stored.items() if k not in naming_the_job} == {
+            k: v for k, v in _stored(theirs).items() if k not in naming_the_job
+        }
+    job, event, entry = together[0], together[1], together[2]
+    assert _stored(event)["job_id"] == job.pk
+    assert _stored(entry)["subject_id"] == str(job.pk) and _stored(entry)["job_id"] == job.pk
+    # A model's rows keep their order: the keys follow it, and the seal links them in it.
+    first, second = (AuditEntry.objects.get(pk=e.pk) for e in together[2:])
+    assert first.pk < second.pk
+    assert [
+        e.after["n"] for e in AuditEntry.objects.filter(job_id=together[0].pk).order_by("id")
+    ] == [0, 1]
+
+
+def test_a_row_the_database_refuses_leaves_none_of_the_others() -> None:
+    w = make_world()
+    built = _submission(w, _next_job_id())
+    cast(Job, built[0]).priority = -1  # the jobs' check constraint refuses it
+    with pytest.raises(IntegrityError), transaction.atomic():
+        insert_together(built)
+    assert not Job.objects.filter(name="together 'quoted'").exists()
+    assert not AuditEntry.objects.filter(job_id=built[0].pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_statement_is_one_of_its_own() -> None:
+    """A submission holds no transaction: its one statement commits the rows together or
+    none of them."""
+    w = make_world()
+    refused = _submission(w, _next_job_id())
+    cast(JobEvent, refused[1]).type = "x" * 500  # longer than the column: refused
+    with pytest.raises(DataError):
+        insert_together(refused)
+    assert not Job.objects.filter(pk=refused[0].pk).exists()
+    assert not AuditEntry.objects.filter(job_id=refused[0].pk).exists()
+    accepted = _submission(w, _next_job_id())
+    insert_together(accepted)
+    assert connection.get_autocommit()  # nothing left open: the rows are committed
+    assert JobEvent.objects.filter(job_id=accepted[0].pk).count() == 1
+
+
+def test_what_insert_together_does_not_cover_is_saved_in_turn_in_a_transaction() -> None:
+    w = make_world()
+    built = _submission(w, None)
+    cast(JobEvent, built[1]).at = Now()  # an expression: save() writes it
+    insert_together(built)
+    assert all(obj.pk is not None and not obj._state.adding for obj in built)
+    assert JobEvent.objects.get(pk=built[1].pk).job_id == built[0].pk
+    insert_together([])  # nothing to write: no statement

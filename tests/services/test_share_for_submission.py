@@ -8,7 +8,7 @@ import pytest
 from governance.models import JobQueue, PriorityDefinition, Share, Team
 from governance.selectors.priorities import band_limits
 from governance.selectors.shares import share_for_submission
-from tests.factories import field_values, make_share, make_world
+from tests.factories import field_values, make_job, make_share, make_world
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +27,7 @@ def test_the_share_its_queue_and_team_are_the_orms_field_for_field() -> None:
     )
     found = share_for_submission(shown.pk, w.blue_lead.pk)
     assert found is not None
-    share, role, types, bands = found
+    share, role, types, bands, new_job_id = found
     orm = Share.objects.select_related("queue", "team").get(pk=shown.pk)
     assert field_values(share) == field_values(orm)
     assert field_values(share.queue) == field_values(JobQueue.objects.get(pk=orm.queue_id))
@@ -37,6 +37,11 @@ def test_the_share_its_queue_and_team_are_the_orms_field_for_field() -> None:
     # A model built from the row behaves as a fetched one: saved, it updates its row.
     assert not share._state.adding and share._state.db == "default"
     assert str(share) == f"{w.queue.name}/shown"
+    # The id the job will have: the jobs' sequence's next value, never one a job holds.
+    taken = share_for_submission(shown.pk, w.blue_lead.pk)
+    assert taken is not None and taken.new_job_id > new_job_id
+    later = make_job(shown, w.blue_lead)
+    assert later.pk > taken.new_job_id
 
 
 def test_the_role_is_that_of_the_user_in_the_shares_team_and_none_otherwise() -> None:
