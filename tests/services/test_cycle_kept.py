@@ -614,3 +614,39 @@ def test_a_run_the_fleet_finished_but_cancelled_meanwhile_is_not_completed(
     assert (result.read, result.completed) == ("kept", 0)
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED
+
+
+def test_an_unchanged_run_on_the_simulated_fleet_costs_a_kept_cycle_no_model(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The fleet moves a running job's progress with the clock, not its row: a kept cycle
+    gives the engine the work done by now without building the job's model again (when
+    the run ends is worked out once per row), however many cycles the run lasts."""
+    settings.DEMO_TIME_FACTOR = 1.0
+    world = World("simulated")
+    for share in world.shares:
+        jobs_svc.job_submit(
+            actor=world.lead_of(share.pk),
+            share=share.pk,
+            name="long",
+            preferences=[{"instance_type": G5, "count": 1}],
+            duration=3600,
+        )
+    start = timezone.now()
+    assert run_cycle(world.queue.pk, now=start).admitted == 3
+    assert run_cycle(world.queue.pk, now=start + timedelta(seconds=1)).read == "kept"
+    built: list[int] = []
+    real_row_job = kept.row_job
+
+    def counted(row: dict[str, Any]) -> Any:
+        built.append(row["id"])
+        return real_row_job(row)
+
+    monkeypatch.setattr(kept, "row_job", counted)
+    for second in (60, 120):
+        result = run_cycle(world.queue.pk, now=start + timedelta(seconds=second))
+        assert (result.read, result.completed) == ("kept", 0)
+        engine = kept._KEPT[world.queue.pk].snapshot.engine
+        # each at the work a full read would give it: a minute's or two's, from the clock
+        assert sorted(j.work_done for j in engine.running_jobs()) == [second * 1000] * 3
+    assert built == []
