@@ -9,9 +9,9 @@ from fractions import Fraction
 from functools import cache
 from typing import Any
 
-from django.db import connection
 from django.db.models import Prefetch, QuerySet
 
+from governance import prepared
 from governance.models import (
     CapacityPlan,
     InstanceType,
@@ -46,7 +46,7 @@ def jobs_with_share(ids: Collection[int], *, lock: bool = False) -> list[Job]:
     (``selectors.rows``), where the ORM compiled the four joins anew each time."""
     if not ids:
         return []
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(_with_share_sql(lock), [sorted(ids)])
         rows = cursor.fetchall()
     share_at = width(Job)

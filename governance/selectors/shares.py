@@ -8,6 +8,7 @@ from typing import NamedTuple
 from django.db import connection
 from django.db.models import Prefetch, QuerySet
 
+from governance import prepared
 from governance.models import (
     AuditEntry,
     AuditEvent,
@@ -83,7 +84,7 @@ def share_for_submission(share_id: int, user_id: int | None) -> SubmissionReads 
     three rows go to PostgreSQL in one statement (``services.inserts.insert_together``);
     a refused submission leaves that id unused, as a rolled-back insert would.
     """
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(_submission_sql(), [user_id or 0, share_id])
         row = cursor.fetchone()
     if row is None:

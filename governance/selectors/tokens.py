@@ -7,10 +7,9 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import connection
 from knox.models import get_token_model
 
-from governance import roles
+from governance import prepared, roles
 from governance.selectors.rows import built, columns, table, width
 
 
@@ -34,7 +33,7 @@ def with_key(token_key: str) -> list[Any]:
     request. The statement also reads the user's groups (``roles.remember_groups``): the
     site roles most API calls check, one query fewer for them."""
     token_model, user_model = get_token_model(), get_user_model()
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(_sql(), [token_key])
         rows = cursor.fetchall()
     split = width(token_model)

@@ -29,6 +29,8 @@ from typing import Any, cast
 from django.db import connection, transaction
 from django.db.models import Field, Model, signals
 
+from governance import prepared
+
 # Rows per statement of ``insert_many``: PostgreSQL takes at most 65,535 parameters.
 MANY_ROWS = 500
 
@@ -104,7 +106,7 @@ def insert(obj: Model) -> None:
     if fields is None or obj.pk is not None or (params := _params(obj, fields, "save")) is None:
         obj.save()
         return
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(_statement(type(obj), 1), params)
         _saved(obj, cursor.fetchone()[0])
 
@@ -127,7 +129,7 @@ def insert_many(objs: Sequence[Model]) -> None:
             return
         params.extend(values)
     width = len(fields)
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         for start in range(0, len(objs), MANY_ROWS):
             batch = objs[start : start + MANY_ROWS]
             cursor.execute(
@@ -170,7 +172,7 @@ def insert_together(objs: Sequence[Model]) -> None:
             parts.append((model, 1, keyed))
     if not parts:
         return
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(_together(tuple(parts)), params)
         keys = cast("tuple[list[Any], ...]", cursor.fetchone())
     at = 0

@@ -39,8 +39,8 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 
+from governance import prepared
 from governance.models import (
     CapacityPlan,
     CycleChange,
@@ -245,7 +245,7 @@ def advance(queue_id: int, found: Kept | None) -> Advance:
     trip: a cycle that changes nothing makes few."""
     token = secrets.randbits(62) + 1
     kept_seq = found.seq if found is not None else -1
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(
             _ADVANCE, {"q": queue_id, "token": token, "keep": KEPT_CYCLES, "kept": kept_seq}
         )

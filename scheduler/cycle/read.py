@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Prefetch, Q
 
+from governance import prepared
 from governance.models import (
     CapacityPlan,
     InstanceType,
@@ -95,7 +96,7 @@ def _job_rows(queue_id: int, *, lock: bool) -> list[dict[str, Any]]:
 def changed_rows(queue_id: int, ids: Iterable[int]) -> list[dict[str, Any]]:
     """The rows of jobs ``ids`` still in the queue, whatever their state, locked as the
     cycle's full read locks its rows (the incremental cycle, ``scheduler.cycle.kept``)."""
-    with connection.cursor() as cursor:
+    with prepared.cursor() as cursor:
         cursor.execute(_CHANGED_ROWS, [queue_id, sorted(ids)])
         return _rows(cursor.fetchall())
 

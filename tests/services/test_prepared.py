@@ -1,0 +1,79 @@
+"""``governance.prepared``: the hottest statements are prepared once per connection and
+otherwise behave as Django's own cursors do (errors, logged queries, results)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from governance import prepared
+from governance.selectors.shares import share_for_submission
+from governance.selectors.tokens import with_key
+from governance.services import tokens
+from tests.factories import make_world
+
+pytestmark = pytest.mark.django_db
+
+
+def _prepared_runs(text: str) -> int | None:
+    """How many times this connection ran its prepared statement whose text starts with
+    ``text``; None when there is none."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans + custom_plans FROM pg_prepared_statements"
+            " WHERE starts_with(statement, %s)",
+            [text],
+        )
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+def test_a_statement_is_prepared_once_and_run_again_as_prepared() -> None:
+    text = "SELECT %s::bigint + 1 AS prepared_probe"
+    with prepared.cursor() as cursor:
+        cursor.execute(text, [41])
+        assert cursor.fetchone() == (42,)
+    with prepared.cursor() as cursor:
+        for n in range(5):
+            cursor.execute(text, [n])
+            assert cursor.fetchone() == (n + 1,)
+    assert _prepared_runs("SELECT $1::bigint + 1 AS prepared_probe") == 6
+
+
+def test_the_reads_every_request_makes_are_prepared() -> None:
+    w = make_world()
+    _, token = tokens.token_create(actor=w.red_member)
+    reads = ('SELECT a."digest"', 'SELECT s."id"')
+    assert [t.user.pk for t in with_key(token[:15])] == [w.red_member.pk]
+    assert share_for_submission(w.red_share.pk, w.red_member.pk) is not None
+    before = [_prepared_runs(text) or 0 for text in reads]
+    assert min(before) >= 1  # prepared by now, whatever ran on this connection before
+    for _ in range(3):
+        assert [t.user.pk for t in with_key(token[:15])] == [w.red_member.pk]
+        found = share_for_submission(w.red_share.pk, w.red_member.pk)
+        assert found is not None and found.role == "member"
+    assert [_prepared_runs(text) for text in reads] == [n + 3 for n in before]
+
+
+def test_errors_are_djangos_and_queries_are_logged_with_their_text() -> None:
+    w = make_world()
+    with CaptureQueriesContext(connection) as queries, prepared.cursor() as cursor:
+        cursor.execute("SELECT name FROM governance_team WHERE id = %s", [w.red.pk])
+        assert cursor.fetchone() == (w.red.name,)
+    assert queries.captured_queries[-1]["sql"] == ("SELECT name FROM governance_team WHERE id = $1")
+    with pytest.raises(IntegrityError), transaction.atomic(), prepared.cursor() as cursor:
+        cursor.execute("INSERT INTO governance_team (name) VALUES (%s)", [None])
+
+
+def test_switched_off_nothing_is_prepared_and_statements_still_run(monkeypatch: Any) -> None:
+    """``DB_PREPARE=0`` (a pooler that drops prepared statements): bound on the server,
+    prepared never."""
+    connection.ensure_connection()
+    monkeypatch.setattr(connection.connection, "prepare_threshold", None)
+    with prepared.cursor() as cursor:
+        cursor.execute("SELECT %s::int * 2 AS unprepared_probe", [21])
+        assert cursor.fetchone() == (42,)
+    assert _prepared_runs("SELECT $1::int * 2 AS unprepared_probe") is None
