@@ -116,7 +116,7 @@ def parse_database_url(url: str) -> dict[str, object]:
     if "sslmode" in query:
         options["sslmode"] = query["sslmode"][0]
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "governance.pgbackend",
         "NAME": name,
         "USER": unquote(parsed.username or ""),
         "PASSWORD": unquote(parsed.password or ""),
