@@ -23,10 +23,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, F, FloatField, Value, When
-from django.db.models.functions import Cast, Coalesce
 
-from governance import metrics
+from governance import metrics, prepared
 from governance.models import AuditEntry, AuditEvent, DecisionRule, Job, JobEvent, JobState
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
@@ -37,6 +35,28 @@ from governance.services.errors import Conflict, PermissionDenied, ValidationFai
 from governance.services.hooks import queue_changed
 from governance.services.kit import job_event, lock_job, valid_id
 from scheduler.engine import work
+
+# The cycle's writes of its admissions and completions, each one statement prepared once
+# per connection (``governance.prepared``): as ``Job.objects.filter(pk__in=...).update``
+# wrote them, which compiled the same UPDATE anew each cycle (0.7 ms of a cycle's CPU).
+# The jobs that start alike start with the same values; the run goes up by one and the
+# first start is kept.
+_STARTED = (
+    "UPDATE governance_job SET state = %s, instance_type_id = %s, plan_id = %s,"
+    " preference = %s, borrowed = %s, run = run + 1, run_started_at = %s,"
+    " progress_at = NULL, started_at = COALESCE(started_at, %s), agent = '',"
+    " claimed_by_id = NULL, claimed_at = NULL, last_heartbeat_at = NULL"
+    " WHERE id = ANY(%s::bigint[])"
+)
+# Each job finished when its own ``finished_at`` says; its work is its duration when it
+# has one (the run did all of it), else what it reported, and that is its checkpoint.
+_SUCCEEDED = (
+    "UPDATE governance_job AS j SET state = %s, finished_at = f.at,"
+    " work_done = COALESCE(j.duration::double precision, j.work_done),"
+    " checkpoint_work = COALESCE(j.duration::double precision, j.work_done),"
+    " run_started_at = NULL"
+    " FROM unnest(%s::bigint[], %s::timestamptz[]) AS f(id, at) WHERE j.id = f.id"
+)
 
 # Runs one claim may take (an agent asks again for more).
 MAX_CLAIM = 100
@@ -175,23 +195,13 @@ def runs_admit(*, admissions: Sequence[Admission], now: datetime) -> list[Job]:
                 at=now,
             )
         )
-    for (type_id, plan_id, preference, borrowed), pks in alike.items():
-        # The rows are locked by the cycle, as read: their run is the one counted above.
-        Job.objects.filter(pk__in=pks).update(
-            state=JobState.RUNNING,
-            instance_type_id=type_id,
-            plan_id=plan_id,
-            preference=preference,
-            borrowed=borrowed,
-            run=F("run") + 1,
-            run_started_at=now,
-            progress_at=None,
-            started_at=Coalesce(F("started_at"), Value(now)),
-            agent="",
-            claimed_by_id=None,
-            claimed_at=None,
-            last_heartbeat_at=None,
-        )
+    with prepared.cursor() as cursor:
+        for (type_id, plan_id, preference, borrowed), pks in alike.items():
+            # The rows are locked by the cycle, as read: their run is the one counted above.
+            cursor.execute(
+                _STARTED,
+                [JobState.RUNNING, type_id, plan_id, preference, borrowed, now, now, pks],
+            )
     inserts.insert_many(events)
     inserts.insert_many(entries)
     return [a.job for a in admissions]
@@ -470,21 +480,12 @@ def runs_complete(
         event, entry = _completed(job, None, job.run, at.get(job.pk, now), None)
         events.append(event)
         entries.append(entry)
-    # One UPDATE with the values ``_completed`` gave each job (bulk_update's CASE per row
-    # and field costs more in Python than the rest of the batch).
-    work_done = Coalesce(Cast("duration", FloatField()), F("work_done"))
-    times = {job.finished_at for job in completed}
-    Job.objects.filter(pk__in=[job.pk for job in completed]).update(
-        state=JobState.SUCCEEDED,
-        finished_at=(
-            times.pop()
-            if len(times) == 1
-            else Case(*(When(pk=job.pk, then=Value(job.finished_at)) for job in completed))
-        ),
-        work_done=work_done,
-        checkpoint_work=work_done,
-        run_started_at=None,
-    )
+    # One UPDATE with the values ``_completed`` gave each job.
+    with prepared.cursor() as cursor:
+        cursor.execute(
+            _SUCCEEDED,
+            [JobState.SUCCEEDED, [job.pk for job in completed], [j.finished_at for j in completed]],
+        )
     inserts.insert_many(events)
     inserts.insert_many(entries)
     for queue_id in sorted({job.queue_id for job in completed}):

@@ -18,8 +18,9 @@ from functools import partial
 from django.db import transaction
 from django.utils import timezone
 
-from governance import metrics
+from governance import metrics, prepared
 from governance.models import DecisionRule, JobQueue
+from governance.selectors.rows import built, columns, table
 from governance.services import hooks
 from scheduler import engine as eng
 from scheduler.cycle import apply, decide, kept, usage
@@ -41,9 +42,7 @@ def run_cycle(
     # The completions this cycle applies are decided on by the cycle itself: they need
     # no further cycle (``hooks.cycle_running``).
     with transaction.atomic(), hooks.cycle_running(queue_id):
-        # FOR NO KEY UPDATE: one cycle per queue still, but the key-share lock a new
-        # job's reference to the queue takes (at commit) does not wait for the cycle.
-        queue = JobQueue.objects.select_for_update(no_key=True).get(pk=queue_id)
+        queue = _locked_queue(queue_id)
         executor = executor if executor is not None else executor_for(queue)
         # 1. the executor's reports, before anything is read
         executor.before_cycle(queue)
@@ -82,6 +81,26 @@ def run_cycle(
     # 7. committed: the executor tells the outside world
     executor.after_commit(result)
     return result
+
+
+# FOR NO KEY UPDATE: one cycle per queue still, but the key-share lock a new job's
+# reference to the queue takes (at commit) does not wait for the cycle. One statement
+# prepared once per connection (``governance.prepared``), where the ORM compiled the same
+# locking read at every cycle.
+_LOCK_QUEUE = (
+    f"SELECT {columns(JobQueue, 'q')} FROM {table(JobQueue)} q WHERE q.id = %s FOR NO KEY UPDATE"
+)
+
+
+def _locked_queue(queue_id: int) -> JobQueue:
+    """The queue, its row locked for the cycle; ``JobQueue.DoesNotExist`` when it is gone."""
+    with prepared.cursor() as cursor:
+        cursor.execute(_LOCK_QUEUE, [queue_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise JobQueue.DoesNotExist(f"No queue with id {queue_id}.")
+    queue: JobQueue = built(JobQueue, row)
+    return queue
 
 
 def _usable(found: kept.Kept | None, log: kept.Advance) -> tuple[kept.Kept | None, str]:

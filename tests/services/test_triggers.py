@@ -118,3 +118,9 @@ def test_without_redis_a_request_says_so_and_a_cycle_runs(sent: list[Any], setti
         triggers.client.cache_clear()
         triggers._starting.cache_clear()
     assert sent == []
+
+
+@pytest.mark.django_db
+def test_a_cycle_task_for_a_queue_gone_since_is_skipped(sent: list[Any]) -> None:
+    assert triggers.request_cycle(QUEUE)
+    assert tasks.schedule_queue.run(QUEUE, 1) == {"queue": QUEUE, "skipped": "no such queue"}
