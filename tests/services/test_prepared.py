@@ -77,3 +77,14 @@ def test_switched_off_nothing_is_prepared_and_statements_still_run(monkeypatch: 
         cursor.execute("SELECT %s::int * 2 AS unprepared_probe", [21])
         assert cursor.fetchone() == (42,)
     assert _prepared_runs("SELECT $1::int * 2 AS unprepared_probe") is None
+
+
+def test_a_long_statement_with_many_values_takes_each_runs_own_values() -> None:
+    """Its conversion is kept (psycopg keeps none for 60 values), never its values."""
+    text = "SELECT " + ", ".join(["%s::int"] * 60) + " -- " + "x" * 5000
+    with prepared.cursor() as cursor:
+        for start in (0, 1000):
+            cursor.execute(text, list(range(start, start + 60)))
+            assert cursor.fetchone() == tuple(range(start, start + 60))
+        cursor.execute("SELECT %(a)s::int - %(b)s::int", {"a": 50, "b": 8})
+        assert cursor.fetchone() == (42,)
