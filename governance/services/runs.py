@@ -29,6 +29,7 @@ from governance.models import AuditEntry, AuditEvent, DecisionRule, Job, JobEven
 from governance.models.capacity import Executor
 from governance.roles import AnyUser
 from governance.selectors import jobs as job_selectors
+from governance.selectors.rows import table
 from governance.services import audit, decisions, inserts, notifications
 from governance.services import workloads as workload_services
 from governance.services.errors import Conflict, PermissionDenied, ValidationFailed
@@ -42,7 +43,7 @@ from scheduler.engine import work
 # The jobs that start alike start with the same values; the run goes up by one and the
 # first start is kept.
 _STARTED = (
-    "UPDATE governance_job SET state = %s, instance_type_id = %s, plan_id = %s,"
+    f"UPDATE {table(Job)} SET state = %s, instance_type_id = %s, plan_id = %s,"
     " preference = %s, borrowed = %s, run = run + 1, run_started_at = %s,"
     " progress_at = NULL, started_at = COALESCE(started_at, %s), agent = '',"
     " claimed_by_id = NULL, claimed_at = NULL, last_heartbeat_at = NULL"
@@ -51,7 +52,7 @@ _STARTED = (
 # Each job finished when its own ``finished_at`` says; its work is its duration when it
 # has one (the run did all of it), else what it reported, and that is its checkpoint.
 _SUCCEEDED = (
-    "UPDATE governance_job AS j SET state = %s, finished_at = f.at,"
+    f"UPDATE {table(Job)} AS j SET state = %s, finished_at = f.at,"
     " work_done = COALESCE(j.duration::double precision, j.work_done),"
     " checkpoint_work = COALESCE(j.duration::double precision, j.work_done),"
     " run_started_at = NULL"

@@ -313,7 +313,7 @@ def refresh(
             row = rows.get(job.id)
             if row is None or row["state"] != JobState.RUNNING or row["id"] in ids:
                 continue
-            done_at = _run_ends(row, executor, speeds[row["type_name"]])
+            done_at = _run(row, executor, speeds[row["type_name"]])[1]
             if done_at is not None and done_at <= now:
                 ids.add(row["id"])
             else:
@@ -355,12 +355,6 @@ def refresh(
         return None
     kept.snapshot = snapshot
     return snapshot
-
-
-def _run_ends(row: dict[str, Any], executor: Executor, speed: float) -> datetime | None:
-    """When the executor that runs the jobs itself finishes a kept running row's run
-    (None: no duration)."""
-    return _run(row, executor, speed)[1]
 
 
 def _run(row: dict[str, Any], executor: Executor, speed: float) -> tuple[Job, datetime | None]:
@@ -447,7 +441,7 @@ def _restore(
     if row["state"] == JobState.RUNNING and row["instance_type_id"] is not None:
         name = row["type_name"] = context.type_names[row["instance_type_id"]]
         if executor.runs_itself:
-            done_at = _run_ends(row, executor, snapshot.speeds[name])
+            done_at = _run(row, executor, snapshot.speeds[name])[1]
             if done_at is not None and done_at <= snapshot.now:
                 snapshot.completions.append((row_job(row), done_at))
                 kept.disabled[key] = row
