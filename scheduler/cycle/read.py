@@ -75,9 +75,13 @@ _JOB_ROWS = (
     f"SELECT {', '.join(JOB_FIELDS)} FROM {Job._meta.db_table}"
     " WHERE queue_id = %s AND state IN (%s, %s) ORDER BY id"
 )
+# By id alone, the queue checked on the rows: with ``queue_id = $1`` in the WHERE, the
+# plan PostgreSQL keeps for this prepared statement may read every job the queue ever had
+# through its index and filter them by id (it did whenever the statistics thought the queue
+# small: 3 ms a cycle at 7,000 jobs, growing with the queue's history).
 _CHANGED_ROWS = (
-    f"SELECT {', '.join(JOB_FIELDS)} FROM {Job._meta.db_table}"
-    " WHERE queue_id = %s AND id = ANY(%s) ORDER BY id FOR UPDATE"
+    f"SELECT queue_id, {', '.join(JOB_FIELDS)} FROM {Job._meta.db_table}"
+    " WHERE id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE"
 )
 
 
@@ -97,8 +101,8 @@ def changed_rows(queue_id: int, ids: Iterable[int]) -> list[dict[str, Any]]:
     """The rows of jobs ``ids`` still in the queue, whatever their state, locked as the
     cycle's full read locks its rows (the incremental cycle, ``scheduler.cycle.kept``)."""
     with prepared.cursor() as cursor:
-        cursor.execute(_CHANGED_ROWS, [queue_id, sorted(ids)])
-        return _rows(cursor.fetchall())
+        cursor.execute(_CHANGED_ROWS, [sorted(ids)])
+        return _rows(row[1:] for row in cursor.fetchall() if row[0] == queue_id)
 
 
 def _rows(fetched: Iterable[tuple[Any, ...]]) -> list[dict[str, Any]]:

@@ -10,10 +10,12 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from governance import prepared
+from governance.models import Job, JobState
 from governance.selectors.shares import share_for_submission
 from governance.selectors.tokens import with_key
 from governance.services import tokens
-from tests.factories import make_world
+from scheduler.cycle import read
+from tests.factories import make_job, make_world
 
 pytestmark = pytest.mark.django_db
 
@@ -88,3 +90,49 @@ def test_a_long_statement_with_many_values_takes_each_runs_own_values() -> None:
             assert cursor.fetchone() == tuple(range(start, start + 60))
         cursor.execute("SELECT %(a)s::int - %(b)s::int", {"a": 50, "b": 8})
         assert cursor.fetchone() == (42,)
+
+
+def _generic_plan(text: str, params: str) -> str:
+    """The plan PostgreSQL keeps for this connection's prepared statement starting with
+    ``text`` once it settles on a generic one (forced here), run with ``params``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name FROM pg_prepared_statements WHERE starts_with(statement, %s)", [text]
+        )
+        (name,) = cursor.fetchone()
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT TEXT) EXECUTE {name}({params})")
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_a_cycles_read_of_changed_jobs_reads_those_jobs_only_however_old_the_statistics() -> None:
+    """The statistics saw the queue with 3 jobs, it has 2,000 since: the plan kept for the
+    incremental cycle's read still fetches the named jobs by key. (It read the queue's
+    every job through its index, old ones included, when the queue was in its WHERE.)"""
+    w = make_world()
+    first = [make_job(w.red_share, w.red_member).pk for _ in range(3)]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE governance_job")
+    template = make_job(w.red_share, w.red_member)
+    Job.objects.bulk_create(
+        [
+            Job(
+                queue=w.queue,
+                share=w.red_share,
+                submitter=w.red_member,
+                name="old",
+                state=JobState.SUCCEEDED,
+                preferences=template.preferences,
+                submitted_at=template.submitted_at,
+            )
+            for _ in range(2000)
+        ]
+    )
+    with transaction.atomic():
+        for _ in range(6):
+            assert [row["id"] for row in read.changed_rows(w.queue.pk, first)] == first
+        ids = ",".join(map(str, first))
+        plan = _generic_plan("SELECT queue_id,", f"'{{{ids}}}'")
+    assert "governance_job_pkey" in plan, plan
+    assert "Rows Removed by Filter" not in plan, plan
+    assert read.changed_rows(w.queue.pk + 1, first) == []  # another queue's: none
