@@ -14,7 +14,10 @@ flushed at start: give it one nobody else uses). Parts:
 2. ``latency``: jobs submitted over HTTP to the API (served by gunicorn with
    ``scripts/gunicorn_conf.py``, as deployed: ``WEB_CONCURRENCY`` x ``WEB_THREADS``,
    2 x 8 unless set) at a steady ``--rate`` per second (200) for a minute (``--quick``:
-   10 s) with a real Celery worker. The client is open loop: submission ``i`` is sent at
+   10 s) with a real Celery worker, on a queue that has run ``--history`` jobs before
+   (20,000 finished jobs, the statistics analysed, as on a site in service; ``0``: a new
+   site's empty database, whose first minute runs on plans made for empty tables).
+   The client is open loop: submission ``i`` is sent at
    ``start + i / rate`` whatever the server's pace, by several processes of several
    threads, so a slow server shows as late sends and latency, not as a lower offered
    rate. Submit-to-admitted latency is the job's ``admitted`` event time minus
@@ -442,7 +445,49 @@ def _submit_slots(
     return late[0], times, time.process_time() - cpu_started
 
 
-def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) -> None:
+def _history(queue: Any, share: Any, user: Any, jobs: int) -> int:
+    """``jobs`` finished jobs the queue ran before (a day's worth, spread back from an hour
+    ago), then the database's statistics analysed, as autovacuum keeps them on a site in
+    service; returns the last one's id (the run's jobs come after it).
+
+    PostgreSQL plans a statement for the tables as its statistics describe them, and keeps
+    the plan of a prepared statement. On an empty database that autovacuum has not yet
+    visited (it does once a minute), a connection's plans are those of tables of a few
+    rows, and some stay so while the run fills them: the first minute of a new site, not
+    the state a site in service runs in."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from governance.models import Job, JobState
+
+    now = timezone.now()
+    Job.objects.bulk_create(
+        (
+            Job(
+                queue=queue,
+                share=share,
+                submitter=user,
+                name="history",
+                duration=30,
+                work_done=30,
+                checkpoint_work=30,
+                preferences=[{"instance_type": G5, "count": 1}],
+                state=JobState.SUCCEEDED,
+                submitted_at=(at := now - timedelta(hours=1, seconds=86400 * i / jobs)),
+                started_at=at,
+                finished_at=at + timedelta(seconds=30),
+            )
+            for i in range(jobs)
+        ),
+        batch_size=5000,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    last = Job.objects.filter(queue=queue).order_by("-pk").values_list("pk", flat=True).first()
+    return int(last or 0)
+
+
+def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int, history: int) -> None:
     from knox.models import AuthToken
 
     from governance.models import Job, JobEvent, Membership
@@ -454,6 +499,13 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) ->
     user = _user("latency-lead")
     Membership.objects.get_or_create(team=share.team, user=user, defaults={"role": "lead"})
     _, token = AuthToken.objects.create(user=user)
+    after = _history(queue, share, user, history) if history else 0
+    print(
+        f"  the queue's history: {history} finished jobs, statistics analysed"
+        if history
+        else "  a new site: empty tables, statistics as autovacuum finds them"
+    )
+    runs = Job.objects.filter(queue=queue, pk__gt=after)  # this run's submissions
     name = f"bench-latency-{os.getpid()}@{os.uname().nodename}"
     port = free_port()
     with (
@@ -502,7 +554,7 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) ->
         answers = sorted(t * 1000 for r in results for t in r[1])
         submit_wall = time.monotonic() - started
         deadline = time.monotonic() + 30
-        while Job.objects.filter(queue=queue, started_at__isnull=True).exists():
+        while runs.filter(started_at__isnull=True).exists():
             if time.monotonic() > deadline:
                 break
             time.sleep(0.2)
@@ -512,10 +564,10 @@ def bench_latency(seconds: float, env: dict[str, str], logs: Path, rate: int) ->
         cpu_after = psutil.cpu_times()
         time.sleep(1.5)
         db_after = database_activity(BENCH_DB)
-    submitted = dict(Job.objects.filter(queue=queue).values_list("id", "submitted_at"))
+    submitted = dict(runs.values_list("id", "submitted_at"))
     admitted: dict[int, object] = {}
     for job_id, at in (
-        JobEvent.objects.filter(job__queue=queue, type="admitted")
+        JobEvent.objects.filter(job__queue=queue, job__pk__gt=after, type="admitted")
         .order_by("at")
         .values_list("job_id", "at")
     ):
@@ -713,6 +765,14 @@ def main() -> None:
         "--seconds", type=float, default=0.0, help="latency run of this many seconds"
     )
     parser.add_argument(
+        "--history",
+        type=int,
+        default=20000,
+        metavar="N",
+        help="finished jobs in the latency run's queue before it starts, statistics analysed"
+        " (a site in service); 0: a new site's empty database",
+    )
+    parser.add_argument(
         "--profile-post", type=int, default=0, metavar="N", help="profile N POSTs in-process"
     )
     parser.add_argument(
@@ -739,7 +799,8 @@ def main() -> None:
     if "cycle" in parts:
         bench_cycle()
     if "latency" in parts:
-        bench_latency(args.seconds or (10.0 if args.quick else 60.0), env, logs, args.rate)
+        seconds = args.seconds or (10.0 if args.quick else 60.0)
+        bench_latency(seconds, env, logs, args.rate, args.history)
     if args.profile_post or "profile" in parts:
         profile_post(args.profile_post or 300)
     if "makespan" in parts:
