@@ -73,3 +73,33 @@ def test_without_secret_key_each_data_folder_makes_its_own_once(tmp_path: Path) 
         "from-the-environment"
     )
     assert not (tmp_path / "three" / "secret_key").exists()
+
+
+def test_a_web_worker_is_forked_with_the_preloaded_application_out_of_the_collectors_sight() -> (
+    None
+):
+    import gc
+
+    conf = runpy.run_path(str(ROOT / "scripts" / "gunicorn_conf.py"))
+    assert conf["preload_app"] is True  # the application is built in the master
+    gc.unfreeze()
+    try:
+        conf["pre_fork"](None, None)
+        assert gc.get_freeze_count() > 10_000  # this process's modules, Django's included
+    finally:
+        gc.unfreeze()
+
+
+def test_a_worker_ready_for_tasks_has_its_start_up_objects_out_of_the_collectors_sight() -> None:
+    import gc
+
+    from celery import signals
+
+    from governance.celery import app
+
+    gc.unfreeze()
+    try:
+        signals.worker_ready.send(sender=None, app=app)
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        gc.unfreeze()
