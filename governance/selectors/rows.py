@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
 
 
@@ -38,9 +38,10 @@ def built(model: type[Model], values: tuple[Any, ...] | list[Any]) -> Any:
     names, converters = _reading(model)
     if converters:
         values = list(values)
+        db = connections[DEFAULT_DB_ALIAS]  # not the proxy: one context-local look-up
         for at, convert in converters:
-            values[at] = convert(values[at], None, connection)
-    return model.from_db(connection.alias, names, values)
+            values[at] = convert(values[at], None, db)
+    return model.from_db(DEFAULT_DB_ALIAS, names, values)
 
 
 @cache

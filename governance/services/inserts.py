@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from functools import cache, lru_cache
 from typing import Any, cast
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Field, Model, signals
 
 from governance import prepared
@@ -82,7 +82,11 @@ def _params(obj: Model, fields: list[Field[Any, Any]], operation: str) -> list[A
     values = [field.pre_save(obj, True) for field in fields]
     if any(hasattr(value, "resolve_expression") for value in values):
         return None
-    return [field.get_db_prep_save(v, connection) for field, v in zip(fields, values, strict=True)]
+    # The thread's connection itself, not the ``connection`` proxy: each of the proxy's
+    # attribute reads looks the connection up again (a context-local), and a submission's
+    # rows have some 60 values.
+    db = connections[DEFAULT_DB_ALIAS]
+    return [field.get_db_prep_save(v, db) for field, v in zip(fields, values, strict=True)]
 
 
 def _saved(obj: Model, pk: Any) -> None:
