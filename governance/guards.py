@@ -146,7 +146,7 @@ class PayloadTooLarge(APIException):
     default_detail = "The body is too large."
 
 
-def _bad_text_or_depth(value: Any, max_depth: int) -> str | None:
+def json_value_problem(value: Any, max_depth: int) -> str | None:
     """Why a parsed JSON value is refused (a string that is not storable text, nesting too
     deep), or None.
 
@@ -199,7 +199,7 @@ class SafeJSONParser(JSONParser):
         if isinstance(data, dict):
             errors = {}
             for key, child in data.items():
-                problem = _text_problem(key) or _bad_text_or_depth(
+                problem = _text_problem(key) or json_value_problem(
                     child, settings.MAX_JSON_DEPTH - 1
                 )
                 if problem:
@@ -207,7 +207,7 @@ class SafeJSONParser(JSONParser):
             if errors:
                 raise ValidationError(errors)
         else:
-            problem = _bad_text_or_depth(data, settings.MAX_JSON_DEPTH)
+            problem = json_value_problem(data, settings.MAX_JSON_DEPTH)
             if problem:
                 raise ValidationError({"detail": [f"the body {problem}"]})
         return data

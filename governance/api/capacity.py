@@ -16,7 +16,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance.api.common import ERROR_RESPONSES, CountMapField, ServiceViewSet
+from governance.api.common import ERROR_RESPONSES, CountMapField, ServiceViewSet, StorableJSONField
 from governance.models import InstanceType, JobQueue
 from governance.models.capacity import Executor
 from governance.models.slurm import SlurmQueueConfig
@@ -217,8 +217,8 @@ class SlurmConfigWriteSerializer(serializers.Serializer):
         required=False, allow_blank=True, max_length=column_length(SlurmQueueConfig, "qos")
     )
     grace_seconds = serializers.IntegerField(required=False)
-    types = serializers.JSONField(required=False)
-    teams = serializers.JSONField(required=False)
+    types = StorableJSONField(required=False)
+    teams = StorableJSONField(required=False)
     drift_report_only = serializers.BooleanField(required=False)
     reason = serializers.CharField(required=False, allow_blank=True, max_length=MAX_REASON)
 

@@ -20,7 +20,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance.api.common import ERROR_RESPONSES, call_service, path_id
+from governance.api.common import ERROR_RESPONSES, StorableJSONField, call_service, path_id
 from governance.api.exceptions import NoteSerializer
 from governance.api.idempotency import idempotent
 from governance.models import ShareChangeRequest
@@ -36,7 +36,7 @@ PREVIEW_SCHEMA = {
 
 
 @extend_schema_field(PREVIEW_SCHEMA)
-class PreviewField(serializers.JSONField):
+class PreviewField(StorableJSONField):
     """The stored impact preview."""
 
 
@@ -49,7 +49,7 @@ class PreviewField(serializers.JSONField):
         "example": {"limits": {"ml.g5.xlarge": 6}},
     }
 )
-class ProposedField(serializers.JSONField):
+class ProposedField(StorableJSONField):
     """The proposed share fields; the service checks names and values."""
 
 

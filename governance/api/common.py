@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema_field
@@ -21,14 +22,36 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.fields import SkipField, empty
 from rest_framework.request import Request
 
+from governance.guards import json_value_problem
 from governance.services.errors import NotFound, PermissionDenied, ServiceError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class StorableJSONField(serializers.JSONField):
+    """DRF's JSON field, held to what the API's JSON parser holds a body to.
+
+    A form or multipart body carries a JSON field as text, which DRF decodes here, after
+    every parser: its strings and keys must be storable text too (no NUL, no lone
+    surrogate: PostgreSQL refuses them, a 500 otherwise) and its nesting bounded
+    (``MAX_JSON_DEPTH``; deeper, the decoder ran out of stack)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            value = super().to_internal_value(data)
+        except RecursionError:
+            raise ValidationError(
+                f"is nested deeper than {settings.MAX_JSON_DEPTH} levels"
+            ) from None
+        problem = json_value_problem(value, settings.MAX_JSON_DEPTH)
+        if problem:
+            raise ValidationError(problem)
+        return value
+
+
 @extend_schema_field({"type": "array", "items": {"type": "string"}})
-class StringListField(serializers.JSONField):
+class StringListField(StorableJSONField):
     """A JSON list of strings (usernames, roles); the service checks its content."""
 
 
@@ -39,7 +62,7 @@ class StringListField(serializers.JSONField):
         "example": {"ml.g5.xlarge": 2},
     }
 )
-class CountMapField(serializers.JSONField):
+class CountMapField(StorableJSONField):
     """A JSON map of instance type name to count; the service checks names and counts."""
 
 

@@ -13,7 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance.api.common import call_service, path_id
+from governance.api.common import StorableJSONField, call_service, path_id
 from governance.api.exceptions import NoteSerializer
 from governance.api.idempotency import idempotent
 from governance.models import Decision
@@ -60,7 +60,7 @@ class ResubmitSerializer(serializers.Serializer):
 
     name = serializers.CharField(required=False, allow_blank=True)
     priority = serializers.IntegerField(required=False)
-    preferences = serializers.JSONField(required=False)
+    preferences = StorableJSONField(required=False)
     count = serializers.IntegerField(required=False, allow_null=True)
     max_pending = serializers.IntegerField(required=False, allow_null=True)
     checkpoint_interval = serializers.IntegerField(required=False, allow_null=True)

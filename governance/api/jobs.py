@@ -18,7 +18,7 @@ from governance.api.borrowed import (
     EntitledSerializer,
     ExposureSerializer,
 )
-from governance.api.common import call_service, path_id, represent
+from governance.api.common import StorableJSONField, call_service, path_id, represent
 from governance.api.idempotency import idempotent
 from governance.models import Job, JobEvent, JobKind, SlurmRun
 from governance.selectors import borrowed, scheduling
@@ -128,7 +128,7 @@ class JobSerializer(serializers.ModelSerializer):
         "more are not eligible (docs/scheduling.md#deadline-and-budget)",
     )
 
-    template = serializers.JSONField(
+    template = StorableJSONField(
         read_only=True,
         help_text="when the preferences came from the workload's template "
         '(docs/workloads.md#preference-templates): {"entries": [{"position", '
@@ -235,7 +235,7 @@ class JobSubmitSerializer(serializers.Serializer):
     name = serializers.CharField(allow_blank=True)
     kind = serializers.CharField(required=False, default=JobKind.TRAINING)
     priority = serializers.IntegerField(required=False, default=0)
-    preferences = serializers.JSONField(
+    preferences = StorableJSONField(
         required=False,
         default=None,
         help_text="omit (or []) with a workload: its preference template is taken",
@@ -283,7 +283,7 @@ class JobSubmitSerializer(serializers.Serializer):
         default="",
         help_text="admins: the reason to run uncertified preferences in a certified-only share",
     )
-    program = serializers.JSONField(
+    program = StorableJSONField(
         required=False,
         default=None,
         help_text=(

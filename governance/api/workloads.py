@@ -16,7 +16,13 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from governance.api.common import ERROR_RESPONSES, ServiceViewSet, call_service, path_id
+from governance.api.common import (
+    ERROR_RESPONSES,
+    ServiceViewSet,
+    StorableJSONField,
+    call_service,
+    path_id,
+)
 from governance.models import Interruption, RecoveryChange, Workload
 from governance.selectors import certifications as cert_selectors
 from governance.selectors import workloads as workload_selectors
@@ -113,7 +119,7 @@ class TemplateSerializer(serializers.Serializer):
 
 
 class TemplateWriteSerializer(serializers.Serializer):
-    entries = serializers.JSONField(
+    entries = StorableJSONField(
         help_text='[{"certification": id, "reason": "why it stands here"}], first choice first'
     )
     max_pending = serializers.IntegerField(allow_null=True, required=False, default=None)

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
@@ -20,6 +21,7 @@ from tests.factories import make_job, make_world
 pytestmark = pytest.mark.django_db
 
 G5 = "ml.g5.xlarge"
+FORM = "application/x-www-form-urlencoded"
 BIG = [2**31, 2**63]
 COUNTED = [
     m.Job,
@@ -231,6 +233,46 @@ def test_lone_surrogates_in_json_strings(w: Any, path: str, body: Any, field: st
         response = getattr(api(w.admin), method)(path, raw, content_type="application/json")
         refused(response, field)
         assert "surrogate" in str(response.json()[field])
+
+
+def nested_dict(levels: int) -> Any:
+    nested: Any = 1
+    for _ in range(levels):
+        nested = {"x": nested}
+    return nested
+
+
+@pytest.mark.parametrize(
+    "path, field, text",
+    [
+        ("queue", "capacity", json.dumps({"ml.g5\x00": 1})),
+        ("queue", "capacity", json.dumps({"ml.g5\ud800": 1})),
+        ("/api/jobs/", "preferences", json.dumps([{"instance_type": "a\x00", "count": 1}])),
+        ("/api/jobs/", "program", json.dumps({"command": ["a"], "env": {"A": "\ud800"}})),
+        ("/api/jobs/", "preferences", "[" * 100_000 + "]" * 100_000),
+        ("/api/jobs/", "program", json.dumps(nested_dict(40))),
+    ],
+)
+@pytest.mark.parametrize("content_type", ["form", "multipart"])
+def test_json_fields_of_form_bodies_are_held_to_the_json_bodys_rules(
+    w: Any, path: str, field: str, text: str, content_type: str
+) -> None:
+    # A form or multipart body carries a JSON field as text, decoded after the JSON parser's
+    # checks: its NULs, lone surrogates and depth are refused by the field (a 500 before).
+    if path == "queue":
+        path, method, body = f"/api/queues/{w.queue.pk}/", "patch", {field: text}
+    else:
+        method = "post"
+        body = {"share": w.red_share.pk, "name": "j", "duration": 30, field: text}
+        if field != "preferences":
+            body["preferences"] = json.dumps([{"instance_type": G5, "count": 1}])
+    client = api(w.admin)
+    with unchanged():
+        if content_type == "form":
+            response = getattr(client, method)(path, urlencode(body), content_type=FORM)
+        else:
+            response = getattr(client, method)(path, body, format="multipart")
+        refused(response, field)
 
 
 def test_deep_json_is_a_400(w: Any) -> None:
