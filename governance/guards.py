@@ -7,7 +7,9 @@
 - ``SafeJSONParser`` reads at most ``MAX_BODY_BYTES``, refuses JSON nested deeper than
   ``MAX_JSON_DEPTH`` and, in any string, NUL characters and lone surrogates (``\ud800``
   escapes that no character follows: not text PostgreSQL can store), naming the
-  top-level field.
+  top-level field. A JSON field of a form or multipart body is text until DRF decodes
+  it, after every parser: ``api.common.StorableJSONField`` holds it to the same rules
+  (``json_value_problem``).
 - ``ErrorPageMiddleware`` and the ``handler*`` views: under ``/api/`` every error is the
   JSON error shape (docs/data-model.md, ``{"field": ["message"]}``); on the web it is a
   page with the navigation that shows the reason the service gave.
