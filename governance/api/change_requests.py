@@ -36,7 +36,7 @@ PREVIEW_SCHEMA = {
 
 
 @extend_schema_field(PREVIEW_SCHEMA)
-class PreviewField(StorableJSONField):
+class PreviewField(serializers.JSONField):
     """The stored impact preview."""
 
 

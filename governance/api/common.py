@@ -34,17 +34,17 @@ class StorableJSONField(serializers.JSONField):
 
     A form or multipart body carries a JSON field as text, which DRF decodes here, after
     every parser: its strings and keys must be storable text too (no NUL, no lone
-    surrogate: PostgreSQL refuses them, a 500 otherwise) and its nesting bounded
-    (``MAX_JSON_DEPTH``; deeper, the decoder ran out of stack)."""
+    surrogate: PostgreSQL refuses them, a 500 otherwise) and its nesting bounded as a
+    JSON body's field is, one level below ``MAX_JSON_DEPTH`` (deeper, the decoder ran out
+    of stack). Only writable fields need it: a read-only one decodes nothing."""
 
     def to_internal_value(self, data: Any) -> Any:
+        depth = settings.MAX_JSON_DEPTH - 1  # as ``SafeJSONParser`` bounds a body's field
         try:
             value = super().to_internal_value(data)
         except RecursionError:
-            raise ValidationError(
-                f"is nested deeper than {settings.MAX_JSON_DEPTH} levels"
-            ) from None
-        problem = json_value_problem(value, settings.MAX_JSON_DEPTH)
+            raise ValidationError(f"is nested deeper than {depth} levels") from None
+        problem = json_value_problem(value, depth)
         if problem:
             raise ValidationError(problem)
         return value

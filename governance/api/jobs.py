@@ -128,7 +128,7 @@ class JobSerializer(serializers.ModelSerializer):
         "more are not eligible (docs/scheduling.md#deadline-and-budget)",
     )
 
-    template = StorableJSONField(
+    template = serializers.JSONField(
         read_only=True,
         help_text="when the preferences came from the workload's template "
         '(docs/workloads.md#preference-templates): {"entries": [{"position", '

@@ -280,12 +280,9 @@ def test_deep_json_is_a_400(w: Any) -> None:
     with unchanged():
         response = api(w.admin).post("/api/teams/", deep, content_type="application/json")
         refused(response, "detail")
-        nested: Any = 1
-        for _ in range(40):
-            nested = {"x": nested}
         response = api(w.admin).post(
             "/api/teams/",
-            json.dumps({"name": "deep", "members": nested}),
+            json.dumps({"name": "deep", "members": nested_dict(40)}),
             content_type="application/json",
         )
         refused(response, "members")
