@@ -1,4 +1,4 @@
-"""What the audit trail's hash chains cost writers (migrations 0010 and 0029).
+"""What the audit trail's hash chains cost writers (migrations 0010, 0033 and 0037).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything .venv/bin/python bench/audit_chain.py
 

@@ -107,7 +107,7 @@ SITE_CHAIN = "site"
 
 
 def chain_of_queue(queue_id: int | None) -> str:
-    """The chain an entry joins (migration 0029 computes the same in the database): its
+    """The chain an entry joins (migration 0033 computes the same in the database): its
     queue's, or the site's when it has no queue."""
     return SITE_CHAIN if queue_id is None else f"queue-{queue_id}"
 
@@ -117,7 +117,7 @@ class AuditChainHead(models.Model):
     each committing writer of that chain only, so writes to different queues do not wait
     for one another (docs/operations.md, "Audit trail").
 
-    Written only by the database's seal trigger (migrations 0010, 0029), never by Python
+    Written only by the database's seal trigger (migrations 0010, 0033, 0037), never by Python
     code; the seal creates a chain's head with its first entry.
     """
 
@@ -232,8 +232,8 @@ class AuditEntry(models.Model):
     after = models.JSONField(null=True, blank=True)
     reason = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(db_index=True)
-    # The hash chains (migrations 0010, 0029). ``chain`` is set by the database on insert
-    # from ``queue`` (``chain_of_queue``; entries older than 0029 are all in the site
+    # The hash chains (migrations 0010, 0033, 0037). ``chain`` is set by the database on insert
+    # from ``queue`` (``chain_of_queue``; entries older than 0033 are all in the site
     # chain). The rest is set by the database when the writing transaction commits, so
     # they stay null on the object ``create`` returns. ``chain_seq`` is the entry's place
     # in its chain (commit order, which may differ from id order);

@@ -69,7 +69,7 @@ class ChainReport:
 # Each entry's hash, recomputed by the same expression the seal trigger's function uses
 # (migration 0010), written out here with every function named in pg_catalog: a function
 # replaced inside the database cannot make a changed entry look intact. Chain by chain
-# (migration 0029), each in link order.
+# (migration 0033), each in link order.
 _CHAIN_SQL = """
 SELECT e.chain, e.id, e.chain_seq, e.prev_hash, e.hash,
        pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, connections, transaction
@@ -134,6 +135,37 @@ def test_sealed_entries_stay_append_only() -> None:
     entry = write_entries(1)[0]
     with pytest.raises(Exception, match="append-only"), transaction.atomic():
         AuditEntry.objects.filter(pk=entry.pk).update(hash="0" * 64)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "change",
+    [
+        "reason = 'rewritten'",
+        "after = '{\"n\": 99}'::jsonb",
+        "actor_id = NULL",
+        "before = '{}'::jsonb",
+        "created_at = created_at + interval '1 microsecond'",
+        "chain = 'queue-1'",
+    ],
+)
+def test_an_unsealed_entry_gets_only_its_chain_columns(change: str) -> None:
+    """Before the seal (inside the writing transaction), the one update the trail allows
+    is the seal's: the chain columns, every other column as written. Any other column
+    changed with them is refused, a value made null or a null given a value included."""
+    actor = User.objects.create(username="unsealed-actor")
+    entry = audit.record(
+        event_type=AuditEvent.TEAM_UPDATED,
+        actor=actor,
+        subject=Team.objects.create(name="unsealed"),
+        after={"n": 1},
+    )
+    link = "chain_seq = 1, prev_hash = repeat('0', 64), hash = repeat('a', 64)"
+    with pytest.raises(Exception, match="append-only"), transaction.atomic():
+        sql(f"UPDATE governance_auditentry SET {link}, {change} WHERE id = %s", entry.pk)
+    with transaction.atomic():  # the seal's own update, for comparison, goes through
+        sql(f"UPDATE governance_auditentry SET {link} WHERE id = %s", entry.pk)
+        transaction.set_rollback(True)
 
 
 @pytest.mark.django_db(transaction=True)

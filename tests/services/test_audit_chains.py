@@ -1,4 +1,4 @@
-"""One audit chain per queue and one for the site (migration 0029): each chain verified
+"""One audit chain per queue and one for the site (migration 0033): each chain verified
 on its own and all of them together, tampering found in whichever chain it is, and
 writers on different queues never waiting for one another's chain head."""
 
