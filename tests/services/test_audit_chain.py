@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, connections, transaction
@@ -19,6 +18,7 @@ from governance import demo, tasks
 from governance.models import AuditChainHead, AuditCheckpoint, AuditEntry, AuditEvent, Team
 from governance.selectors.audit import verify_chain
 from governance.services import audit
+from tests.factories import UserFactory
 
 
 def seal_now() -> None:
@@ -153,7 +153,7 @@ def test_an_unsealed_entry_gets_only_its_chain_columns(change: str) -> None:
     """Before the seal (inside the writing transaction), the one update the trail allows
     is the seal's: the chain columns, every other column as written. Any other column
     changed with them is refused, a value made null or a null given a value included."""
-    actor = User.objects.create(username="unsealed-actor")
+    actor = UserFactory(username="unsealed-actor")
     entry = audit.record(
         event_type=AuditEvent.TEAM_UPDATED,
         actor=actor,
