@@ -1,4 +1,4 @@
-"""What the audit trail's hash chains cost writers (migrations 0010, 0033 and 0037).
+"""What the audit trail's hash chains cost writers (migrations 0010, 0033, 0037 and 0038).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/anything .venv/bin/python bench/audit_chain.py
 
@@ -7,13 +7,14 @@ threads commit transactions as the live path does, each in its own connection, c
 loop, for ``--seconds`` per phase, with ``1`` audit entry per transaction (a submission,
 an agent report) and with ``20`` (a scheduling cycle that admits or preempts many jobs).
 Each shape runs with one writer, with ``--threads`` writers each on a queue of its own
-(every queue has its own chain and head, docs/operations.md "Audit trail"), and with as
-many writers all on one queue (one head between them), and each with the seal trigger
-(the chain) on and off, so the difference is the chains' cost. Prints audited writes
-(entries) per second, transactions per second, commit latency percentiles and how much
-of their time the writers spent waiting on a lock (sampled from ``pg_stat_activity``
-every 5 ms: on a machine short of CPU the rates mostly measure the CPU, the lock waits
-still show one head shared by every writer), then verifies every chain.
+(every queue has its own chains and heads, docs/operations.md "Audit trail"), and with
+as many writers all on one queue (its four lanes between them: one transaction's entries
+join one lane), and each with the seal trigger (the chain) on and off, so the difference
+is the chains' cost. Prints audited writes (entries) per second, transactions per
+second, commit latency percentiles and how much of their time the writers spent waiting
+on a lock (sampled from ``pg_stat_activity`` every 5 ms: on a machine short of CPU the
+rates mostly measure the CPU, the lock waits still show a head writers share), then
+verifies every chain.
 """
 
 from __future__ import annotations

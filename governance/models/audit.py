@@ -107,15 +107,17 @@ SITE_CHAIN = "site"
 
 
 def chain_of_queue(queue_id: int | None) -> str:
-    """The chain an entry joins (migration 0033 computes the same in the database): its
-    queue's, or the site's when it has no queue."""
+    """The chain a queue's scheduling cycles write to (``queue-<id>``), or the site's
+    without a queue; the queue's other writers use its lanes, ``queue-<id>.1`` to ``.4``,
+    one per transaction (the database chooses: migrations 0033 and 0038)."""
     return SITE_CHAIN if queue_id is None else f"queue-{queue_id}"
 
 
 class AuditChainHead(models.Model):
-    """One chain's newest link: one row per chain (``site``, ``queue-<id>``), locked by
-    each committing writer of that chain only, so writes to different queues do not wait
-    for one another (docs/operations.md, "Audit trail").
+    """One chain's newest link: one row per chain (``site``, ``queue-<id>`` and its lanes
+    ``queue-<id>.<n>``), locked by each committing writer of that chain only, so writes to
+    different queues, and most concurrent writes to one queue, do not wait for one another
+    (docs/operations.md, "Audit trail").
 
     Written only by the database's seal trigger (migrations 0010, 0033, 0037), never by Python
     code; the seal creates a chain's head with its first entry.
@@ -232,11 +234,12 @@ class AuditEntry(models.Model):
     after = models.JSONField(null=True, blank=True)
     reason = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(db_index=True)
-    # The hash chains (migrations 0010, 0033, 0037). ``chain`` is set by the database on insert
-    # from ``queue`` (``chain_of_queue``; entries older than 0033 are all in the site
-    # chain). The rest is set by the database when the writing transaction commits, so
-    # they stay null on the object ``create`` returns. ``chain_seq`` is the entry's place
-    # in its chain (commit order, which may differ from id order);
+    # The hash chains (migrations 0010, 0033, 0037, 0038). ``chain`` is set by the database
+    # on insert from ``queue`` and the transaction (``chain_of_queue``; entries older than
+    # 0033 are all in the site chain). The rest is set by the database when the writing
+    # transaction commits, so they stay null on the object ``create`` returns.
+    # ``chain_seq`` is the entry's place in its chain (commit order, which may differ from
+    # id order);
     # ``hash`` = sha256(``prev_hash`` + the entry's content). ``audit_verify`` checks them.
     # Null (not "") means not sealed yet: only inside the writing transaction.
     chain = models.CharField(max_length=40, default=SITE_CHAIN, editable=False)

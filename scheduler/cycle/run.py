@@ -84,11 +84,15 @@ def run_cycle(
 
 
 # FOR NO KEY UPDATE: one cycle per queue still, but the key-share lock a new job's
-# reference to the queue takes (at commit) does not wait for the cycle. One statement
-# prepared once per connection (``governance.prepared``), where the ORM compiled the same
-# locking read at every cycle.
+# reference to the queue takes (at commit) does not wait for the cycle. The same statement
+# marks the transaction as the queue's cycle, so its audit entries join the queue's cycle
+# chain and the seal of a big batch at its commit holds no head a submission needs
+# (migration 0038). One statement prepared once per connection (``governance.prepared``),
+# where the ORM compiled the same locking read at every cycle.
 _LOCK_QUEUE = (
-    f"SELECT {columns(JobQueue, 'q')} FROM {table(JobQueue)} q WHERE q.id = %s FOR NO KEY UPDATE"
+    f"SELECT {columns(JobQueue, 'q')}, "
+    "pg_catalog.set_config('governance.audit_lane', 'cycle', true) "
+    f"FROM {table(JobQueue)} q WHERE q.id = %s FOR NO KEY UPDATE"
 )
 
 
@@ -99,7 +103,7 @@ def _locked_queue(queue_id: int) -> JobQueue:
         row = cursor.fetchone()
     if row is None:
         raise JobQueue.DoesNotExist(f"No queue with id {queue_id}.")
-    queue: JobQueue = built(JobQueue, row)
+    queue: JobQueue = built(JobQueue, row[:-1])
     return queue
 
 

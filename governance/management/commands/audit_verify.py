@@ -68,7 +68,7 @@ def parse_head(given: str) -> tuple[str, int, str]:
         or len(link) > 18
         or len(digest) != 64
         or not 0 < len(chain) <= 40
-        or not all(c.isalnum() or c in "-_" for c in chain)
+        or not all(c.isalnum() or c in "-_." for c in chain)
     ):
         raise CommandError("--expect: give CHAIN:LINK:HASH as printed after 'head'")
     return chain, int(link), digest.lower()
