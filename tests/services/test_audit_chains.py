@@ -460,3 +460,77 @@ def test_concurrent_writers_across_queues_and_the_site_keep_every_chain_whole() 
         "queue-101",
         "queue-102",
     }
+
+
+# --- a transaction's many entries (migration 0039) ---------------------------------------
+
+
+def head_place(chain: str) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT ctid::text FROM governance_auditchainhead WHERE chain = %s", [chain])
+        return str(cursor.fetchone()[0])
+
+
+def set_hint(value: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('governance.audit_head', %s, true)", [value])
+
+
+@pytest.mark.django_db
+def test_a_big_batch_interleaving_chains_is_sealed_link_by_link() -> None:
+    """One transaction writing hundreds of entries to three chains in turn, sealed in two
+    goes: every chain whole, every link in the order written."""
+    team = Team.objects.create(name="batch")
+    written: list[AuditEntry] = []
+    for _ in range(2):
+        for i in range(150):
+            written += queue_entries(101 + i % 2, 1, team=team)
+            if i % 5 == 0:
+                written += write_entries(1)
+        seal_now()
+    # the last seal left where its chain's head is, for the next seal of that chain
+    last = fresh(written[-1]).chain
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('governance.audit_head')")
+        assert cursor.fetchone()[0] == f"{last}@{head_place(last)}"
+    report = verify_chain()
+    assert report.broken is None
+    assert report.checked == len(written) == 2 * (150 + 30)
+    by_chain: dict[str, list[int]] = {}
+    for entry in written:
+        by_chain.setdefault(fresh(entry).chain, []).append(fresh(entry).chain_seq or 0)
+    assert {chain: seqs for chain, seqs in by_chain.items()} == {
+        chain: list(range(1, len(seqs) + 1)) for chain, seqs in by_chain.items()
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "hint",
+    ["another chain's head", "an old version", "malformed", "another chain's name"],
+)
+def test_the_writers_hint_of_where_the_head_is_moves_nothing_it_should_not(hint: str) -> None:
+    """The seal reads a chain's head where the transaction's last seal left it
+    (``governance.audit_head``); a writer may set that too, but a place that is not the
+    chain's current head is ignored: no other head moves, every chain stays whole."""
+    written = three_chains(2)
+    first, second = named(written, "queue-101"), named(written, "queue-102")
+    old_place = head_place(first)
+    queue_entries(101, 1)
+    seal_now()
+    other_before = AuditChainHead.objects.get(chain=second)
+    set_hint(
+        {
+            "another chain's head": f"{first}@{head_place(second)}",
+            "an old version": f"{first}@{old_place}",
+            "malformed": f"{first}@(1,2",
+            "another chain's name": f"{second}@{head_place(first)}",
+        }[hint]
+    )
+    entry = queue_entries(101, 1)[0]
+    seal_now()
+    assert fresh(entry).chain == first and fresh(entry).chain_seq == 4
+    other = AuditChainHead.objects.get(chain=second)
+    assert (other.last_seq, other.last_hash) == (other_before.last_seq, other_before.last_hash)
+    assert AuditChainHead.objects.get(chain=first).last_seq == 4
+    assert verify_chain().broken is None
