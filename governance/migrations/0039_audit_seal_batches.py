@@ -13,10 +13,10 @@ Now each seal after a transaction's first of a chain leaves the place of the hea
 version in the transaction (``governance.audit_head``: chain and ``ctid``) and the next
 seal of the same chain reads the head there, directly, locked as before. (The first seal
 of a chain does not: most transactions write one entry, and the setting cost them about
-4% of their rate (pgbench); the second seal, finding the head already moved by its transaction,
-starts keeping it.) The place is only a hint: the row read there
-must be the chain's head and visible (the current version), or the seal looks the head
-up by name as before, so a writer who sets the hint itself gains nothing. The heads of a
+4% of their rate in pgbench; the second seal, finding the head already moved by its own
+transaction, starts keeping it.) The place is only a hint: the row read there must be
+the chain's head and visible (its current version), or the seal looks the head up by
+name as before, so a writer who sets the hint itself gains nothing. The heads of a
 transaction writing to several chains are taken by name once, at its first seal
 (``governance.audit_locked`` notes for which chains), not again at every seal.
 
