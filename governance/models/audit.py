@@ -119,8 +119,8 @@ class AuditChainHead(models.Model):
     different queues, and most concurrent writes to one queue, do not wait for one another
     (docs/operations.md, "Audit trail").
 
-    Written only by the database's seal trigger (migrations 0010, 0033, 0037), never by Python
-    code; the seal creates a chain's head with its first entry.
+    Written only by the database's seal trigger (migrations 0010, 0033, 0037, 0038), never by
+    Python code; the seal creates a chain's head with its first entry.
     """
 
     chain = models.CharField(max_length=40, primary_key=True, default=SITE_CHAIN)

@@ -462,7 +462,7 @@ def test_concurrent_writers_across_queues_and_the_site_keep_every_chain_whole() 
     }
 
 
-# --- a transaction's many entries (migration 0039) ---------------------------------------
+# --- a transaction's many entries (migration 0038) ---------------------------------------
 
 
 def head_place(chain: str) -> str:
